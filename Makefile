@@ -1,0 +1,39 @@
+# disklab: `make lab` runs the storage lab on this machine; `make test` runs the test suite.
+PYTHON ?= python3
+VENV := .venv
+TEST_VENV := .venv-test
+PIP_FLAGS := --quiet --disable-pip-version-check
+
+.PHONY: lab test lint bench report clean
+
+# Controller venv: ansible-core, ansible-runner, jinja2, pyyaml, jsonschema, matplotlib, rich, disklab.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install $(PIP_FLAGS) -e .
+	touch $@
+
+# Test venv: the controller's packages plus pytest, ruff, ansible-lint and torch==2.13.0 (CPU), safetensors.
+$(TEST_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(TEST_VENV)
+	$(TEST_VENV)/bin/pip install $(PIP_FLAGS) -e '.[test]'
+	touch $@
+
+lab: $(VENV)/.installed
+	$(VENV)/bin/disklab run
+
+report: $(VENV)/.installed
+	$(VENV)/bin/disklab report
+
+lint: $(TEST_VENV)/.installed
+	$(TEST_VENV)/bin/ruff check src labscripts tests
+	$(TEST_VENV)/bin/ruff format --check src labscripts tests
+	cd $(CURDIR) && $(TEST_VENV)/bin/ansible-lint --profile production playbooks roles
+
+test: lint
+	$(TEST_VENV)/bin/pytest
+
+bench: $(TEST_VENV)/.installed
+	$(TEST_VENV)/bin/python bench/run.py
+
+clean:
+	rm -rf $(VENV) $(TEST_VENV) .lab

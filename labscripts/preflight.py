@@ -1,0 +1,108 @@
+"""Preflight: refuse bad settings before any work starts on a host.
+
+Usage: python preflight.py --config CONFIG.json
+
+Checks, in order, each refusal naming the setting:
+- the profile and every size override (profiles.resolve);
+- the steps (lab.STEPS is not imported: it pulls torch; the names are checked here);
+- the workbench exists (or lab_run_workbench_create allows creating it) and is writable;
+- the free space on the workbench's filesystem covers the profile's peak need.
+
+Prints one JSON object. Exit status 0 when the host may run, 2 when refused
+(the message is in ``error``). Standard library only: it runs before the
+lab venv exists, with the host's own Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import profiles
+from labcommon import MIB
+
+KNOWN_STEPS = ("write_buffering", "fsync_bench", "big_write", "crash", "powercut", "load", "pickle_safety")
+
+
+class Refused(Exception):
+    """A setting that cannot run; the message names the setting and the numbers."""
+
+
+def check_workbench(path: str, create: bool) -> Path:
+    """Return the workbench as an absolute path, creating it only when allowed.
+
+    Raises Refused when it is missing (and may not be created), is not a
+    directory, or is not writable by this user.
+    """
+    wb = Path(path).expanduser()
+    if not wb.is_absolute():
+        raise Refused(f"lab_run_workbench must be an absolute path, got {path!r}")
+    if not wb.exists():
+        if not create:
+            raise Refused(
+                f"lab_run_workbench {str(wb)!r} does not exist; create it, or set lab_run_workbench_create: true"
+            )
+        wb.mkdir(parents=True)
+    if not wb.is_dir():
+        raise Refused(f"lab_run_workbench {str(wb)!r} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=wb):
+            pass
+    except OSError as exc:
+        raise Refused(f"lab_run_workbench {str(wb)!r} is not writable: {exc.strerror}") from exc
+    return wb
+
+
+def check_space(wb: Path, needed: dict[str, int]) -> dict:
+    """Refuse when the workbench's free space is below the peak need, giving both in MiB.
+
+    Steps run one at a time and remove their files, except the load lab's
+    weights, which stay for reuse: the peak is the largest other step plus the
+    weights, less what the weights already occupy from an earlier run.
+    """
+    transient = max((v for k, v in needed.items() if k != "load"), default=0)
+    present = sum(f.stat().st_size for f in (wb / "load").glob("*") if f.is_file())
+    need_bytes = max(0, transient + needed.get("load", 0) - present)
+    free = shutil.disk_usage(wb).free
+    if free < need_bytes:
+        raise Refused(
+            f"not enough free disk on lab_run_workbench {str(wb)!r}: the profile needs "
+            f"{need_bytes / MIB:,.0f} MiB, {free / MIB:,.0f} MiB free "
+            f"(per step, MiB: {', '.join(f'{k} {v / MIB:,.0f}' for k, v in needed.items())})"
+        )
+    return {"needed_bytes": need_bytes, "free_bytes": free, "per_step_bytes": needed}
+
+
+def preflight(cfg: dict) -> dict:
+    """Run every check on a config dict; raise Refused or ValueError naming the setting."""
+    sizes = profiles.resolve(cfg["profile"], cfg.get("size_overrides") or {})
+    unknown = [s for s in cfg["steps"] if s not in KNOWN_STEPS]
+    if unknown:
+        raise Refused(f"lab_run_steps has unknown steps {unknown}; known: {list(KNOWN_STEPS)}")
+    wb = check_workbench(cfg["workbench"], bool(cfg.get("workbench_create")))
+    space = check_space(wb, profiles.needed_bytes(sizes, cfg["steps"]))
+    return {"ok": True, "workbench": str(wb), "sizes": sizes, **space}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", type=Path, required=True)
+    args = ap.parse_args(argv)
+    try:
+        verdict = preflight(json.loads(args.config.read_text()))
+    except (Refused, ValueError) as exc:
+        print(json.dumps({"ok": False, "error": str(exc)}))
+        print(f"disklab preflight refused: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(verdict))
+    return 0
+
+
+if __name__ == "__main__":
+    os.umask(0o022)
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""disklab's command line: run | audit | report | compare | powercut.
+
+    disklab run [-i INVENTORY] [--profile quick|full] [--limit HOSTS] [--retry-failed]
+    disklab audit [-i INVENTORY]
+    disklab report
+    disklab compare HOST | RUN_A.json RUN_B.json
+    disklab powercut MODULE.py:FUNCTION
+
+Exit status: 0 when every host succeeded, 1 when a host failed, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from disklab import store
+from disklab.runner import repo_path
+
+DEFAULT_INVENTORY = repo_path("inventory", "local.yml")
+DEFAULT_REPORTS = repo_path("reports")
+
+
+class UsageError(Exception):
+    """Bad input on the command line; printed as one line, exit status 2."""
+
+
+def _parse_extra(pairs: list[str]) -> dict:
+    """``-e name=value`` pairs; values are parsed as YAML (so 8 is an int, [a, b] a list)."""
+    import yaml
+
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(f"-e expects name=value, got {pair!r}")
+        out[name] = yaml.safe_load(value)
+    return out
+
+
+def _playbook(args, playbook: str, kind: str) -> int:
+    """Run a playbook on the inventory, store what came back, render the reports."""
+    from disklab import report
+    from disklab.progress import Progress
+    from disklab.runner import run_playbook
+
+    inventory = Path(args.inventory)
+    if not inventory.is_file():
+        raise UsageError(f"inventory {inventory} does not exist")
+    reports = Path(args.reports)
+    limit = args.limit
+    if getattr(args, "retry_failed", False):
+        last = store.failed_hosts_of_last_run(reports)
+        if last is None:
+            raise UsageError(f"--retry-failed: no earlier `disklab run` recorded under {reports / '.runs'}")
+        if not last[1]:
+            print(f"--retry-failed: every host of run {last[0]} succeeded; nothing to retry")
+            return 0
+        limit = ",".join(last[1])
+        print(f"--retry-failed: re-running {limit} (failed in run {last[0]})")
+    run_id = store.new_run_id(reports)
+    extravars = {"disklab_run_id": run_id, "disklab_incoming_dir": str(store.incoming_dir(reports, run_id).resolve())}
+    if getattr(args, "profile", None):
+        extravars["lab_run_profile"] = args.profile
+    extravars.update(_parse_extra(args.extra or []))
+    progress = Progress()
+    run = run_playbook(playbook, inventory, extravars, limit=limit, progress=progress)
+    status = store.store_fetched(reports, run_id, kind, run.hosts)
+    progress.finish(status)
+    if not status:
+        print(f"disklab {kind}: no host ran (ansible-runner status {run.status}, rc {run.rc})", file=sys.stderr)
+        return 1
+    store.record_invocation(reports, run_id, kind, inventory, status)
+    report.render_all(reports)
+    for host, outcome in sorted(run.hosts.items()):
+        where = f" at '{outcome.task}': {outcome.message}" if outcome.status != "ok" else ""
+        print(f"{host}: {outcome.status}{where}")
+    print(f"run {run_id}: reports in {reports}/index.md")
+    return 0 if all(s == "ok" for s in status.values()) else 1
+
+
+def cmd_report(args) -> int:
+    from disklab import report
+
+    written = report.render_all(Path(args.reports))
+    print(f"rendered {len(written)} files under {args.reports}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from disklab import compare, results
+
+    if len(args.targets) == 1:
+        host_dir = Path(args.reports) / args.targets[0]
+        runs = store.files(host_dir, "runs")
+        if len(runs) < 2:
+            raise UsageError(f"compare {args.targets[0]}: needs two stored runs under {host_dir / 'runs'}, found {len(runs)}")
+        old, new = runs[-2], runs[-1]
+    elif len(args.targets) == 2:
+        old, new = (Path(t) for t in args.targets)
+    else:
+        raise UsageError("compare takes HOST or two run files")
+    try:
+        cmp = compare.compare_runs(results.load(old), results.load(new))
+    except results.ResultsError as exc:
+        raise UsageError(str(exc)) from exc
+    print(compare.render_compare_text(cmp))
+    return 0
+
+
+def cmd_powercut(args) -> int:
+    from disklab import powercut_cli
+
+    return powercut_cli.main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="disklab", description="A reproducible storage lab for a fleet of hosts.")
+    ap.add_argument("--reports", default=str(DEFAULT_REPORTS), help="reports directory (default: %(default)s)")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="provision, audit and run the lab on every host, then render reports")
+    run.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY))
+    run.add_argument("--profile", choices=["quick", "full"], help="override lab_run_profile for every host")
+    run.add_argument("--limit", help="only these hosts (Ansible --limit pattern)")
+    run.add_argument("--retry-failed", action="store_true", help="re-run only the hosts that failed last time")
+    run.add_argument("-e", "--extra", action="append", metavar="NAME=VALUE", help="extra variable for every host")
+    run.set_defaults(func=lambda a: _playbook(a, "site.yml", "runs"))
+
+    audit = sub.add_parser("audit", help="facts only: filesystem, mount, device and writeback settings per host")
+    audit.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY))
+    audit.add_argument("--limit", help="only these hosts (Ansible --limit pattern)")
+    audit.add_argument("-e", "--extra", action="append", metavar="NAME=VALUE")
+    audit.set_defaults(func=lambda a: _playbook(a, "audit.yml", "audits"))
+
+    rep = sub.add_parser("report", help="re-render every report from stored runs, touching no host")
+    rep.set_defaults(func=cmd_report)
+
+    cmp = sub.add_parser("compare", help="what changed between a host's last two runs (or two run files)")
+    cmp.add_argument("targets", nargs="+")
+    cmp.set_defaults(func=cmd_compare)
+
+    pc = sub.add_parser("powercut", help="check every crash state of your own save function", add_help=False)
+    pc.add_argument("rest", nargs=argparse.REMAINDER)
+    pc.set_defaults(func=cmd_powercut)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"disklab: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

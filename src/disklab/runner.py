@@ -1,0 +1,139 @@
+"""Drive a playbook with ansible-runner and follow each host from its events.
+
+The controller learns what each host is doing, and where a host failed, from
+ansible-runner's event stream (runner_on_start, runner_on_ok,
+runner_on_failed, runner_on_unreachable), not by parsing terminal output.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from disklab.progress import Progress
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_FORKS = 32
+
+
+def repo_path(*parts: str) -> Path:
+    """A path inside the disklab checkout (playbooks, roles, labscripts, inventory)."""
+    return REPO.joinpath(*parts)
+
+
+@dataclass
+class HostOutcome:
+    """What one host did in one playbook run."""
+
+    host: str
+    status: str = "ok"  # ok | failed | unreachable
+    task: str | None = None  # the task that failed, or the last one started
+    message: str | None = None
+    role: str | None = None
+
+
+@dataclass
+class PlaybookRun:
+    """The outcome of one ansible-runner invocation."""
+
+    rc: int
+    status: str
+    hosts: dict[str, HostOutcome] = field(default_factory=dict)
+
+
+def _failure_message(res: dict) -> str:
+    """The most useful one-line reason from a failed task's result."""
+    for key in ("msg", "stderr", "module_stderr", "stdout"):
+        value = res.get(key)
+        if isinstance(value, str) and value.strip():
+            lines = [ln for ln in value.strip().splitlines() if ln.strip()]
+            return lines[-1][:500] if key != "msg" else value.strip()[:1000]
+    return "failed (no message)"
+
+
+class EventTracker:
+    """Folds ansible-runner events into one HostOutcome per host and feeds the progress view."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+        self.hosts: dict[str, HostOutcome] = {}
+
+    def _host(self, name: str) -> HostOutcome:
+        if name not in self.hosts:
+            self.hosts[name] = HostOutcome(host=name)
+        return self.hosts[name]
+
+    def __call__(self, event: dict) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        name = data.get("host") or data.get("remote_addr")
+        if not name or not kind.startswith("runner_on_"):
+            return True
+        host = self._host(name)
+        task = data.get("task") or host.task
+        if kind == "runner_on_start" and host.status == "ok":
+            host.task, host.role = task, data.get("role")
+            self.progress.update(name, task, "running")
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            host.status, host.task, host.role = "failed", task, data.get("role")
+            host.message = _failure_message(data.get("res", {}))
+            self.progress.update(name, task, "failed")
+        elif kind == "runner_on_unreachable":
+            host.status, host.task = "unreachable", task
+            host.message = _failure_message(data.get("res", {}))
+            self.progress.update(name, task, "unreachable")
+        return True
+
+
+def run_playbook(
+    playbook: str,
+    inventory: Path,
+    extravars: dict,
+    *,
+    limit: str | None = None,
+    forks: int | None = None,
+    progress: Progress | None = None,
+) -> PlaybookRun:
+    """Run ``playbooks/<playbook>`` against ``inventory`` and return each host's outcome.
+
+    ``forks`` defaults to the number of hosts in the inventory, capped at
+    MAX_FORKS, so hosts run in parallel. ansible-runner's working files go to
+    a temporary directory that is removed afterwards.
+    """
+    import ansible_runner  # imported here: it is slow, and `disklab report` never needs it
+
+    progress = progress or Progress()
+    tracker = EventTracker(progress)
+    bindir = str(Path(sys.executable).parent)
+    env = {
+        "ANSIBLE_CONFIG": str(repo_path("ansible.cfg")),
+        "ANSIBLE_PIPELINING": "True",
+        "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+        "ANSIBLE_LOCAL_TEMP": str(Path(tempfile.gettempdir()) / "disklab-ansible-local"),
+    }
+    with tempfile.TemporaryDirectory(prefix="disklab-runner-") as private:
+        with progress:
+            r = ansible_runner.run(
+                private_data_dir=private,
+                project_dir=str(repo_path("playbooks")),
+                playbook=str(repo_path("playbooks", playbook)),
+                inventory=str(Path(inventory).resolve()),
+                extravars=extravars,
+                envvars=env,
+                limit=limit,
+                forks=forks or MAX_FORKS,
+                quiet=True,
+                event_handler=tracker,
+                suppress_env_files=True,
+            )
+        stats = r.stats or {}
+    for name in set().union(*(stats.get(k, {}) for k in ("ok", "failures", "dark", "skipped", "processed"))):
+        host = tracker._host(name)
+        if name in stats.get("dark", {}) and host.status == "ok":
+            host.status = "unreachable"
+        elif name in stats.get("failures", {}) and host.status == "ok":
+            host.status = "failed"
+    return PlaybookRun(rc=r.rc, status=r.status, hosts=tracker.hosts)

@@ -1,0 +1,14 @@
+"""Report sections, one module per experiment.
+
+Each module ``disklab.sections.<experiment>`` defines::
+
+    def build(section: dict, results: dict, plot_dir: pathlib.Path) -> dict
+
+``section`` is ``results["experiments"][<experiment>]`` (already validated
+against ``schema/experiments/<experiment>.schema.json``). It returns the extra
+context that ``templates/sections/<experiment>.md.j2`` renders as ``x``:
+explanations computed from this host's own numbers, and the paths of plots it
+wrote under ``plot_dir`` (relative to the host's report directory, e.g.
+``plots/crash_bytes.png``, written with :func:`disklab.fsio.save_figure`).
+It must not raise on a section whose status is ``failed`` or ``not_run``.
+"""

@@ -1,0 +1,112 @@
+"""The reports directory: where fetched runs, audits and failures are kept.
+
+Layout (every file written atomically, none ever overwritten)::
+
+    reports/<host>/runs/<run_id>.json       results of one lab run (schema-validated)
+    reports/<host>/audits/<run_id>.json     facts of one `disklab audit`
+    reports/<host>/failures/<run_id>.json   what failed on that host, and where
+    reports/.runs/<run_id>.json             per-host status of one invocation (for --retry-failed)
+    reports/.incoming/<run_id>/<host>.json  staging for fetched files, removed once stored
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from disklab import results
+from disklab.fsio import atomic_write_json
+from disklab.runner import HostOutcome
+
+
+def new_run_id(reports: Path, now: dt.datetime | None = None) -> str:
+    """A UTC timestamp run id, e.g. ``20261129T113000Z``; suffixed ``-N`` if already used."""
+    base = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    taken = {p.stem for p in reports.glob("*/runs/*.json")} | {p.stem for p in reports.glob(".runs/*.json")}
+    run_id, n = base, 0
+    while run_id in taken:
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
+
+
+def incoming_dir(reports: Path, run_id: str) -> Path:
+    return reports / ".incoming" / run_id
+
+
+def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, HostOutcome]) -> dict[str, str]:
+    """Move each host's fetched file into ``<host>/<kind>/<run_id>.json``.
+
+    ``kind`` is ``runs`` (validated against the results schema) or ``audits``.
+    A host whose file is missing or invalid is marked failed in ``outcomes``
+    with the reason; the other hosts keep their results. Returns host -> status.
+    """
+    staging = incoming_dir(reports, run_id)
+    for path in sorted(staging.glob("*.json")) if staging.is_dir() else []:
+        host = path.stem
+        outcome = outcomes.setdefault(host, HostOutcome(host=host))
+        try:
+            doc = results.load(path) if kind == "runs" else results.load_audit(path, run_id, host)
+        except results.ResultsError as exc:
+            outcome.status, outcome.task, outcome.message = "failed", "Store the fetched results", str(exc)
+            continue
+        atomic_write_json(reports / host / kind / f"{run_id}.json", doc, overwrite=False)
+        path.unlink()
+    for host, outcome in outcomes.items():
+        if outcome.status == "ok" and not (reports / host / kind / f"{run_id}.json").exists():
+            outcome.status, outcome.message = "failed", "no results file was fetched from this host"
+        if outcome.status != "ok":
+            atomic_write_json(
+                reports / host / "failures" / f"{run_id}.json",
+                {"run_id": run_id, "kind": kind, "status": outcome.status, "task": outcome.task,
+                 "role": outcome.role, "message": outcome.message},
+                overwrite=False,
+            )
+    if staging.is_dir() and not any(staging.iterdir()):
+        staging.rmdir()
+    status = {h: o.status for h, o in sorted(outcomes.items())}
+    return status
+
+
+def record_invocation(reports: Path, run_id: str, kind: str, inventory: Path, status: dict[str, str]) -> Path:
+    """Write ``.runs/<run_id>.json``: which hosts succeeded, for ``--retry-failed``."""
+    return atomic_write_json(
+        reports / ".runs" / f"{run_id}.json",
+        {"run_id": run_id, "kind": kind, "inventory": str(inventory.resolve()), "hosts": status},
+        overwrite=False,
+    )
+
+
+def failed_hosts_of_last_run(reports: Path) -> tuple[str, list[str]] | None:
+    """(run_id, hosts that failed or were unreachable) of the newest `disklab run`, or None."""
+    for path in sorted((reports / ".runs").glob("*.json"), key=run_key, reverse=True):
+        doc = json.loads(path.read_text())
+        if doc.get("kind") == "runs":
+            return doc["run_id"], [h for h, s in doc["hosts"].items() if s != "ok"]
+    return None
+
+
+def hosts(reports: Path) -> list[str]:
+    """Every host with at least one stored run, audit or failure."""
+    return sorted(
+        p.name for p in reports.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and any((p / k).is_dir() for k in ("runs", "audits", "failures"))
+    ) if reports.is_dir() else []
+
+
+def run_key(path: Path) -> tuple[str, int]:
+    """Sort key of a run file: its timestamp, then its ``-N`` suffix."""
+    base, _, n = path.stem.partition("-")
+    return base, int(n or 0)
+
+
+def files(host_dir: Path, kind: str) -> list[Path]:
+    """A host's files of ``kind`` (runs, audits, failures), oldest first."""
+    return sorted((host_dir / kind).glob("*.json"), key=run_key)
+
+
+def latest(host_dir: Path, kind: str) -> Path | None:
+    """The newest file of ``kind`` for a host."""
+    found = files(host_dir, kind)
+    return found[-1] if found else None

@@ -1,0 +1,70 @@
+"""Formatting of numbers for reports, in binary units (1 GiB = 1,073,741,824 bytes).
+
+These are registered as Jinja filters by disklab.report under the same names.
+"""
+
+from __future__ import annotations
+
+_BINARY = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
+
+
+def ibytes(n: float | None) -> str:
+    """Bytes in the largest binary unit that keeps the value >= 1, e.g. ``1.50 GiB``."""
+    if n is None:
+        return "n/a"
+    for unit, size in _BINARY:
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def us(x: float | None) -> str:
+    """Microseconds, e.g. ``12.3 µs``; above 10 ms shown in ms."""
+    if x is None:
+        return "n/a"
+    if x >= 10_000:
+        return f"{x / 1000:.1f} ms"
+    return f"{x:.1f} µs" if x < 1000 else f"{x:,.0f} µs"
+
+
+def ns(x: float | None) -> str:
+    """Nanoseconds, e.g. ``41 ns``."""
+    return "n/a" if x is None else f"{x:,.0f} ns"
+
+
+def secs(x: float | None) -> str:
+    """Seconds, with ms resolution below 10 s, e.g. ``0.153 s``."""
+    if x is None:
+        return "n/a"
+    return f"{x:.3f} s" if x < 10 else f"{x:.1f} s"
+
+
+def mib_s(x: float | None) -> str:
+    """Throughput in MiB/s."""
+    return "n/a" if x is None else f"{x:,.0f} MiB/s"
+
+
+def pct(fraction: float | None) -> str:
+    """A fraction in [0, 1] as a percentage, e.g. ``12.3 %``."""
+    return "n/a" if fraction is None else f"{100 * fraction:.1f} %"
+
+
+def ratio(x: float | None) -> str:
+    """A ratio, e.g. ``210×``; small ratios keep one decimal."""
+    if x is None:
+        return "n/a"
+    return f"{x:,.0f}×" if x >= 100 else f"{x:.1f}×"
+
+
+def fact(value: object) -> str:
+    """A host fact, or ``n/a (reason)`` for one stored as ``{"unavailable": reason}``."""
+    if isinstance(value, dict) and set(value) == {"unavailable"}:
+        return f"n/a ({value['unavailable']})"
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+FILTERS = {f.__name__: f for f in (ibytes, us, ns, secs, mib_s, pct, ratio, fact)}

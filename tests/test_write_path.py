@@ -1,0 +1,273 @@
+"""The write-path lab steps on the real filesystem: write_buffering, fsync_bench, big_write.
+
+Sizes are tiny; assertions are about structure and physical sense, never timings.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+import big_write
+import fsync_bench
+import write_buffering
+
+BLOCKS = 12
+LABSCRIPTS = Path(__file__).resolve().parent.parent / "labscripts"
+
+
+def _ordered(lat: dict) -> bool:
+    return lat["min_us"] <= lat["p50_us"] <= lat["p90_us"] <= lat["p99_us"] <= lat["max_us"]
+
+
+@pytest.fixture(scope="module")
+def fsync_section(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("fsync_bench")
+    sizes = {"fsync_blocks": BLOCKS, "fsync_block_bytes": 4096}
+    return fsync_bench.run({"sizes": sizes, "system": "Linux"}, wd), wd
+
+
+# write_buffering
+
+
+def test_write_buffering_structure_and_sense(workbench):
+    s = write_buffering.run({"sizes": {"write_buffering_calls": 5000}}, workbench)
+    assert s["status"] == "ok"
+    for mode in ("unbuffered", "buffered"):
+        m = s["modes"][mode]
+        assert len(m["per_call_samples_ns"]) == write_buffering.REPEATS
+        assert len(m["warmup_per_call_ns"]) == write_buffering.WARMUP_REPEATS
+        spread = m["per_call_ns"]
+        assert spread["min"] <= spread["median"] <= spread["max"]
+        assert all(v > 0 for v in m["per_call_samples_ns"])
+    # the syscall boundary: a buffered 1-byte write must be cheaper than a write(2)
+    assert s["modes"]["buffered"]["per_call_ns"]["median"] < s["modes"]["unbuffered"]["per_call_ns"]["median"]
+    assert list(workbench.iterdir()) == []
+
+
+def test_buffer_facts_match_one_of_pythons_rules(workbench):
+    facts = write_buffering.buffer_facts(workbench / "probe.bin")
+    assert facts["default_buffer_size_bytes"] == io.DEFAULT_BUFFER_SIZE
+    assert facts["st_blksize_bytes"] == os.stat(workbench).st_blksize
+    rule_314 = max(min(facts["st_blksize_bytes"], 8 << 20), io.DEFAULT_BUFFER_SIZE)
+    assert facts["observed_buffer_bytes"] in {facts["st_blksize_bytes"], io.DEFAULT_BUFFER_SIZE, rule_314}
+    assert not (workbench / "probe.bin").exists()
+
+
+def test_observed_buffer_follows_an_explicit_buffer_size(workbench, monkeypatch):
+    # open() with buffering=N must be observed as N: the probe reads the flush, not a constant.
+    real_open = open
+    monkeypatch.setattr(write_buffering, "open", lambda p, m: real_open(p, m, buffering=12345), raising=False)
+    assert write_buffering.observed_buffer_bytes(workbench / "b.bin") == 12345
+
+
+def test_write_buffering_rejects_bad_calls(workbench):
+    with pytest.raises(ValueError, match="write_buffering_calls must be > 0"):
+        write_buffering.run({"sizes": {"write_buffering_calls": 0}}, workbench)
+
+
+# fsync_bench
+
+
+def test_fsync_bench_structure(fsync_section):
+    s, wd = fsync_section
+    assert s["status"] == "ok"
+    assert s["mode_order"] == ["none", "fsync", "fdatasync", "f_fullfsync", "o_dsync"]
+    assert list(s["modes"]) == s["mode_order"]
+    assert s["blocks"] == BLOCKS and s["block_bytes"] == 4096
+    for name in ("none", "fsync", "fdatasync", "o_dsync"):
+        m = s["modes"][name]
+        assert m["status"] == "ok", name
+        assert len(m["samples_ns"]) == BLOCKS == m["latency"]["n"]
+        assert len(m["warmup_samples_ns"]) == fsync_bench.WARMUP_BLOCKS
+        assert _ordered(m["latency"]), m["latency"]
+    for name in ("fsync", "fdatasync"):
+        m = s["modes"][name]
+        assert len(m["write_samples_ns"]) == BLOCKS
+        # the write part is inside the write+sync sample
+        assert all(w <= t for w, t in zip(m["write_samples_ns"], m["samples_ns"], strict=True))
+    assert "write_samples_ns" not in s["modes"]["none"]
+    assert list(wd.iterdir()) == [], "fsync_bench must delete its files"
+
+
+def test_fsync_costs_at_least_a_plain_write(fsync_section):
+    s, _ = fsync_section
+    none = s["modes"]["none"]["latency"]["p50_us"]
+    assert s["modes"]["fsync"]["latency"]["p50_us"] >= none
+    assert s["modes"]["fdatasync"]["latency"]["p50_us"] >= none
+
+
+def test_f_fullfsync_unsupported_on_linux_with_reason(fsync_section):
+    s, _ = fsync_section
+    m = s["modes"]["f_fullfsync"]
+    assert m == {"status": "unsupported", "reason": m["reason"]}
+    assert "F_FULLFSYNC" in m["reason"] and "macOS" in m["reason"]
+
+
+@pytest.mark.parametrize("mode", ["fsync", "fdatasync"])
+def test_sync_modes_call_the_real_sync_once_per_write(workbench, monkeypatch, mode):
+    real, fds = getattr(os, mode), []
+    monkeypatch.setattr(fsync_bench.os, mode, lambda fd: (fds.append(fd), real(fd))[1])
+    m = fsync_bench.bench_mode(mode, workbench / "s.bin", BLOCKS, 4096)
+    assert m["call"] == f"os.{mode}"
+    assert len(fds) == BLOCKS + fsync_bench.WARMUP_BLOCKS
+
+
+def test_o_dsync_mode_opens_with_o_dsync(workbench, monkeypatch):
+    real_open, flags = os.open, []
+    monkeypatch.setattr(
+        fsync_bench.os, "open", lambda p, f, m=0o777: (flags.append(f), real_open(p, f, m))[1]
+    )
+    fsync_bench.bench_mode("o_dsync", workbench / "o.bin", BLOCKS, 4096)
+    fsync_bench.bench_mode("none", workbench / "n.bin", BLOCKS, 4096)
+    assert flags[0] & os.O_DSYNC and not flags[1] & os.O_DSYNC
+
+
+class _FakeFcntl:
+    """fcntl for macOS: F_FULLFSYNC exists; each call raises ``fail_errno`` after ``ok_calls`` successes."""
+
+    F_FULLFSYNC = 51  # its value in macOS <sys/fcntl.h>
+
+    def __init__(self, fail_errno: int | None, ok_calls: int = 0):
+        self.fail_errno, self.ok_calls, self.seen = fail_errno, ok_calls, []
+
+    def fcntl(self, fd, cmd):
+        assert cmd == self.F_FULLFSYNC
+        self.seen.append(fd)
+        if self.fail_errno is not None and len(self.seen) > self.ok_calls:
+            raise OSError(self.fail_errno, os.strerror(self.fail_errno))
+        return 0
+
+
+@pytest.mark.parametrize("err", [errno.ENOTTY, errno.ENOTSUP])
+def test_f_fullfsync_falls_back_to_fsync(workbench, monkeypatch, err):
+    fake = _FakeFcntl(err, ok_calls=2)
+    real_fsync, fsyncs = os.fsync, []
+    monkeypatch.setattr(fsync_bench.os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
+    m = fsync_bench.bench_mode(
+        "f_fullfsync", workbench / "f.bin", BLOCKS, 4096, system="Darwin", fcntl_mod=fake
+    )
+    assert m["status"] == "ok"
+    assert len(m["samples_ns"]) == BLOCKS
+    total_calls = BLOCKS + fsync_bench.WARMUP_BLOCKS
+    assert len(fake.seen) == 3  # two successes, then the refusal; never tried again
+    assert len(fsyncs) == total_calls - 2  # the refused call and every later one used os.fsync
+    assert m["fallback"]["to"] == "os.fsync"
+    assert m["fallback"]["errno"] == errno.errorcode[err]
+    assert m["fallback"]["after_calls"] == 2
+    assert not (workbench / "f.bin").exists()
+
+
+def test_f_fullfsync_without_refusal_records_no_fallback(workbench):
+    fake = _FakeFcntl(None)
+    m = fsync_bench.bench_mode(
+        "f_fullfsync", workbench / "f.bin", BLOCKS, 4096, system="Darwin", fcntl_mod=fake
+    )
+    assert m["status"] == "ok" and m["fallback"] is None
+    assert len(fake.seen) == BLOCKS + fsync_bench.WARMUP_BLOCKS
+
+
+def test_f_fullfsync_io_error_is_raised_not_hidden(workbench):
+    # fsyncgate: an EIO from a sync means the data may be lost; it must not turn into a fallback
+    with pytest.raises(OSError) as exc:
+        fsync_bench.bench_mode(
+            "f_fullfsync", workbench / "f.bin", BLOCKS, 4096, system="Darwin", fcntl_mod=_FakeFcntl(errno.EIO)
+        )
+    assert exc.value.errno == errno.EIO
+    assert not (workbench / "f.bin").exists()
+
+
+def test_fdatasync_unsupported_without_os_fdatasync(workbench, monkeypatch):
+    monkeypatch.delattr(fsync_bench.os, "fdatasync")
+    m = fsync_bench.bench_mode("fdatasync", workbench / "d.bin", BLOCKS, 4096, system="Darwin")
+    assert m["status"] == "unsupported" and "fdatasync" in m["reason"] and "Darwin" in m["reason"]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [
+        ({"fsync_blocks": -3, "fsync_block_bytes": 4096}, "fsync_blocks must be > 0, got -3"),
+        ({"fsync_blocks": 10, "fsync_block_bytes": 0}, "fsync_block_bytes must be > 0, got 0"),
+        ({"fsync_blocks": 2.5, "fsync_block_bytes": 4096}, "fsync_blocks must be an integer"),
+    ],
+)
+def test_fsync_bench_rejects_bad_sizes(workbench, sizes, message):
+    with pytest.raises(ValueError, match=message):
+        fsync_bench.run({"sizes": sizes}, workbench)
+
+
+# big_write
+
+
+def test_big_write_structure_and_sense(workbench):
+    s = big_write.run({"sizes": {"big_write_mib": 1}}, workbench)
+    assert s["status"] == "ok"
+    assert s["size_bytes"] == 1 << 20
+    n = big_write.REPEATS
+    assert len(s["write_samples_s"]) == len(s["fsync_samples_s"]) == len(s["write_rate_samples_mib_s"]) == n
+    assert len(s["warmup_write_samples_s"]) == big_write.WARMUP_REPEATS
+    assert all(c >= 1 for c in s["write_calls"])
+    for w, rate in zip(s["write_samples_s"], s["write_rate_samples_mib_s"], strict=True):
+        assert w > 0 and rate == pytest.approx(1 / w)
+    assert all(f > 0 for f in s["fsync_samples_s"])
+    for key in ("write_s", "fsync_s", "write_rate_mib_s"):
+        assert s[key]["min"] <= s[key]["median"] <= s[key]["max"]
+    assert list(workbench.iterdir()) == []
+
+
+def test_big_write_data_is_not_compressible():
+    data = big_write.make_data(1 << 20)
+    assert len(data) == 1 << 20
+    assert len(zlib.compress(data)) >= len(data)  # random bytes do not shrink
+    assert big_write.make_data(4096, seed=1) != big_write.make_data(4096, seed=2)
+
+
+def test_big_write_file_really_holds_the_data(workbench, monkeypatch):
+    # catch the file just before it is deleted: the bytes on disk are the bytes given
+    data, seen = big_write.make_data(256 * 1024), {}
+    real_unlink = os.unlink
+
+    def unlink(path):
+        with open(path, "rb") as f:
+            seen["bytes"] = f.read()
+        real_unlink(path)
+
+    monkeypatch.setattr(big_write.os, "unlink", unlink)
+    big_write.write_then_fsync(workbench / "x.bin", data)
+    assert seen["bytes"] == data
+
+
+def test_big_write_rejects_bad_size(workbench):
+    with pytest.raises(ValueError, match="big_write_mib must be > 0, got 0"):
+        big_write.run({"sizes": {"big_write_mib": 0}}, workbench)
+
+
+# each script runs alone and prints its JSON
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "key"),
+    [
+        ("write_buffering.py", ["--calls", "500"], "modes"),
+        ("fsync_bench.py", ["--blocks", "3"], "modes"),
+        ("big_write.py", ["--mib", "1"], "write_samples_s"),
+    ],
+)
+def test_script_runs_alone(workbench, script, args, key):
+    out = subprocess.run(
+        [sys.executable, str(LABSCRIPTS / script), "--workdir", str(workbench), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    section = json.loads(out.stdout)
+    assert section["status"] == "ok" and key in section
+    assert list(workbench.iterdir()) == []

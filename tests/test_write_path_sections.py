@@ -1,0 +1,201 @@
+"""Report sections of the write path: schema, build() and template, from real tiny runs.
+
+Sections come from running the lab steps on the real filesystem. Hand-made
+sections are used only for what cannot happen here: a macOS run (F_FULLFSYNC
+supported, no fdatasync) and a volume that refuses F_FULLFSYNC.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import tempfile
+from pathlib import Path
+
+import jinja2
+import pytest
+from jsonschema import Draft202012Validator
+
+import big_write
+import fsync_bench
+import write_buffering
+from disklab.units import FILTERS, ibytes, ns, ratio, secs, us
+
+REPO = Path(__file__).resolve().parent.parent
+
+NAMES = ["write_buffering", "fsync_bench", "big_write"]
+SCHEMA_DIR = REPO / "src" / "disklab" / "schema" / "experiments"
+
+
+def _validator(name: str) -> Draft202012Validator:
+    schema = json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text())
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def _render(name: str, section: dict, plot_dir: Path) -> tuple[dict, str]:
+    x = importlib.import_module(f"disklab.sections.{name}").build(section, {"host": "h1"}, plot_dir)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(REPO / "src" / "disklab" / "templates")),
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters.update(FILTERS)
+    text = env.get_template(f"sections/{name}.md.j2").render(s=section, x=x, results={"host": "h1"})
+    return x, text
+
+
+@pytest.fixture(scope="module")
+def sections(tmp_path_factory) -> dict:
+    """One real tiny run of each step, with the runner's step_wall_s added."""
+    wd = tmp_path_factory.mktemp("wb")
+    sizes = {"write_buffering_calls": 5000, "fsync_blocks": 20, "fsync_block_bytes": 4096, "big_write_mib": 1}
+    cfg = {"sizes": sizes, "system": "Linux"}
+    out = {m.__name__: m.run(cfg, wd) for m in (write_buffering, fsync_bench, big_write)}
+    for s in out.values():
+        s["step_wall_s"] = 0.5
+    return out
+
+
+@pytest.fixture
+def darwin_fsync(sections) -> dict:
+    """A macOS-shaped fsync_bench section (we cannot run macOS here): F_FULLFSYNC 20× fsync."""
+    s = copy.deepcopy(sections["fsync_bench"])
+    s["system"] = "Darwin"
+    s["modes"]["fdatasync"] = {"status": "unsupported", "reason": "os has no fdatasync on Darwin"}
+    full = copy.deepcopy(s["modes"]["fsync"])
+    full["call"] = "fcntl F_FULLFSYNC"
+    full["samples_ns"] = [v * 20 for v in full["samples_ns"]]
+    full["latency"] = {k: v if k == "n" else v * 20 for k, v in full["latency"].items()}
+    full["fallback"] = None
+    s["modes"]["f_fullfsync"] = full
+    return s
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_real_section_validates(sections, name):
+    errors = list(_validator(name).iter_errors(sections[name]))
+    assert errors == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_schema_rejects_a_section_missing_its_samples(sections, name):
+    broken = copy.deepcopy(sections[name])
+    if name == "write_buffering":
+        del broken["modes"]["buffered"]["per_call_samples_ns"]
+    elif name == "fsync_bench":
+        del broken["modes"]["fsync"]["samples_ns"]
+    else:
+        del broken["fsync_samples_s"]
+    assert list(_validator(name).iter_errors(broken))
+
+
+def test_schema_rejects_unsupported_mode_without_reason(sections):
+    broken = copy.deepcopy(sections["fsync_bench"])
+    broken["modes"]["f_fullfsync"] = {"status": "unsupported"}
+    assert list(_validator("fsync_bench").iter_errors(broken))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "section",
+    [
+        {"status": "not_run", "reason": "workbench is read-only", "step_wall_s": 0.0},
+        {"status": "failed", "error": "OSError: [Errno 28] No space left on device", "traceback": "..."},
+    ],
+)
+def test_not_run_and_failed_validate_and_render(tmp_path, name, section):
+    assert list(_validator(name).iter_errors(section)) == []
+    x, text = _render(name, section, tmp_path / "plots")
+    assert x["ok"] is False
+    assert (section.get("reason") or section["error"]) in text
+    assert not (tmp_path / "plots").exists()
+
+
+def test_write_buffering_report_shows_the_host_numbers(sections, tmp_path):
+    s = sections["write_buffering"]
+    x, text = _render("write_buffering", s, tmp_path)
+    unbuf = s["modes"]["unbuffered"]["per_call_ns"]["median"]
+    buf = s["modes"]["buffered"]["per_call_ns"]["median"]
+    assert x["ratio"] == pytest.approx(unbuf / buf)
+    assert ns(unbuf) in text and ns(buf) in text
+    assert f"costs {ratio(unbuf / buf)} a buffered f.write here" in text
+    assert ibytes(s["buffer"]["observed_buffer_bytes"]) in text
+    assert "syscall boundary" in text
+
+
+def test_fsync_report_shows_ratios_percentiles_and_na(sections, tmp_path):
+    s = sections["fsync_bench"]
+    x, text = _render("fsync_bench", s, tmp_path / "plots")
+    none = s["modes"]["none"]["latency"]["p50_us"]
+    fs = s["modes"]["fsync"]["latency"]
+    assert f"fsync p50 is {ratio(fs['p50_us'] / none)} a plain write here" in text
+    for key in ("min_us", "p50_us", "p90_us", "p99_us", "max_us"):
+        assert us(fs[key]) in text
+    assert "| f_fullfsync | n/a (fcntl has no F_FULLFSYNC on Linux: it is a macOS call) |" in text
+    assert [r["mode"] for r in x["rows"]] == s["mode_order"]
+    assert x["plot"] == "plots/fsync_bench_latency.png"
+    assert (tmp_path / "plots" / "fsync_bench_latency.png").stat().st_size > 0
+    assert f"1 GiB checkpoint take about {secs((1 << 30) / 4096 * fs['p50_us'] / 1e6)}" in text
+
+
+def test_fsync_report_on_tmpfs_says_fsync_is_nearly_free(tmp_path):
+    # real run on /dev/shm (tmpfs): fsync has nothing to flush there
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm on this host")
+    wd = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        s = fsync_bench.run({"sizes": {"fsync_blocks": 200, "fsync_block_bytes": 4096}}, wd)
+    finally:
+        wd.rmdir()
+    x, text = _render("fsync_bench", s, tmp_path / "plots")
+    assert "may never reach stable storage" in text
+
+
+def test_darwin_section_explains_f_fullfsync(darwin_fsync, tmp_path):
+    assert list(_validator("fsync_bench").iter_errors(darwin_fsync)) == []
+    x, text = _render("fsync_bench", darwin_fsync, tmp_path / "plots")
+    assert "F_FULLFSYNC p50 is 20.0× fsync's here" in text
+    assert "| fdatasync | n/a (os has no fdatasync on Darwin) |" in text
+    assert "f_fullfsync p50 is" in text  # the class is judged on F_FULLFSYNC on a Mac
+
+
+def test_fallback_is_reported(darwin_fsync, tmp_path):
+    s = darwin_fsync
+    s["modes"]["f_fullfsync"]["fallback"] = {
+        "to": "os.fsync",
+        "errno": "ENOTTY",
+        "error": "[Errno 25] Inappropriate ioctl for device",
+        "after_calls": 0,
+    }
+    assert list(_validator("fsync_bench").iter_errors(s)) == []
+    x, text = _render("fsync_bench", s, tmp_path / "plots")
+    assert "(fell back to os.fsync: ENOTTY)" in text
+    assert "refused with ENOTTY after 0 calls" in text
+    assert "F_FULLFSYNC p50 is" not in text  # a fallback's numbers are fsync's, not F_FULLFSYNC's
+
+
+def test_big_write_report_splits_write_and_fsync(sections, tmp_path):
+    s = sections["big_write"]
+    x, text = _render("big_write", s, tmp_path)
+    shares = sorted(f / (w + f) for w, f in zip(s["write_samples_s"], s["fsync_samples_s"], strict=True))
+    assert x["fsync_share"] == pytest.approx(shares[len(shares) // 2])
+    assert len(x["repeats"]) == s["repeats"]
+    assert f"took {secs(s['fsync_s']['median'])} of" in text
+    assert ibytes(s["size_bytes"]) in text
+    assert text.count("\n| ") >= s["repeats"] + 3
+
+
+@pytest.mark.parametrize(
+    ("write_s", "fsync_s", "phrase"),
+    [(1.0, 0.05, "writeback had already pushed most of it out"), (0.1, 0.9, "still dirty in the page cache")],
+)
+def test_big_write_meaning_follows_the_split(sections, tmp_path, write_s, fsync_s, phrase):
+    s = copy.deepcopy(sections["big_write"])
+    s["write_samples_s"] = [write_s] * s["repeats"]
+    s["fsync_samples_s"] = [fsync_s] * s["repeats"]
+    s["write_s"] = {"n": s["repeats"], "median": write_s, "min": write_s, "max": write_s}
+    s["fsync_s"] = {"n": s["repeats"], "median": fsync_s, "min": fsync_s, "max": fsync_s}
+    _, text = _render("big_write", s, tmp_path)
+    assert phrase in text
