@@ -30,6 +30,8 @@ STEPS: dict[str, str] = {
     "write_buffering": "write_buffering",
     "fsync_bench": "fsync_bench",
     "big_write": "big_write",
+    "crash": "crash",
+    "pickle_safety": "pickle_safety",
 }
 
 

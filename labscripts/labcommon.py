@@ -120,6 +120,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file a normal file's mode
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

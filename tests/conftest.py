@@ -19,3 +19,49 @@ def workbench(tmp_path: Path) -> Path:
     wb = tmp_path / "workbench"
     wb.mkdir()
     return wb
+
+
+# Sizes small enough for tests; every lab step still runs for real.
+TINY_SIZES = {
+    "lab_run_write_buffering_calls": 2000,
+    "lab_run_fsync_blocks": 50,
+    "lab_run_big_write_mib": 4,
+    "lab_run_crash_state_mib": 8,
+    "lab_run_crash_time_points": 2,
+    "lab_run_crash_repeats": 1,
+    "lab_run_powercut_state_mib": 4,
+    "lab_run_load_big_tensors": 1,
+    "lab_run_load_repeats": 1,
+}
+
+
+@pytest.fixture(scope="session")
+def lab_root(tmp_path_factory) -> Path:
+    """One lab root for the whole session, so the lab venv (torch) is installed once."""
+    return tmp_path_factory.mktemp("labroot")
+
+
+def write_local_inventory(path: Path, lab_root: Path, workbench: Path, **overrides) -> Path:
+    """A localhost inventory for the real playbook, at tiny sizes unless overridden."""
+    import yaml
+
+    host_vars = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "disklab_root": str(lab_root),
+        "disklab_workbench": str(workbench),
+        **TINY_SIZES,
+        **overrides,
+    }
+    path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": host_vars}}}))
+    return path
+
+
+def run_disklab(*args: str, reports: Path, timeout: int = 900):
+    """Run the disklab CLI in a fresh process, as a user would; returns CompletedProcess."""
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, "-m", "disklab.cli", "--reports", str(reports), *args],
+        capture_output=True, text=True, timeout=timeout, cwd=REPO,
+    )

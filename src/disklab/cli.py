@@ -60,6 +60,7 @@ def _playbook(args, playbook: str, kind: str) -> int:
         limit = ",".join(last[1])
         print(f"--retry-failed: re-running {limit} (failed in run {last[0]})")
     run_id = store.new_run_id(reports)
+    store.incoming_dir(reports, run_id).mkdir(parents=True)
     extravars = {"disklab_run_id": run_id, "disklab_incoming_dir": str(store.incoming_dir(reports, run_id).resolve())}
     if getattr(args, "profile", None):
         extravars["lab_run_profile"] = args.profile

@@ -32,6 +32,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, overwrite: bool 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file a normal file's mode
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jinja2
 
-from disklab import __version__, store
+from disklab import __version__, compare, store
 from disklab.fsio import atomic_write_text
 from disklab.results import SCHEMA_VERSION
 from disklab.units import FILTERS
@@ -32,6 +32,7 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters.update(FILTERS)
+    env.filters["figure"] = compare.format_value
     return env
 
 
@@ -46,7 +47,7 @@ def build_section(name: str, section: dict, doc: dict, plot_dir: Path) -> dict:
 
 def host_context(host_dir: Path) -> dict | None:
     """Everything the host template needs, from the host's stored files; None without any."""
-    from disklab import compare, results
+    from disklab import results
 
     run_files = store.files(host_dir, "runs")
     audit_path = store.latest(host_dir, "audits")

@@ -45,8 +45,17 @@ class PlaybookRun:
 
 
 def _failure_message(res: dict) -> str:
-    """The most useful one-line reason from a failed task's result."""
-    for key in ("msg", "stderr", "module_stderr", "stdout"):
+    """The most useful one-line reason from a failed task's result (loop items included)."""
+    errors = res.get("argument_errors")
+    if errors:
+        return "; ".join(str(e) for e in errors)[:1000]
+    items = [i for i in res.get("results", []) if isinstance(i, dict) and i.get("failed")]
+    if items:
+        return "; ".join(_failure_message(i) for i in items)[:1000]
+    keys = ("msg", "stderr", "module_stderr", "stdout")
+    if res.get("msg") == "non-zero return code" and res.get("stderr"):
+        keys = ("stderr", "stdout", "msg")  # a command's own words say more than its status
+    for key in keys:
         value = res.get(key)
         if isinstance(value, str) and value.strip():
             lines = [ln for ln in value.strip().splitlines() if ln.strip()]

@@ -63,6 +63,7 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
                  "role": outcome.role, "message": outcome.message},
                 overwrite=False,
             )
+    (staging / "labscripts.tar.gz").unlink(missing_ok=True)  # packed for this run only
     if staging.is_dir() and not any(staging.iterdir()):
         staging.rmdir()
     status = {h: o.status for h, o in sorted(outcomes.items())}

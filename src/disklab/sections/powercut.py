@@ -1,0 +1,73 @@
+"""Report section for the power-cut simulator: verdict table, first unsafe points, lesson check.
+
+Everything here is computed from the stored section; nothing is hard-coded
+from the lesson except its expectations, which are stored in the section too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+OUTCOMES = ("new_ok", "old_ok", "rolled_back", "corrupt", "missing")
+MODELS = (("process_kill", "process-kill"), ("power_cut", "power-cut"))
+
+
+def _row(recipe: dict, key: str, label: str) -> dict:
+    m = recipe["models"][key]
+    unsafe = m["counts"]["corrupt"] + m["counts"]["missing"]
+    return {
+        "recipe": f"{recipe['number']} {recipe['title']}",
+        "model": label,
+        "verdict": m["verdict"],
+        "expected": recipe["lesson_expects"].get(key),
+        "counts": [m["counts"][o] for o in OUTCOMES],
+        "states": m["states"],
+        "unsafe_fraction": unsafe / m["states"] if m["states"] else None,
+    }
+
+
+def _unsafe_points(recipe: dict) -> list[dict]:
+    out = []
+    for key, label in MODELS:
+        p = recipe["models"][key]["first_unsafe"]
+        if p:
+            out.append({"recipe": recipe["title"], "model": label, **p})
+    return out
+
+
+def build(section: dict, results: dict, plot_dir: Path) -> dict:
+    """Rows of the verdict table, first unsafe points and the comparison with the lesson.
+
+    Returns {"ok", "rows", "unsafe_points", "rolled_back_points", "summary"}; with a
+    section whose status is not "ok" it returns {"ok": False}. No plots.
+    """
+    if section.get("status") != "ok":
+        return {"ok": False}
+    recipes = section["recipes"]
+    rows = [_row(r, key, label) for r in recipes for key, label in MODELS]
+    points = [p for r in recipes for p in _unsafe_points(r)]
+    rolled = [
+        {"recipe": r["title"], **r["models"]["power_cut"]["first_rolled_back"]}
+        for r in recipes
+        if r["models"]["power_cut"]["first_rolled_back"]
+    ]
+    judged = [r for r in recipes if r["agrees_with_lesson"] is not None]
+    agree = sum(1 for r in judged if r["agrees_with_lesson"])
+    kill_safe_cut_unsafe = [
+        r["title"]
+        for r in recipes
+        if r["models"]["process_kill"]["verdict"] != "unsafe" and r["models"]["power_cut"]["verdict"] == "unsafe"
+    ]
+    total = sum(r["models"]["power_cut"]["states"] for r in recipes)
+    summary = [
+        f"{agree} of {len(judged)} recipes with an expectation in the lesson got the lesson's verdicts "
+        f"from this host's recordings.",
+        f"{len(kill_safe_cut_unsafe)} recipe(s) survive every SIGKILL crash point but not a power cut: "
+        + (", ".join(kill_safe_cut_unsafe) or "none")
+        + ". A kill test would pass them.",
+        f"{total} power-cut crash states were built and loaded in all, "
+        f"at most {section['max_torn_per_point']} torn-write states per crash point.",
+    ]
+    for r in recipes:
+        summary += [f"{r['title']}: {d}" for d in r["differences"]]
+    return {"ok": True, "rows": rows, "unsafe_points": points, "rolled_back_points": rolled, "summary": summary}

@@ -1,0 +1,179 @@
+"""The crash lab on the real filesystem: real saves, real SIGKILLs, real torch.load and safetensors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import crash
+import saver
+
+STATE_MIB = 16
+OLD, NEW = crash.OLD_STEP, crash.OLD_STEP + 1
+
+
+@pytest.fixture(scope="module")
+def server():
+    with crash.SaverServer(STATE_MIB) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def states():
+    return {s: saver.make_state(STATE_MIB, s) for s in (OLD, NEW)}
+
+
+def _progress_run(server, mode, workbench, states, points):
+    return crash.run_mode(
+        server, mode, workbench, states=states, progress_points=points, delays_fn=lambda s: [], repeats=1
+    )
+
+
+def test_naive_killed_at_half_fails_to_load_with_the_zip_error(server, states, workbench):
+    m = _progress_run(server, "naive", workbench, states, (0.5,))
+    (k,) = m["kills"]
+    assert k["killed"] and not k["save_completed"]
+    assert k["outcome"] == "corrupt"
+    assert k["error_kind"] == "zip_central_directory"
+    assert k["error"].startswith("RuntimeError:") and "central directory" in k["error"]
+    (final,) = [f for f in k["files"] if f["name"] == "ckpt.pt"]
+    assert 0.5 * m["full_bytes"] <= final["size_bytes"] < m["full_bytes"]
+    assert k["new_written_bytes"] == min(final["size_bytes"], final["allocated_bytes"])
+
+
+def test_atomic_leaves_a_loadable_checkpoint_at_every_point(server, states, workbench):
+    m = _progress_run(server, "atomic", workbench, states, crash.PROGRESS_POINTS)
+    assert len(m["kills"]) == 3
+    for k in m["kills"]:
+        assert k["killed"]
+        assert k["outcome"] in ("old_ok", "new_ok"), k
+        assert k["step"] in (OLD, NEW)
+        # whatever temp the kill left, recover removed exactly that
+        assert [r["name"] for r in k["recovered"]] == k["stray_temp_files"]
+        assert set(k["stray_temp_files"]) <= {"ckpt.pt.tmp"}
+    assert not (workbench / "atomic").exists()  # run_mode cleans up
+
+
+def test_fsync_before_flush_passes_every_kill_test(server, states, workbench):
+    m = _progress_run(server, "fsync_before_flush", workbench, states, crash.PROGRESS_POINTS)
+    assert [k["outcome"] in ("old_ok", "new_ok") for k in m["kills"]] == [True] * 3
+
+
+def test_safetensors_kill_leaves_old_file_and_a_sparse_hidden_temp(server, states, workbench):
+    m = _progress_run(server, "safetensors", workbench, states, (0.5,))
+    (k,) = m["kills"]
+    assert k["outcome"] == "old_ok" and k["step"] == OLD  # rename never happened
+    (tmp,) = [f for f in k["files"] if f["temp"]]
+    assert saver.SAFETENSORS_TEMP_RE.fullmatch(tmp["name"])
+    # safetensors 0.8.0 ftruncates to the full size before writing: size says complete, blocks do not
+    assert tmp["size_bytes"] == m["full_bytes"]
+    assert tmp["allocated_bytes"] < tmp["size_bytes"]
+    assert k["recovered"] == [{"name": tmp["name"], "size_bytes": tmp["size_bytes"]}]
+
+
+def _decoys(d: Path) -> set[str]:
+    names = {"ckpt.pt.tmp.bak", "other.pt.tmp", "ckpt.pt.old", ".tmpABCDEFG", ".tmp12345", "notes.txt"}
+    for n in names:
+        (d / n).write_bytes(b"keep me")
+    return names
+
+
+def test_recover_removes_the_killed_atomic_temp_and_nothing_else(server, states, workbench):
+    path = workbench / "ckpt.pt"
+    saver.atomic_save(states[OLD], path)
+    decoys = _decoys(workbench)
+    res = server.save("atomic", path, NEW, kill_at=0.5, full_bytes=path.stat().st_size)
+    assert res["exit_code"] == -9
+    assert saver.temp_path(path).exists()
+    removed = saver.recover(path)
+    assert [r["name"] for r in removed] == ["ckpt.pt.tmp"]
+    assert removed[0]["size_bytes"] > 0
+    assert {p.name for p in workbench.iterdir()} == decoys | {"ckpt.pt"}
+    assert crash.classify(path, fmt="pt", old_step=OLD, new_step=NEW)["outcome"] == "old_ok"
+
+
+def test_recover_removes_the_safetensors_hidden_temp_only_for_that_format(server, states, workbench):
+    path = workbench / "ckpt.safetensors"
+    saver.safetensors_save(states[OLD], path)
+    decoys = _decoys(workbench)
+    server.save("safetensors", path, NEW, kill_at=0.5, full_bytes=path.stat().st_size)
+    hidden = [p.name for p in workbench.iterdir() if saver.SAFETENSORS_TEMP_RE.fullmatch(p.name)]
+    assert len(hidden) == 1
+    assert saver.recover(path, fmt="pt") == []  # the pt pattern never touches it
+    assert [r["name"] for r in saver.recover(path, fmt="safetensors")] == hidden
+    assert {p.name for p in workbench.iterdir()} == decoys | {"ckpt.safetensors"}
+
+
+def test_classify_tells_missing_wrong_step_and_wrong_values(states, workbench):
+    path = workbench / "ckpt.pt"
+    assert crash.classify(path, fmt="pt", old_step=OLD, new_step=NEW)["outcome"] == "missing"
+    torch.save(saver.make_state(4, 7), path)
+    v = crash.classify(path, fmt="pt", old_step=OLD, new_step=NEW)
+    assert (v["outcome"], v["step"]) == ("unexpected_step", 7)
+    other = saver.make_state(STATE_MIB, OLD, seed=5)  # right step, other values
+    torch.save(other, path)
+    assert crash.classify(path, fmt="pt", old_step=OLD, new_step=NEW)["outcome"] == "old_ok"
+    v = crash.classify(path, fmt="pt", old_step=OLD, new_step=NEW, states=states)
+    assert (v["outcome"], v["error_kind"]) == ("corrupt", "values")
+
+
+def test_classify_reports_a_truncated_safetensors_file(states, workbench):
+    path = workbench / "ckpt.safetensors"
+    saver.safetensors_save(states[NEW], path)
+    assert (
+        crash.classify(path, fmt="safetensors", old_step=OLD, new_step=NEW, states=states)["outcome"]
+        == "new_ok"
+    )
+    os.truncate(path, path.stat().st_size // 2)
+    v = crash.classify(path, fmt="safetensors", old_step=OLD, new_step=NEW)
+    assert v["outcome"] == "corrupt" and v["step"] is None
+    assert v["error"] and ":" in v["error"]
+    with pytest.raises(ValueError, match="fmt must be"):
+        crash.classify(path, fmt="zip", old_step=OLD, new_step=NEW)
+
+
+def test_time_kill_records_its_delay_and_the_bytes_on_disk(server, states, workbench):
+    m = crash.run_mode(
+        server, "naive", workbench, states=states, progress_points=(), delays_fn=lambda s: [s / 2], repeats=2
+    )
+    assert len(m["kills"]) == 2
+    for k in m["kills"]:
+        assert k["kill_by"] == "time" and k["kill_after_s"] >= k["kill_point"]
+        assert 0 <= k["new_written_bytes"] <= m["full_bytes"]
+        if k["outcome"] == "corrupt":
+            assert k["new_written_bytes"] < m["full_bytes"]
+
+
+def test_time_delays_spread_inside_the_save_and_refuse_bad_settings():
+    d = crash.time_delays(0.2, 4)
+    assert d == sorted(d) and d[0] > 0 and d[-1] < 0.2 and len(d) == 4
+    with pytest.raises(ValueError, match="crash_time_points must be > 0"):
+        crash.time_delays(0.2, 0)
+
+
+def test_saver_script_single_save_prints_ready_and_saves(workbench):
+    path = workbench / "ckpt.pt"
+    (workbench / "ckpt.pt.tmp").write_bytes(b"left by a killed save")
+    out = subprocess.run(
+        [sys.executable, str(crash.SAVER_SCRIPT), "atomic", str(path), "--step", "7", "--state-mib", "4"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert out[0] == 'recovered [{"name": "ckpt.pt.tmp", "size_bytes": 21}]'
+    assert out[1].startswith("ready ") and out[2].startswith("saved ")
+    assert crash.classify(path, fmt="pt", old_step=6, new_step=7)["outcome"] == "new_ok"
+
+
+def test_make_state_and_savers_refuse_bad_input(workbench):
+    with pytest.raises(ValueError, match="state_mib must be a positive multiple of 4"):
+        saver.make_state(6, 1)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        saver.save_with_recovery("rsync", {}, workbench / "x.pt")
+    with pytest.raises(ValueError, match="fmt must be"):
+        saver.recover(workbench / "x.pt", fmt="zip")

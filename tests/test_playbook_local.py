@@ -1,0 +1,83 @@
+"""The real playbook on localhost, driven by the disklab CLI as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import run_disklab, write_local_inventory
+from disklab import results
+
+
+def _pip_freeze(venv):
+    return subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True,
+                          text=True, check=True).stdout
+
+
+@pytest.mark.slow
+def test_two_local_runs_write_reports_and_leave_the_venv_unchanged(tmp_path, lab_root):
+    workbench = tmp_path / "wb"
+    workbench.mkdir()
+    reports = tmp_path / "reports"
+    inv = write_local_inventory(tmp_path / "inv.yml", lab_root, workbench)
+
+    first = run_disklab("run", "-i", str(inv), reports=reports)
+    assert first.returncode == 0, first.stdout + first.stderr
+    report = (reports / "localhost" / "report.md").read_text()
+    df_type = subprocess.run(["df", "--output=fstype", str(workbench)], capture_output=True, text=True,
+                             check=True).stdout.split()[-1]
+    assert f"| filesystem type | **{df_type}** |" in report
+    assert "fsync p50 is" in report and "µs" in report
+    runs = sorted((reports / "localhost" / "runs").glob("*.json"))
+    assert len(runs) == 1
+    doc = results.load(runs[0])  # validates against the schema
+    assert doc["facts"]["workbench"]["fstype"] == df_type
+    assert (reports / "index.md").read_text().count("| localhost |") == 1
+
+    venv = lab_root / "venv"
+    before = (_pip_freeze(venv), (venv / "bin" / "python").lstat().st_mtime_ns)
+    second = run_disklab("run", "-i", str(inv), reports=reports)
+    assert second.returncode == 0, second.stdout + second.stderr
+    runs2 = sorted((reports / "localhost" / "runs").glob("*.json"))
+    assert len(runs2) == 2 and runs[0] in runs2
+    assert json.loads(runs[0].read_text()) == json.loads(runs2[0].read_text())  # first run untouched
+    assert (_pip_freeze(venv), (venv / "bin" / "python").lstat().st_mtime_ns) == before
+    assert "Since the previous run" in (reports / "localhost" / "report.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ({"lab_run_profile": "bogus"}, "lab_run_profile"),
+        ({"lab_run_fsync_blocks": -3}, "lab_run_fsync_blocks must be an integer > 0, got -3"),
+        ({"lab_run_big_write_mib": 0}, "lab_run_big_write_mib must be an integer > 0, got 0"),
+        ({"lab_run_steps": ["fsync_bench", "teleport"]}, "lab_run_steps"),
+    ],
+)
+def test_bad_inventory_values_are_refused_before_any_work(tmp_path, override, named):
+    root = tmp_path / "root"
+    workbench = tmp_path / "wb"
+    workbench.mkdir()
+    reports = tmp_path / "reports"
+    inv = write_local_inventory(tmp_path / "inv.yml", root, workbench, **override)
+    proc = run_disklab("run", "-i", str(inv), reports=reports)
+    assert proc.returncode == 1
+    assert named in proc.stdout, proc.stdout + proc.stderr
+    assert not (root / "venv").exists()  # nothing was provisioned
+    assert not list(reports.glob("*/runs/*.json"))
+    failure = json.loads(next(reports.glob("localhost/failures/*.json")).read_text())
+    assert named in failure["message"]
+
+
+@pytest.mark.slow
+def test_a_missing_workbench_is_refused_with_its_name(tmp_path):
+    root = tmp_path / "root"
+    reports = tmp_path / "reports"
+    inv = write_local_inventory(tmp_path / "inv.yml", root, tmp_path / "missing")
+    proc = run_disklab("run", "-i", str(inv), reports=reports)
+    assert proc.returncode == 1
+    assert "lab_run_workbench" in proc.stdout and "does not exist" in proc.stdout
+    assert not (root / "venv").exists()

@@ -1,0 +1,85 @@
+"""Preflight refusals on the real filesystem: each names its setting, before any work."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import LABSCRIPTS
+
+import preflight
+
+
+def _cfg(workbench, **kw):
+    cfg = {"profile": "quick", "steps": ["fsync_bench", "big_write"], "workbench": str(workbench),
+           "size_overrides": {}}
+    cfg.update(kw)
+    return cfg
+
+
+def test_accepts_a_writable_workbench_and_reports_the_space(workbench):
+    verdict = preflight.preflight(_cfg(workbench))
+    assert verdict["ok"] is True
+    assert verdict["needed_bytes"] == 64 * 2**20  # big_write_mib of the quick profile
+    assert verdict["free_bytes"] > verdict["needed_bytes"]
+
+
+def test_refuses_an_unknown_profile(workbench):
+    with pytest.raises(ValueError, match="lab_run_profile must be one of"):
+        preflight.preflight(_cfg(workbench, profile="fast"))
+
+
+@pytest.mark.parametrize("value", [0, -3])
+def test_refuses_zero_and_negative_sizes_naming_the_setting(workbench, value):
+    with pytest.raises(ValueError, match=rf"lab_run_fsync_blocks must be an integer > 0, got {value}"):
+        preflight.preflight(_cfg(workbench, size_overrides={"fsync_blocks": value}))
+
+
+def test_refuses_a_missing_workbench_unless_creation_is_allowed(tmp_path):
+    missing = tmp_path / "nope" / "wb"
+    with pytest.raises(preflight.Refused, match="lab_run_workbench .* does not exist"):
+        preflight.preflight(_cfg(missing))
+    assert not missing.exists()
+    preflight.preflight(_cfg(missing, workbench_create=True))
+    assert missing.is_dir()
+
+
+@pytest.mark.root
+def test_refuses_a_read_only_workbench(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=True)
+    try:
+        with pytest.raises(preflight.Refused, match="is not writable"):
+            preflight.preflight(_cfg(ro))
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+
+
+@pytest.mark.root
+def test_refuses_too_little_free_disk_with_the_numbers(tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(small)], check=True)
+    try:
+        with pytest.raises(preflight.Refused) as info:
+            preflight.preflight(_cfg(small))
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    msg = str(info.value)
+    assert "the profile needs 64 MiB" in msg and "MiB free" in msg
+    free_mib = int(msg.split("MiB free")[0].rsplit(",", 1)[-1].strip().replace(",", ""))
+    assert free_mib <= 8
+
+
+def test_cli_prints_json_and_exits_2_when_refused(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(_cfg(tmp_path / "missing")))
+    proc = subprocess.run([sys.executable, str(LABSCRIPTS / "preflight.py"), "--config", str(cfg)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    out = json.loads(proc.stdout)
+    assert out["ok"] is False and "lab_run_workbench" in out["error"]
