@@ -45,7 +45,8 @@ def check_workbench(path: str, create: bool) -> Path:
     if not wb.exists():
         if not create:
             raise Refused(
-                f"lab_run_workbench {str(wb)!r} does not exist; create it, or set lab_run_workbench_create: true"
+                f"lab_run_workbench {str(wb)!r} does not exist; "
+                "create it, or set lab_run_workbench_create: true"
             )
         wb.mkdir(parents=True)
     if not wb.is_dir():

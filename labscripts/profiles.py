@@ -2,7 +2,8 @@
 
 ``quick`` is the default and fits a 2-core machine in minutes; ``full`` uses
 the lesson's sizes (the lesson, Build It section). Any size can be overridden
-one by one from the inventory (``lab_run_<size name>``, e.g. ``lab_run_fsync_blocks``); overrides are validated
+one by one from the inventory (``lab_run_<size name>``, e.g.
+``lab_run_fsync_blocks``); overrides are validated
 here, so a bad value is refused before any work starts, with its name.
 Standard library only: the preflight runs this before the lab venv exists.
 """

@@ -63,5 +63,8 @@ def run_disklab(*args: str, reports: Path, timeout: int = 900):
 
     return subprocess.run(
         [sys.executable, "-m", "disklab.cli", "--reports", str(reports), *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
     )

@@ -12,8 +12,9 @@ from disklab import results
 
 
 def _pip_freeze(venv):
-    return subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True, text=True, check=True
+    ).stdout
 
 
 @pytest.mark.slow
@@ -26,8 +27,9 @@ def test_two_local_runs_write_reports_and_leave_the_venv_unchanged(tmp_path, lab
     first = run_disklab("run", "-i", str(inv), reports=reports)
     assert first.returncode == 0, first.stdout + first.stderr
     report = (reports / "localhost" / "report.md").read_text()
-    df_type = subprocess.run(["df", "--output=fstype", str(workbench)], capture_output=True, text=True,
-                             check=True).stdout.split()[-1]
+    df_type = subprocess.run(
+        ["df", "--output=fstype", str(workbench)], capture_output=True, text=True, check=True
+    ).stdout.split()[-1]
     assert f"| filesystem type | **{df_type}** |" in report
     assert "fsync p50 is" in report and "µs" in report
     runs = sorted((reports / "localhost" / "runs").glob("*.json"))

@@ -8,14 +8,17 @@ import sys
 
 import pytest
 
-from conftest import LABSCRIPTS
-
 import preflight
+from conftest import LABSCRIPTS
 
 
 def _cfg(workbench, **kw):
-    cfg = {"profile": "quick", "steps": ["fsync_bench", "big_write"], "workbench": str(workbench),
-           "size_overrides": {}}
+    cfg = {
+        "profile": "quick",
+        "steps": ["fsync_bench", "big_write"],
+        "workbench": str(workbench),
+        "size_overrides": {},
+    }
     cfg.update(kw)
     return cfg
 
@@ -78,8 +81,11 @@ def test_refuses_too_little_free_disk_with_the_numbers(tmp_path):
 def test_cli_prints_json_and_exits_2_when_refused(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(_cfg(tmp_path / "missing")))
-    proc = subprocess.run([sys.executable, str(LABSCRIPTS / "preflight.py"), "--config", str(cfg)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(LABSCRIPTS / "preflight.py"), "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     out = json.loads(proc.stdout)
     assert out["ok"] is False and "lab_run_workbench" in out["error"]

@@ -61,7 +61,10 @@ def _playbook(args, playbook: str, kind: str) -> int:
         print(f"--retry-failed: re-running {limit} (failed in run {last[0]})")
     run_id = store.new_run_id(reports)
     store.incoming_dir(reports, run_id).mkdir(parents=True)
-    extravars = {"disklab_run_id": run_id, "disklab_incoming_dir": str(store.incoming_dir(reports, run_id).resolve())}
+    extravars = {
+        "disklab_run_id": run_id,
+        "disklab_incoming_dir": str(store.incoming_dir(reports, run_id).resolve()),
+    }
     if getattr(args, "profile", None):
         extravars["lab_run_profile"] = args.profile
     extravars.update(_parse_extra(args.extra or []))
@@ -70,7 +73,9 @@ def _playbook(args, playbook: str, kind: str) -> int:
     status = store.store_fetched(reports, run_id, kind, run.hosts)
     progress.finish(status)
     if not status:
-        print(f"disklab {kind}: no host ran (ansible-runner status {run.status}, rc {run.rc})", file=sys.stderr)
+        print(
+            f"disklab {kind}: no host ran (ansible-runner status {run.status}, rc {run.rc})", file=sys.stderr
+        )
         return 1
     store.record_invocation(reports, run_id, kind, inventory, status)
     report.render_all(reports)
@@ -96,7 +101,10 @@ def cmd_compare(args) -> int:
         host_dir = Path(args.reports) / args.targets[0]
         runs = store.files(host_dir, "runs")
         if len(runs) < 2:
-            raise UsageError(f"compare {args.targets[0]}: needs two stored runs under {host_dir / 'runs'}, found {len(runs)}")
+            raise UsageError(
+                f"compare {args.targets[0]}: needs two stored runs under {host_dir / 'runs'}, "
+                f"found {len(runs)}"
+            )
         old, new = runs[-2], runs[-1]
     elif len(args.targets) == 2:
         old, new = (Path(t) for t in args.targets)
@@ -117,19 +125,29 @@ def cmd_powercut(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="disklab", description="A reproducible storage lab for a fleet of hosts.")
-    ap.add_argument("--reports", default=str(DEFAULT_REPORTS), help="reports directory (default: %(default)s)")
+    ap = argparse.ArgumentParser(
+        prog="disklab", description="A reproducible storage lab for a fleet of hosts."
+    )
+    ap.add_argument(
+        "--reports", default=str(DEFAULT_REPORTS), help="reports directory (default: %(default)s)"
+    )
     sub = ap.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="provision, audit and run the lab on every host, then render reports")
     run.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY))
     run.add_argument("--profile", choices=["quick", "full"], help="override lab_run_profile for every host")
     run.add_argument("--limit", help="only these hosts (Ansible --limit pattern)")
-    run.add_argument("--retry-failed", action="store_true", help="re-run only the hosts that failed last time")
-    run.add_argument("-e", "--extra", action="append", metavar="NAME=VALUE", help="extra variable for every host")
+    run.add_argument(
+        "--retry-failed", action="store_true", help="re-run only the hosts that failed last time"
+    )
+    run.add_argument(
+        "-e", "--extra", action="append", metavar="NAME=VALUE", help="extra variable for every host"
+    )
     run.set_defaults(func=lambda a: _playbook(a, "site.yml", "runs"))
 
-    audit = sub.add_parser("audit", help="facts only: filesystem, mount, device and writeback settings per host")
+    audit = sub.add_parser(
+        "audit", help="facts only: filesystem, mount, device and writeback settings per host"
+    )
     audit.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY))
     audit.add_argument("--limit", help="only these hosts (Ansible --limit pattern)")
     audit.add_argument("-e", "--extra", action="append", metavar="NAME=VALUE")

@@ -46,10 +46,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, overwrite: bool 
             os.link(tmp, path)  # atomic and refuses an existing name
             os.unlink(tmp)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
     return path

@@ -59,8 +59,14 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
         if outcome.status != "ok":
             atomic_write_json(
                 reports / host / "failures" / f"{run_id}.json",
-                {"run_id": run_id, "kind": kind, "status": outcome.status, "task": outcome.task,
-                 "role": outcome.role, "message": outcome.message},
+                {
+                    "run_id": run_id,
+                    "kind": kind,
+                    "status": outcome.status,
+                    "task": outcome.task,
+                    "role": outcome.role,
+                    "message": outcome.message,
+                },
                 overwrite=False,
             )
     (staging / "labscripts.tar.gz").unlink(missing_ok=True)  # packed for this run only
@@ -90,10 +96,17 @@ def failed_hosts_of_last_run(reports: Path) -> tuple[str, list[str]] | None:
 
 def hosts(reports: Path) -> list[str]:
     """Every host with at least one stored run, audit or failure."""
-    return sorted(
-        p.name for p in reports.iterdir()
-        if p.is_dir() and not p.name.startswith(".") and any((p / k).is_dir() for k in ("runs", "audits", "failures"))
-    ) if reports.is_dir() else []
+    return (
+        sorted(
+            p.name
+            for p in reports.iterdir()
+            if p.is_dir()
+            and not p.name.startswith(".")
+            and any((p / k).is_dir() for k in ("runs", "audits", "failures"))
+        )
+        if reports.is_dir()
+        else []
+    )
 
 
 def run_key(path: Path) -> tuple[str, int]:

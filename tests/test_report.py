@@ -1,0 +1,175 @@
+"""Rendering reports from stored runs: a real Linux run, and a macOS run from recorded fixtures."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+import audit
+import big_write
+import fsync_bench
+import write_buffering
+from conftest import REPO
+from disklab import report, results, store
+from disklab.fsio import atomic_write_json
+from test_audit import darwin_probe
+
+SIZES = {"write_buffering_calls": 3000, "fsync_blocks": 30, "fsync_block_bytes": 4096, "big_write_mib": 2}
+
+
+def _doc(host: str, run_id: str, facts: dict, experiments: dict) -> dict:
+    import labcommon
+
+    return {
+        "schema_version": labcommon.RESULTS_SCHEMA_VERSION,
+        "run_id": run_id,
+        "host": host,
+        "profile": "quick",
+        "sizes": SIZES,
+        "started_utc": "2026-11-29T10:00:00Z",
+        "finished_utc": "2026-11-29T10:01:00Z",
+        "lab_python": "3.11.7",
+        "lab_platform": "test",
+        "facts": facts,
+        "experiments": experiments,
+    }
+
+
+@pytest.fixture(scope="module")
+def linux_doc(tmp_path_factory) -> dict:
+    """A results document measured for real on this host, at tiny sizes."""
+    wb = tmp_path_factory.mktemp("wb")
+    cfg = {"sizes": SIZES, "system": "Linux"}
+    exps = {}
+    for mod in (write_buffering, fsync_bench, big_write):
+        exps[mod.__name__] = {**mod.run(cfg, wb), "step_wall_s": 0.1}
+    facts = audit.collect_all(str(wb), sys.executable)
+    doc = _doc("linuxbox", "20261129T100000Z", facts, exps)
+    results.validate(doc)
+    return doc
+
+
+@pytest.fixture
+def darwin_doc(linux_doc, tmp_path) -> dict:
+    """A macOS-shaped document: facts from recorded macOS command output, a Darwin fsync section."""
+    facts = audit.collect_all("/Users/lab/workbench/disk", None, probe=darwin_probe(tmp_path))
+    exps = copy.deepcopy(linux_doc["experiments"])
+    fs = exps["fsync_bench"]
+    fs["system"] = "Darwin"
+    fs["modes"]["fdatasync"] = {"status": "unsupported", "reason": "os has no fdatasync on Darwin"}
+    full = copy.deepcopy(fs["modes"]["fsync"])
+    full["call"] = "fcntl F_FULLFSYNC"
+    full["fallback"] = None
+    fs["modes"]["f_fullfsync"] = full
+    doc = _doc("mac-mini", "20261129T100000Z", facts, exps)
+    results.validate(doc)
+    return doc
+
+
+def _store(reports, doc):
+    atomic_write_json(reports / doc["host"] / "runs" / f"{doc['run_id']}.json", doc, overwrite=False)
+
+
+def test_linux_report_shows_this_hosts_facts_and_numbers(tmp_path, linux_doc):
+    reports = tmp_path / "reports"
+    _store(reports, linux_doc)
+    report.render_all(reports)
+    text = (reports / "linuxbox" / "report.md").read_text()
+    f = linux_doc["facts"]
+    assert f"| filesystem type | **{f['workbench']['fstype']}** |" in text
+    assert f"| kernel | {f['host']['kernel']} |" in text
+    wb = f["writeback"]["dirty_expire_centisecs"]
+    assert f"| vm.dirty_expire_centisecs | {wb} | a dirty page older than {wb / 100:.1f} s" in text
+    p50 = linux_doc["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"]
+    assert "fsync p50 is" in text and f"{p50:,.0f}" in text.replace(".", ",", 0)
+    assert "Not measured on real hardware" not in text  # a real run has no caveats
+    index = (reports / "index.md").read_text()
+    row = next(line for line in index.splitlines() if line.startswith("| linuxbox |"))
+    assert f["workbench"]["fstype"] in row and f["host"]["kernel"] in row and " µs" in row or " ms" in row
+
+
+def test_macos_report_states_not_applicable_and_not_run_on_real_hardware(tmp_path, darwin_doc):
+    reports = tmp_path / "reports"
+    _store(reports, darwin_doc)
+    report.render_all(reports)
+    text = (reports / "mac-mini" / "report.md").read_text()
+    assert "| filesystem type | **apfs** |" in text
+    assert "| page size | 16.00 KiB |" in text
+    assert "not applicable on macOS" in text
+    assert "Not measured on real hardware" in text and "not yet on a real Mac" in text
+    assert "| I/O scheduler | n/a (not exposed on macOS) |" in text
+    assert "f_fullfsync" in text and "n/a (os has no fdatasync on Darwin)" in text
+
+
+def test_a_failed_step_renders_its_error_and_the_rest_stays(tmp_path, linux_doc):
+    doc = copy.deepcopy(linux_doc)
+    doc["experiments"]["big_write"] = {
+        "status": "failed",
+        "error": "OSError: [Errno 28] No space left on device",
+        "traceback": "...",
+        "step_wall_s": 0.2,
+    }
+    reports = tmp_path / "reports"
+    _store(reports, doc)
+    report.render_all(reports)
+    text = (reports / "linuxbox" / "report.md").read_text()
+    assert "**Failed on this host** after 0.200 s: `OSError: [Errno 28] No space left on device`" in text
+    assert "fsync p50 is" in text
+
+
+def test_report_command_rerenders_from_stored_runs_only(tmp_path, linux_doc):
+    reports = tmp_path / "reports"
+    _store(reports, linux_doc)
+    second = copy.deepcopy(linux_doc)
+    second["run_id"] = "20261129T110000Z"
+    second["facts"]["writeback"]["dirty_expire_centisecs"] = 1500
+    _store(reports, second)
+    proc = subprocess.run(
+        [sys.executable, "-m", "disklab.cli", "--reports", str(reports), "report"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = (reports / "linuxbox" / "report.md").read_text()
+    assert "Run `20261129T110000Z`" in text
+    assert "## Since the previous run" in text
+    assert "| facts.writeback.dirty_expire_centisecs |" in text and "| 1500 |" in text
+    assert "No figure moved beyond noise" in text  # identical samples in both runs
+
+
+def test_a_failed_invocation_is_shown_above_the_last_good_run(tmp_path, linux_doc):
+    reports = tmp_path / "reports"
+    _store(reports, linux_doc)
+    atomic_write_json(
+        reports / "linuxbox" / "failures" / "20261129T120000Z.json",
+        {
+            "run_id": "20261129T120000Z",
+            "kind": "runs",
+            "status": "unreachable",
+            "task": "Gathering Facts",
+            "role": None,
+            "message": "ssh: connect to host: refused",
+        },
+    )
+    report.render_all(reports)
+    text = (reports / "linuxbox" / "report.md").read_text()
+    assert "The latest invocation failed on this host" in text and "Gathering Facts" in text
+    index = (reports / "index.md").read_text()
+    assert '**unreachable** at "Gathering Facts": ssh: connect to host: refused' in index
+
+
+def test_stored_runs_are_never_overwritten(tmp_path, linux_doc):
+    reports = tmp_path / "reports"
+    _store(reports, linux_doc)
+    with pytest.raises(FileExistsError):
+        _store(reports, linux_doc)
+    assert json.loads(next(reports.glob("linuxbox/runs/*.json")).read_text()) == linux_doc
+    assert (
+        store.new_run_id(reports, __import__("datetime").datetime(2026, 11, 29, 10, 0, 0))
+        == "20261129T100000Z-1"
+    )
