@@ -1,6 +1,6 @@
 """Preflight: refuse bad settings before any work starts on a host.
 
-Usage: python preflight.py --config CONFIG.json
+Usage: python preflight.py (--config CONFIG.json | --config-json JSON) [--check-mode]
 
 Checks, in order, each refusal naming the setting:
 - the profile and every size override (profiles.resolve);
@@ -33,8 +33,11 @@ class Refused(Exception):
     """A setting that cannot run; the message names the setting and the numbers."""
 
 
-def check_workbench(path: str, create: bool) -> Path:
+def check_workbench(path: str, create: bool, dry_run: bool = False) -> Path | None:
     """Return the workbench as an absolute path, creating it only when allowed.
+
+    With ``dry_run`` (Ansible's --check) a missing workbench that may be
+    created is not created, and None is returned.
 
     Raises Refused when it is missing (and may not be created), is not a
     directory, or is not writable by this user.
@@ -48,6 +51,8 @@ def check_workbench(path: str, create: bool) -> Path:
                 f"lab_run_workbench {str(wb)!r} does not exist; "
                 "create it, or set lab_run_workbench_create: true"
             )
+        if dry_run:
+            return None
         wb.mkdir(parents=True)
     if not wb.is_dir():
         raise Refused(f"lab_run_workbench {str(wb)!r} is not a directory")
@@ -79,23 +84,31 @@ def check_space(wb: Path, needed: dict[str, int]) -> dict:
     return {"needed_bytes": need_bytes, "free_bytes": free, "per_step_bytes": needed}
 
 
-def preflight(cfg: dict) -> dict:
+def preflight(cfg: dict, dry_run: bool = False) -> dict:
     """Run every check on a config dict; raise Refused or ValueError naming the setting."""
     sizes = profiles.resolve(cfg["profile"], cfg.get("size_overrides") or {})
     unknown = [s for s in cfg["steps"] if s not in KNOWN_STEPS]
     if unknown:
         raise Refused(f"lab_run_steps has unknown steps {unknown}; known: {list(KNOWN_STEPS)}")
-    wb = check_workbench(cfg["workbench"], bool(cfg.get("workbench_create")))
+    wb = check_workbench(cfg["workbench"], bool(cfg.get("workbench_create")), dry_run)
+    if wb is None:
+        return {"ok": True, "workbench": cfg["workbench"], "sizes": sizes, "would_create_workbench": True}
     space = check_space(wb, profiles.needed_bytes(sizes, cfg["steps"]))
     return {"ok": True, "workbench": str(wb), "sizes": sizes, **space}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", type=Path, required=True)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", type=Path, help="the run's config.json")
+    src.add_argument("--config-json", help="the same config, inline (nothing is written before preflight)")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check-mode", action="store_true", help="Ansible --check: create nothing")
+    mode.add_argument("--apply", action="store_true", help="the default: create the workbench if allowed")
     args = ap.parse_args(argv)
     try:
-        verdict = preflight(json.loads(args.config.read_text()))
+        cfg = json.loads(args.config.read_text() if args.config else args.config_json)
+        verdict = preflight(cfg, dry_run=args.check_mode)
     except (Refused, ValueError) as exc:
         print(json.dumps({"ok": False, "error": str(exc)}))
         print(f"disklab preflight refused: {exc}", file=sys.stderr)
