@@ -31,6 +31,7 @@ STEPS: dict[str, str] = {
     "fsync_bench": "fsync_bench",
     "big_write": "big_write",
     "crash": "crash",
+    "powercut": "powercut",
     "pickle_safety": "pickle_safety",
 }
 

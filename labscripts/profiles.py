@@ -87,11 +87,12 @@ def needed_bytes(sizes: dict[str, int], steps: list[str]) -> dict[str, int]:
     big = sizes["load_big_tensors"] * BIG_TENSOR_BYTES
     table = {
         "write_buffering": 1 * MIB,
-        "fsync_bench": sizes["fsync_blocks"] * sizes["fsync_block_bytes"],
+        "fsync_bench": (sizes["fsync_blocks"] + 5) * sizes["fsync_block_bytes"],  # + 5 warm-up blocks
         "big_write": sizes["big_write_mib"] * MIB,
         # good checkpoint + the killed save's file, for each saver mode
         "crash": 3 * sizes["crash_state_mib"] * MIB,
-        "powercut": 4 * sizes["powercut_state_mib"] * MIB,
+        # old and new checkpoint, temp file, and the strace text (data as hex, ~4.2x the state)
+        "powercut": 8 * sizes["powercut_state_mib"] * MIB,
         # .pt and .safetensors of both, plus one cold copy of the largest
         "load": 2 * (small + big) + big,
     }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import re
@@ -30,6 +31,8 @@ from labcommon import MIB, fsync_dir
 # Temp files written by disklab's own savers: "<name>.tmp" next to the target.
 TEMP_SUFFIX = ".tmp"
 TENSOR_BYTES = 4 * MIB  # one 1024 x 1024 fp32 tensor
+# Bytes that Break It 1 leaves in Python's buffer: below any io buffer size (>= 4 KiB).
+TAIL_BYTES = 1024
 # The hidden temp file safetensors 0.8.0 writes next to the target (Rust tempfile
 # crate defaults: ".tmp" and 6 random alphanumerics), e.g. ".tmpGuPbzQ".
 SAFETENSORS_TEMP_RE = re.compile(r"\.tmp[A-Za-z0-9]{6}")
@@ -124,8 +127,35 @@ def atomic_save(obj: dict, path: str | os.PathLike, *, fsync=os.fsync) -> None:
 def fsync_before_flush_save(obj: dict, path: str | os.PathLike) -> None:
     """Break It 1: :func:`atomic_save` with fsync *before* flush.
 
-    The tail of the checkpoint is still in Python's buffer when fsync runs, so
-    it is not durable at the rename. Every kill test passes; a power cut does not.
+    The serialized checkpoint goes through Python's buffer in two writes; the
+    last ``TAIL_BYTES`` are still in that buffer when fsync runs, so they are
+    not durable at the rename. Every kill test passes (the flush still happens
+    before the process can be killed after the rename); a power cut does not.
+    ``torch.save(obj, f)`` itself flushes ``f`` when it finishes
+    (torch/serialization.py, ``_open_zipfile_writer_buffer.__exit__``), which
+    is why the bytes are serialized first: see
+    :func:`fsync_before_flush_torch_save` for that masked variant.
+    """
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = buf.getvalue()
+    path = Path(path)
+    tmp = temp_path(path)
+    with open(tmp, "wb") as f:
+        f.write(data[:-TAIL_BYTES])
+        f.write(data[-TAIL_BYTES:])  # smaller than the buffer: stays in this process
+        os.fsync(f.fileno())
+        f.flush()
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_before_flush_torch_save(obj: dict, path: str | os.PathLike) -> None:
+    """fsync before flush around ``torch.save(obj, f)``: torch flushed ``f`` already.
+
+    The ordering bug is in the code, but torch 2.x flushes the file object at
+    the end of torch.save, so nothing is left in Python's buffer at the fsync.
+    The power-cut simulator shows whether the installed torch still does this.
     """
     path = Path(path)
     tmp = temp_path(path)

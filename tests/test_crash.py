@@ -72,7 +72,9 @@ def test_safetensors_kill_leaves_old_file_and_a_sparse_hidden_temp(server, state
     assert saver.SAFETENSORS_TEMP_RE.fullmatch(tmp["name"])
     # safetensors 0.8.0 ftruncates to the full size before writing: size says complete, blocks do not
     assert tmp["size_bytes"] == m["full_bytes"]
-    assert tmp["allocated_bytes"] < tmp["size_bytes"]
+    assert tmp["allocated_bytes"] <= tmp["size_bytes"]
+    if k["progress_at_kill_fraction"] < 0.99:  # on a loaded machine the kill can land after the last write
+        assert tmp["allocated_bytes"] < tmp["size_bytes"]
     assert k["recovered"] == [{"name": tmp["name"], "size_bytes": tmp["size_bytes"]}]
 
 

@@ -56,7 +56,8 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     kill_safe_cut_unsafe = [
         r["title"]
         for r in recipes
-        if r["models"]["process_kill"]["verdict"] != "unsafe" and r["models"]["power_cut"]["verdict"] == "unsafe"
+        if r["models"]["process_kill"]["verdict"] != "unsafe"
+        and r["models"]["power_cut"]["verdict"] == "unsafe"
     ]
     total = sum(r["models"]["power_cut"]["states"] for r in recipes)
     summary = [
@@ -70,4 +71,10 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     ]
     for r in recipes:
         summary += [f"{r['title']}: {d}" for d in r["differences"]]
-    return {"ok": True, "rows": rows, "unsafe_points": points, "rolled_back_points": rolled, "summary": summary}
+    return {
+        "ok": True,
+        "rows": rows,
+        "unsafe_points": points,
+        "rolled_back_points": rolled,
+        "summary": summary,
+    }

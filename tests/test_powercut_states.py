@@ -1,0 +1,116 @@
+"""Persistence models and crash-state enumeration (pc_states), and the strace parser, without strace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import pc_record
+from pc_states import POWER_CUT, PROCESS_KILL, Model, Op, apply_ops, enumerate_states, states_at
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "powercut"
+OLD = {"ckpt": b"OLD-CHECKPOINT"}
+INODES = {"ckpt": 0}
+
+
+def _rename_recipe(fsync_file: bool, fsync_dir: bool) -> list[Op]:
+    """create tmp, two writes, [fsync tmp], rename over ckpt, [fsync dir]: one op per call."""
+    ops = [
+        Op(0, "create", ino=1, path="tmp"),
+        Op(1, "write", ino=1, offset=0, data=b"NEW-"),
+        Op(2, "write", ino=1, offset=4, data=b"CHECKPOINT"),
+    ]
+    if fsync_file:
+        ops.append(Op(len(ops), "fsync", ino=1))
+    ops.append(Op(len(ops), "rename", path="tmp", dst="ckpt"))
+    if fsync_dir:
+        ops.append(Op(len(ops), "dirsync", path="."))
+    return ops
+
+
+def _ckpts(ops: list[Op], point: int, model: Model) -> dict[str, bytes | None]:
+    return {
+        st.name: apply_ops(OLD, INODES, ops, st.applied).get("ckpt")
+        for st in states_at(ops, point, False, model)
+    }
+
+
+def test_process_kill_has_one_state_with_every_call():
+    ops = _rename_recipe(False, False)
+    states = states_at(ops, 4 - 1, False, PROCESS_KILL)
+    assert [s.name for s in states] == ["all"]
+    assert apply_ops(OLD, INODES, ops, states[0].applied)["ckpt"] == b"NEW-CHECKPOINT"
+
+
+def test_rename_without_fsync_can_leave_an_empty_or_torn_file():
+    ops = _rename_recipe(False, False)
+    got = _ckpts(ops, 3, POWER_CUT)
+    assert got["none"] == b"OLD-CHECKPOINT"
+    assert got["all"] == b"NEW-CHECKPOINT"
+    assert got["metadata_only"] == b""  # the rename reached the disk before the data
+    assert got["torn_1"] == b"NEW-"
+    assert got["data_only"] == b"OLD-CHECKPOINT"
+
+
+def test_full_atomic_leaves_only_old_or_new():
+    ops = _rename_recipe(True, True)
+    for point in range(len(ops)):
+        assert set(_ckpts(ops, point, POWER_CUT).values()) <= {b"OLD-CHECKPOINT", b"NEW-CHECKPOINT"}
+    assert set(_ckpts(ops, len(ops) - 1, POWER_CUT).values()) == {b"NEW-CHECKPOINT"}
+
+
+def test_no_dir_fsync_can_roll_back_but_never_tear():
+    ops = _rename_recipe(True, False)
+    got = _ckpts(ops, len(ops) - 1, POWER_CUT)
+    assert set(got.values()) == {b"OLD-CHECKPOINT", b"NEW-CHECKPOINT"}
+
+
+def test_fsync_of_one_file_does_not_cover_another():
+    ops = [
+        Op(0, "write", ino=0, offset=0, data=b"X"),
+        Op(1, "create", ino=1, path="other"),
+        Op(2, "fsync", ino=1),
+    ]
+    assert {s.name for s in states_at(ops, 2, False, POWER_CUT)} >= {"none", "all"}
+    assert _ckpts(ops, 2, POWER_CUT)["none"] == b"OLD-CHECKPOINT"
+
+
+def test_torn_states_are_bounded():
+    ops = [Op(i, "write", ino=0, offset=i, data=b"x") for i in range(200)]
+    states = states_at(ops, 199, False, POWER_CUT, max_torn=8)
+    assert len([s for s in states if s.name.startswith("torn_")]) == 8
+    with pytest.raises(ValueError, match="max_torn must be >= 1"):
+        states_at(ops, 199, False, POWER_CUT, max_torn=0)
+
+
+def test_returned_point_is_added_once():
+    ops = _rename_recipe(True, True)
+    states = enumerate_states(ops, len(ops), True, PROCESS_KILL)
+    assert len(states) == len(ops) + 1
+    assert [s.returned for s in states].count(True) == 1
+
+
+def test_bad_op_kind_names_the_rule():
+    with pytest.raises(ValueError, match="Op.kind"):
+        Op(0, "chmod")
+
+
+def test_parser_joins_resumed_calls_and_tracks_offsets():
+    lines = (FIXTURES / "resumed.strace").read_text().splitlines()
+    rec = pc_record.parse_trace(lines, root=Path("/w"), cwd=Path("/w"), initial={}, initial_dirs={"."})
+    assert [c.name for c in rec.calls] == ["openat", "writev", "write", "fsync", "close"]
+    assert rec.returned
+    final = apply_ops(rec.initial, rec.initial_inodes, rec.ops, frozenset(range(len(rec.ops))))
+    assert final == {"ckpt": b"aZc"}  # writev "abc", lseek to 1, write "Z"; stdout ignored
+
+
+def test_parser_refuses_a_truncated_string():
+    line = '7  write(3, "\\x61\\x62"..., 4096) = 4096'
+    with pytest.raises(pc_record.RecordError, match="-s"):
+        pc_record._string(pc_record.parse_lines([line])[0][2][1])
+
+
+def test_parser_without_begin_marker_says_so():
+    with pytest.raises(pc_record.RecordError, match="begin marker"):
+        pc_record.parse_trace([], root=Path("/w"), cwd=Path("/w"), initial={}, initial_dirs={"."})
