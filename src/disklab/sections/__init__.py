@@ -12,3 +12,10 @@ wrote under ``plot_dir`` (relative to the host's report directory, e.g.
 ``plots/crash_bytes.png``, written with :func:`disklab.fsio.save_figure`).
 It must not raise on a section whose status is ``failed`` or ``not_run``.
 """
+
+
+def status_note(section: dict) -> str:
+    """One line for a section that did not run or failed: ``not run: reason`` or ``failed: error``."""
+    if section.get("status") == "not_run":
+        return f"not run: {section.get('reason', 'no reason recorded')}"
+    return f"failed: {section.get('error', 'no error recorded')}"

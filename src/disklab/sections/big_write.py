@@ -10,15 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from disklab.sections import status_note
 from disklab.units import ibytes, mib_s, pct, secs
 
 MIB = 1 << 20
-
-
-def _status_note(section: dict) -> str:
-    if section.get("status") == "not_run":
-        return f"not run: {section.get('reason', 'no reason recorded')}"
-    return f"failed: {section.get('error', 'no error recorded')}"
 
 
 def _median(values: list[float]) -> float:
@@ -51,7 +46,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     if section.get("status") != "ok":
         return {
             "ok": False,
-            "status_note": _status_note(section),
+            "status_note": status_note(section),
             "repeats": [],
             "fsync_share": None,
             "explanations": [],

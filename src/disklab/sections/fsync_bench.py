@@ -12,16 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from disklab.fsio import save_figure
+from disklab.sections import status_note
 from disklab.units import ibytes, ratio, secs, us
 
 GIB = 1 << 30
 PLOT_NAME = "fsync_bench_latency.png"
-
-
-def _status_note(section: dict) -> str:
-    if section.get("status") == "not_run":
-        return f"not run: {section.get('reason', 'no reason recorded')}"
-    return f"failed: {section.get('error', 'no error recorded')}"
 
 
 def _rows(section: dict) -> list[dict]:
@@ -146,7 +141,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     if section.get("status") != "ok":
         return {
             "ok": False,
-            "status_note": _status_note(section),
+            "status_note": status_note(section),
             "rows": [],
             "explanations": [],
             "plot": None,

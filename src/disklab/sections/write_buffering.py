@@ -9,13 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from disklab.sections import status_note
 from disklab.units import ibytes, ns, ratio, us
-
-
-def _status_note(section: dict) -> str:
-    if section.get("status") == "not_run":
-        return f"not run: {section.get('reason', 'no reason recorded')}"
-    return f"failed: {section.get('error', 'no error recorded')}"
 
 
 def _buffer_rule(buf: dict) -> str:
@@ -46,7 +41,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     ns per call. Writes no plot.
     """
     if section.get("status") != "ok":
-        return {"ok": False, "status_note": _status_note(section), "ratio": None, "explanations": []}
+        return {"ok": False, "status_note": status_note(section), "ratio": None, "explanations": []}
     unbuf = section["modes"]["unbuffered"]["per_call_ns"]["median"]
     buf = section["modes"]["buffered"]["per_call_ns"]["median"]
     size = section["buffer"]["observed_buffer_bytes"]
