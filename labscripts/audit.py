@@ -60,8 +60,9 @@ FLAG_WHY = {
     "tmpfs": "tmpfs lives in RAM: nothing here survives a power loss, so fsync proves no durability",
     "network_or_fuse": "on a network or FUSE filesystem, fsync means what the server or daemon makes "
     "of it, not what the local drive does",
-    "loop_device": "a loop device double-caches: pages sit in the page cache once for the loop "
-    "filesystem and again for the backing file in the outer filesystem",
+    "loop_device": "a loop device can double-cache: pages sit in the page cache once for the loop "
+    "filesystem and again for the backing file in the outer filesystem, unless the loop device uses "
+    "direct I/O (device.loop_direct_io)",
     "cpu_only_torch_on_gpu_host": "a CPU-only torch on a GPU host cannot reach the device_placed "
     "readiness stage, so every GPU load figure would be missing",
 }
@@ -352,8 +353,10 @@ def collect_block_device(probe: Probe, source: str, workbench: str) -> dict:
         out["loop_backing_file"] = attempt(
             "loop backing_file", lambda: probe.read(f"{base}/loop/backing_file").strip()
         )
+        out["loop_direct_io"] = attempt("loop dio", lambda: probe.read(f"{base}/loop/dio").strip() == "1")
     else:
         out["loop_backing_file"] = unavailable(f"{disk} is not a loop device")
+        out["loop_direct_io"] = unavailable(f"{disk} is not a loop device")
     return out
 
 
@@ -394,6 +397,7 @@ def _darwin_device(probe: Probe, source: str) -> dict:
         "read_ahead_kb": unavailable(NOT_ON_MACOS),
         "dm": unavailable("device-mapper is Linux only"),
         "loop_backing_file": unavailable(NOT_ON_MACOS),
+        "loop_direct_io": unavailable(NOT_ON_MACOS),
         "diskutil_filesystem_type": info.get(
             "FilesystemType", unavailable("diskutil gave no FilesystemType")
         ),

@@ -234,7 +234,8 @@ def test_real_loop_device_workbench(tmp_path, fstype, size_mib):
     assert w["device"]["disk"] == Path(loopdev).name
     assert w["device"]["loop_backing_file"] == str(img)
     assert w["flags"]["loop_device"]["set"] is True
-    assert "double-caches" in w["flags"]["loop_device"]["why"]
+    assert "double-cache" in w["flags"]["loop_device"]["why"]
+    assert w["device"]["loop_direct_io"] is False  # losetup's default: buffered through the backing file
     validate(facts)
 
 

@@ -44,7 +44,9 @@ class Progress:
         if self._live is not None:
             self._live.update(self.table())
         elif previous is None or previous[:2] != (task or "", state):
-            print(f"[{time.monotonic() - self._t0:6.1f} s] {host}: {state}: {task}", file=sys.stderr, flush=True)
+            print(
+                f"[{time.monotonic() - self._t0:6.1f} s] {host}: {state}: {task}", file=sys.stderr, flush=True
+            )
 
     def finish(self, outcomes: dict[str, str]) -> None:
         """Mark each host done, failed or unreachable at the end of the run."""

@@ -71,7 +71,11 @@ def host_context(host_dir: Path) -> dict | None:
     return {
         "host": host_dir.name,
         "doc": doc,
-        "facts": (doc or audit or {}).get("facts"),
+        # the newest facts: an audit made after the last run shows the host as it is now
+        "facts": (audit if audit and (not doc or store.run_key(audit_path) > store.run_key(run_files[-1]))
+                  else doc or {}).get("facts"),
+        "facts_from": "audit" if audit and (not doc or store.run_key(audit_path) > store.run_key(run_files[-1]))
+        else "run",
         "audit": audit,
         "failure": failure,
         "sections": sections,
@@ -101,6 +105,8 @@ def index_row(host_dir: Path) -> dict:
     return {
         "host": host_dir.name,
         "facts": ctx.get("facts"),
+        "facts_from": ctx.get("facts_from"),
+        "audit_run_id": ctx["audit"]["run_id"] if ctx.get("audit") else None,
         "run_id": doc["run_id"] if doc else None,
         "fsync_p50_us": p50,
         "failure": ctx.get("failure"),

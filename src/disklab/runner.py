@@ -108,8 +108,8 @@ def run_playbook(
 ) -> PlaybookRun:
     """Run ``playbooks/<playbook>`` against ``inventory`` and return each host's outcome.
 
-    ``forks`` defaults to the number of hosts in the inventory, capped at
-    MAX_FORKS, so hosts run in parallel. ansible-runner's working files go to
+    ``forks`` defaults to MAX_FORKS: Ansible never uses more forks than there
+    are hosts, so every host of a fleet up to that cap runs in parallel. ansible-runner's working files go to
     a temporary directory that is removed afterwards.
     """
     import ansible_runner  # imported here: it is slow, and `disklab report` never needs it

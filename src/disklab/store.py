@@ -72,6 +72,8 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
     (staging / "labscripts.tar.gz").unlink(missing_ok=True)  # packed for this run only
     if staging.is_dir() and not any(staging.iterdir()):
         staging.rmdir()
+        if not any(staging.parent.iterdir()):
+            staging.parent.rmdir()
     status = {h: o.status for h, o in sorted(outcomes.items())}
     return status
 

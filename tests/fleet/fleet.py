@@ -28,7 +28,8 @@ start time, so a reused pid is never hit), or by the pids ``ip netns pids``
 lists for a fleet namespace; it never kills by name.
 
 The inventory ``<state-dir>/fleet.yml`` has group ``fleet`` with the connection
-settings, ``lab_run_workbench``, a per-host ``lab_venv_root`` and ``fleet_fs``
+settings, ``disklab_workbench`` (and ``lab_run_workbench``), a per-host
+``disklab_root`` (and the same path as ``lab_venv_root``) and ``fleet_fs``
 (the filesystem type the workbench must have, for tests).
 """
 
@@ -529,6 +530,9 @@ class Fleet:
                 "ansible_ssh_private_key_file": str(self.key_path),
                 "ansible_ssh_common_args": common,
                 "ansible_python_interpreter": "/usr/bin/python3",
+                # the roles derive every path from these two inventory-wide settings
+                "disklab_root": h["lab_venv_root"],
+                "disklab_workbench": WORKBENCH,
                 "lab_run_workbench": WORKBENCH,
                 "lab_venv_root": h["lab_venv_root"],
                 "fleet_fs": h["fs"],

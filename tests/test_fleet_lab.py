@@ -1,0 +1,303 @@
+"""disklab end to end on the test fleet: audit, a parallel run, a host lost mid-run, retry, compare.
+
+Real SSH hosts in network namespaces (tests/fleet/fleet.py), each with its own
+workbench filesystem (host0 ext4, host1 xfs, host2 btrfs, host3 tmpfs), driven
+by the disklab CLI in a fresh process, as a user would run it. One fleet and
+one lab root (so one venv per host) serve the whole module. The lab venvs can
+be kept across sessions by pointing DISKLAB_FLEET_LAB_ROOT at a directory
+(docs/fleet.md); by default they go to a session temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, TINY_SIZES, run_disklab
+from disklab import compare, results, store
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
+import fleet as fleetmod  # noqa: E402
+from fleet import MIN_SIZE_MIB, WORKBENCH, Fleet  # noqa: E402
+
+TOOLS = ["ip", "unshare", "nsenter", "losetup", "ssh-keygen", "mkfs.ext4", "mkfs.xfs", "mkfs.btrfs"]
+MISSING = [t for t in TOOLS if shutil.which(t) is None] + [p for p in [fleetmod.SSHD] if not Path(p).exists()]
+needs_fleet = [
+    pytest.mark.fleet,
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the test fleet needs root"),
+    pytest.mark.skipif(bool(MISSING), reason=f"missing tools for the test fleet: {MISSING}"),
+]
+
+
+def _fleet_marks(test):
+    """Apply the marks and skips every test on the fleet needs."""
+    for mark in reversed(needs_fleet):
+        test = mark(test)
+    return test
+
+
+# The two lab hosts, and the steps that keep a run short but still cover fsync and a crash.
+LAB_HOSTS = ("host0", "host1")  # ext4, xfs
+STEPS = "[fsync_bench,crash]"
+LAB_TASK = "Run the storage lab experiments on the host"  # lab_run's task name; the host is cut here
+DIRTY_EXPIRE = Path("/proc/sys/vm/dirty_expire_centisecs")
+TIMEOUT_S = 600
+
+
+def _free_fleet_id() -> int:
+    """A fleet id no namespace or route here uses (test_fleet_infra.py counts down from 250)."""
+    used = {ns.split("-")[1] for ns in fleetmod.fleet_netns()}
+    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+    for fid in range(200, 150, -1):
+        if str(fid) not in used and f"10.213.{fid}." not in routes:
+            return fid
+    raise RuntimeError("no free fleet id in 151..200")
+
+
+def _lab_args() -> list[str]:
+    """``-e`` settings for a short run: tiny sizes, two steps, the two lab hosts."""
+    args = ["--limit", ",".join(LAB_HOSTS), "-e", f"lab_run_steps={STEPS}"]
+    for name, value in TINY_SIZES.items():
+        args += ["-e", f"{name}={value}"]
+    return args
+
+
+def _index_row(reports: Path, host: str) -> str:
+    """The line of reports/index.md for ``host``; fails when there is not exactly one."""
+    rows = [ln for ln in (reports / "index.md").read_text().splitlines() if ln.startswith(f"| {host} |")]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """Four hosts (ext4, xfs, btrfs, tmpfs) for the module; lab roots outside the state dir."""
+    lab_root = Path(os.environ.get("DISKLAB_FLEET_LAB_ROOT") or tmp_path_factory.mktemp("fleetlab"))
+    state_dir = Path(tempfile.mkdtemp(prefix="dlfl", dir="/tmp"))  # short: ssh's ControlPath lives here
+    f = Fleet.up(4, state_dir, fleet_id=_free_fleet_id(), size_mib=MIN_SIZE_MIB, lab_root=lab_root)
+    try:
+        yield f
+    finally:
+        problems = f.down()
+        assert [p for p in problems if not p.startswith("kept lab roots")] == []
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> Path:
+    """The reports directory shared by the lab runs of this module."""
+    return tmp_path_factory.mktemp("fleetreports") / "reports"
+
+
+@pytest.fixture(scope="module")
+def first_run(fleet, reports):
+    """`disklab run` of the quick lab on host0 and host1 (provisions their venvs the first time)."""
+    proc = run_disklab(
+        "run", "-i", str(fleet.inventory_path), *_lab_args(), reports=reports, timeout=TIMEOUT_S
+    )
+    return proc
+
+
+@pytest.fixture(scope="module")
+def cut_run(fleet, reports, first_run):
+    """A second run with vm.dirty_expire_centisecs changed, in which host1's sshd is stopped mid-lab.
+
+    The CLI's live progress (one line per change on a non-terminal) says when
+    host1 starts the lab task; then host1's sshd and sessions are stopped.
+    dirty_expire is machine-wide: it is restored in ``finally``. Yields
+    (CompletedProcess-like dict, old dirty_expire, new dirty_expire).
+    """
+    assert first_run.returncode == 0, first_run.stdout + first_run.stderr
+    old_expire = int(DIRTY_EXPIRE.read_text())
+    new_expire = old_expire + 1234
+    cmd = [sys.executable, "-m", "disklab.cli", "--reports", str(reports), "run"]
+    cmd += ["-i", str(fleet.inventory_path), *_lab_args()]
+    stopped = threading.Event()
+    try:
+        DIRTY_EXPIRE.write_text(f"{new_expire}\n")
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+        reader.start()
+        err = []
+        for line in proc.stderr:
+            err.append(line)
+            if not stopped.is_set() and f"host1: running: {LAB_TASK}" in line:
+                fleet.stop_sshd("host1")
+                stopped.set()
+        proc.wait(timeout=TIMEOUT_S)
+        reader.join(timeout=60)
+    finally:
+        DIRTY_EXPIRE.write_text(f"{old_expire}\n")
+        if stopped.is_set():
+            fleet.start_sshd("host1")
+    return {
+        "rc": proc.returncode,
+        "stdout": "".join(out),
+        "stderr": "".join(err),
+        "stopped": stopped.is_set(),
+        "old_expire": old_expire,
+        "new_expire": new_expire,
+    }
+
+
+@_fleet_marks
+def test_audit_reports_each_hosts_true_filesystem_and_flags(fleet, tmp_path):
+    reports = tmp_path / "reports"
+    proc = run_disklab("audit", "-i", str(fleet.inventory_path), reports=reports, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for h in fleet.hosts:
+        truth = fleet.ssh(h.name, f"findmnt -n -o FSTYPE -T {WORKBENCH}").stdout.strip()
+        assert truth == h.fs
+        audits = list((reports / h.name / "audits").glob("*.json"))
+        assert len(audits) == 1
+        facts = json.loads(audits[0].read_text())["facts"]
+        wb = facts["workbench"]
+        assert (wb["fstype"], wb["mount_point"]) == (h.fs, WORKBENCH)
+        assert facts["host"]["hostname"] == fleet.host(h.name)["netns"]  # facts came from that host
+        assert isinstance(facts["writeback"]["dirty_expire_centisecs"], int)
+        assert wb["flags"]["tmpfs"]["set"] is (h.fs == "tmpfs")
+        assert wb["flags"]["loop_device"]["set"] is (h.fs != "tmpfs")  # loop images back the others
+        if h.fs != "tmpfs":
+            dev = wb["device"]
+            assert dev["name"] == Path(fleet.host(h.name)["loop"]).name
+            assert isinstance(dev["rotational"], bool) and isinstance(dev["read_ahead_kb"], int)
+        row = _index_row(reports, h.name)
+        assert f"| {h.name} | ok | {h.fs} |" in row
+    index = (reports / "index.md").read_text()
+    assert "**host3: tmpfs.**" in index and "power loss" in index
+    assert "**host0: loop device.**" in index and "**host3: loop device.**" not in index
+    assert not list(reports.glob("*/runs/*.json"))  # an audit runs no experiment
+
+
+@_fleet_marks
+def test_quick_lab_on_two_hosts_writes_both_reports(fleet, reports, first_run):
+    assert first_run.returncode == 0, first_run.stdout + first_run.stderr
+    assert "host0: ok" in first_run.stdout and "host1: ok" in first_run.stdout
+    assert "host2" not in first_run.stdout  # --limit kept the run to the two lab hosts
+    for name, fs in zip(LAB_HOSTS, ("ext4", "xfs"), strict=True):
+        runs = list((reports / name / "runs").glob("*.json"))
+        assert len(runs) == 1
+        doc = results.load(runs[0])  # schema-validated
+        assert doc["host"] == name and doc["facts"]["workbench"]["fstype"] == fs
+        assert sorted(doc["experiments"]) == ["crash", "fsync_bench"]
+        assert all(s["status"] == "ok" for s in doc["experiments"].values()), doc["experiments"]
+        report = (reports / name / "report.md").read_text()
+        assert f"| filesystem type | **{fs}** |" in report and "fsync p50 is" in report
+        row = _index_row(reports, name)
+        assert f"| {name} | ok | {fs} |" in row and "2.13.0" in row and "µs" in row
+    # only small JSON crossed the network: no workbench file came back
+    fetched = [p for p in reports.rglob("*") if p.is_file() and p.suffix == ".json"]
+    assert fetched and max(p.stat().st_size for p in fetched) < 1024 * 1024
+    assert not list(reports.glob(".incoming/*/*"))  # staging emptied once stored
+
+
+@_fleet_marks
+def test_a_host_lost_mid_run_is_marked_and_the_other_keeps_its_results(reports, cut_run):
+    assert cut_run["stopped"], "host1 never reached the lab task: " + cut_run["stderr"][-3000:]
+    assert cut_run["rc"] == 1, cut_run["stdout"] + cut_run["stderr"]
+    last = json.loads(max((reports / ".runs").glob("*.json"), key=store.run_key).read_text())
+    run_id = last["run_id"]
+    assert last["hosts"]["host0"] == "ok" and last["hosts"]["host1"] in ("unreachable", "failed")
+    assert (
+        results.load(reports / "host0" / "runs" / f"{run_id}.json")["experiments"]["crash"]["status"] == "ok"
+    )
+    assert not (reports / "host1" / "runs" / f"{run_id}.json").exists()
+    failure = json.loads((reports / "host1" / "failures" / f"{run_id}.json").read_text())
+    assert failure["status"] == last["hosts"]["host1"] and failure["task"] == LAB_TASK
+    assert failure["message"]
+    row = _index_row(reports, "host1")
+    assert f'**{failure["status"]}** at "{LAB_TASK}"' in row
+    assert f"host1: {failure['status']} at '{LAB_TASK}'" in cut_run["stdout"]
+    assert "ok" in _index_row(reports, "host0").split("|")[2]
+    # the live progress named the host, its step and its end state
+    assert f"host1: {failure['status']}: " in cut_run["stderr"]
+
+
+@_fleet_marks
+def test_retry_failed_reruns_only_the_lost_host(fleet, reports, cut_run):
+    assert cut_run["stopped"]
+    before = {h: len(list((reports / h / "runs").glob("*.json"))) for h in LAB_HOSTS}
+    proc = run_disklab(
+        "run",
+        "-i",
+        str(fleet.inventory_path),
+        "--retry-failed",
+        *_lab_args()[2:],
+        reports=reports,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--retry-failed: re-running host1" in proc.stdout
+    after = {h: len(list((reports / h / "runs").glob("*.json"))) for h in LAB_HOSTS}
+    assert after == {"host0": before["host0"], "host1": before["host1"] + 1}
+    assert "| host1 | ok | xfs |" in _index_row(reports, "host1")
+    again = run_disklab("run", "-i", str(fleet.inventory_path), "--retry-failed", reports=reports)
+    assert again.returncode == 0 and "nothing to retry" in again.stdout
+
+
+@_fleet_marks
+def test_compare_flags_the_changed_dirty_expire_and_keeps_identical_figures_within_noise(reports, cut_run):
+    runs = sorted((reports / "host0" / "runs").glob("*.json"))
+    assert len(runs) >= 2
+    proc = run_disklab("compare", "host0", reports=reports)
+    assert proc.returncode == 0, proc.stderr
+    old, new = cut_run["old_expire"], cut_run["new_expire"]
+    line = next(ln for ln in proc.stdout.splitlines() if "facts.writeback.dirty_expire_centisecs" in ln)
+    assert line.split(":", 1)[1].split() == [str(old), "->", str(new)]
+    cmp = compare.compare_runs(results.load(runs[-2]), results.load(runs[-1]))
+    changed = {c["path"]: (c["old"], c["new"]) for c in cmp["fact_changes"]}
+    assert changed["facts.writeback.dirty_expire_centisecs"] == (old, new)
+    assert "facts.workbench.fstype" not in changed
+    # the same run against itself: no fact changed, and every figure is within noise
+    same = run_disklab("compare", str(runs[-1]), str(runs[-1]), reports=reports)
+    assert same.returncode == 0, same.stderr
+    assert "Facts that changed: 0" in same.stdout
+    figures = [ln for ln in same.stdout.splitlines() if ln.startswith("  ") and "range" in ln]
+    assert figures and not [ln for ln in figures if ": changed" in ln], figures
+    assert any(ln.endswith("within noise") for ln in figures), figures
+    assert "host0" in (reports / "host0" / "report.md").read_text()
+    assert "Since the previous run" in (reports / "host0" / "report.md").read_text()
+
+
+def test_example_inventory_gives_each_group_its_settings():
+    """inventory/example-fleet.yml with inventory/group_vars: what each kind of host gets."""
+    ansible_inventory = Path(sys.executable).parent / "ansible-inventory"
+    cp = subprocess.run(
+        [str(ansible_inventory), "-i", str(REPO / "inventory" / "example-fleet.yml"), "--list"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    inv = json.loads(cp.stdout)
+    hostvars = inv["_meta"]["hostvars"]
+    groups = {g: inv[g]["hosts"] for g in ("macs", "sparks", "linux")}
+    assert all(groups.values()), groups
+    for host in groups["macs"]:
+        hv = hostvars[host]
+        assert hv["ansible_python_interpreter"] != "/usr/bin/python3"  # the stub that prompts
+        assert hv["lab_run_become_allowed"] is True  # purge for cold runs
+    for host in groups["sparks"]:
+        hv = hostvars[host]
+        assert hv["lab_venv_require_cuda"] is True
+        assert "download.pytorch.org/whl/cu" in hv["lab_venv_pip_extra_args"]
+    for host in groups["linux"] + groups["macs"]:
+        assert not hostvars[host].get("lab_venv_require_cuda", False)
+    # every lab_* setting in the group_vars is one a role declares (a typo would be ignored silently)
+    declared = set()
+    for spec in (REPO / "roles").glob("*/meta/argument_specs.yml"):
+        for entry in yaml.safe_load(spec.read_text())["argument_specs"].values():
+            declared |= set(entry["options"])
+    for gv in (REPO / "inventory" / "group_vars").glob("*.yml"):
+        names = set(yaml.safe_load(gv.read_text()) or {})
+        lab_names = {n for n in names if n.startswith(("lab_", "host_audit_"))}
+        assert lab_names <= declared, (gv.name, lab_names - declared)
