@@ -32,6 +32,7 @@ STEPS: dict[str, str] = {
     "big_write": "big_write",
     "crash": "crash",
     "powercut": "powercut",
+    "load": "load",
     "pickle_safety": "pickle_safety",
 }
 
@@ -44,6 +45,7 @@ def load_config(path: Path) -> dict:
     """Read CONFIG and resolve its sizes. Raises ValueError naming a bad setting."""
     cfg = json.loads(path.read_text())
     cfg["sizes"] = profiles.resolve(cfg["profile"], cfg.get("size_overrides") or {})
+    cfg.setdefault("system", platform.system())
     unknown = [s for s in cfg["steps"] if s not in STEPS]
     if unknown:
         raise ValueError(f"lab_run_steps has unknown steps {unknown}; known: {list(STEPS)}")

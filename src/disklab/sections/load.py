@@ -80,7 +80,7 @@ def _ratio_line(cells, state, stage, method, base="torch.load") -> str | None:
     a, b = _median(_find(cells, method, state), stage), _median(_find(cells, base, state), stage)
     if a is None or not b:
         return None
-    return f"{state}, {stage}: {method} took {a / b:.1f}× {base} here ({a:.3f} s against {b:.3f} s, medians)."
+    return f"{state}, {stage}: {method} took {_x(a / b)} {base} here ({a:.3f} s against {b:.3f} s, medians)."
 
 
 def explanations(section: dict) -> list[str]:
@@ -108,8 +108,8 @@ def explanations(section: dict) -> list[str]:
         else:
             verdict = "the hint did not help here"
         lines.append(
-            f"cold, all_touched: load_file+willneed took {will / plain:.1f}× load_file and "
-            f"{will / tl:.1f}× torch.load; {verdict}."
+            f"cold, all_touched: load_file+willneed took {_x(will / plain)} load_file and "
+            f"{_x(will / tl)} torch.load; {verdict}."
         )
     one = _find(cells, "one-tensor", "cold")
     frac = _median(one, "all_touched", "resident_fraction")
@@ -132,7 +132,7 @@ def explanations(section: dict) -> list[str]:
             if None in (tc, ta, pc, pa) or not tc:
                 continue
             lines.append(
-                f"{state}, module_populated, {file}: meta + assign took {ta / tc:.1f}× normal construction + "
+                f"{state}, module_populated, {file}: meta + assign took {_x(ta / tc)} normal construction + "
                 f"copy ({ta:.3f} s against {tc:.3f} s); peak RSS {_mib(pa)} against {_mib(pc)}."
             )
     return lines
@@ -160,6 +160,13 @@ def _import_spread(section: dict) -> dict | None:
     mid = len(vals) // 2
     median = vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
     return {"median": median, "min": vals[0], "max": vals[-1], "n": len(vals)}
+
+
+def _x(r: float) -> str:
+    """A ratio with two significant figures below 0.1, so a 0.004× figure never prints as 0.0×."""
+    if r >= 10:
+        return f"{r:.0f}×"
+    return f"{r:.1f}×" if r >= 0.1 else f"{r:.2g}×"
 
 
 def _mib(n: float) -> str:

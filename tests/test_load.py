@@ -1,0 +1,375 @@
+"""The load step on tiny real files: real torch and safetensors loads, real page cache, real smaps_rollup."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import cache
+import load
+import load_one
+import workers
+from labcommon import peak_rss_bytes
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = REPO / "src/disklab/schema/experiments/load.schema.json"
+N_BIG = 16
+BIG_TENSOR_BYTES = 1024 * 1024 * 2  # 1024 x 1024 bf16
+# A stand-in for model.py (written by another developer): same interface, CONFIGS and DecoderLM.
+FAKE_MODEL = """
+import torch
+from torch import nn
+
+CONFIGS = {"tiny": {"vocab": 512, "dim": 128, "layers": 2}}
+
+
+class DecoderLM(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.embed = nn.Embedding(config["vocab"], config["dim"])
+        self.layers = nn.ModuleList(nn.Linear(config["dim"], config["dim"]) for _ in range(config["layers"]))
+"""
+
+
+def make_files(root: Path) -> dict:
+    """A manifest in prep.prepare's shape, with tiny files written by torch.save and save_file."""
+    sys.path.insert(0, str(root))
+    try:
+        import fakemodel_load_test as fm
+    finally:
+        sys.path.remove(str(root))
+    gen = torch.Generator().manual_seed(0)
+    big = {f"w{i:02d}": torch.randn(1024, 1024, generator=gen).to(torch.bfloat16) for i in range(N_BIG)}
+    small = fm.DecoderLM(fm.CONFIGS["tiny"]).state_dict()
+    files = {}
+    for key, sd in (("big", big), ("small", small)):
+        torch.save(sd, root / f"{key}.pt")
+        save_file(sd, str(root / f"{key}.safetensors"))
+        for fmt in ("pt", "safetensors"):
+            p = root / f"{key}.{fmt}"
+            files[f"{key}_{fmt}"] = {"path": str(p), "size_bytes": p.stat().st_size, "format": fmt}
+    return {"files": files, "small_config": "tiny"}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("loadlab")
+    (root / "fakemodel_load_test.py").write_text(FAKE_MODEL)
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(root)  # load_one.py children import the stand-in from here
+    try:
+        yield root, make_files(root)
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+@pytest.fixture(scope="module")
+def section(env):
+    root, manifest = env
+    cfg = {"sizes": {"load_repeats": 1}, "system": "Linux", "become_allowed": False}
+    return load.measure(
+        cfg, manifest, eviction_methods=["fadvise_dontneed"], model_module="fakemodel_load_test"
+    )
+
+
+def test_section_matches_schema(section):
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate(json.loads(json.dumps(section)), schema)
+
+
+def test_every_cell_measured_cold_and_warm(section):
+    got = {(c["file"], c["method"], c["populate"], c["cache_state"]) for c in section["cells"]}
+    for file, method in load.BIG_CELLS:
+        for state in ("cold", "warm"):
+            assert (file, method, None, state) in got
+    for file, method in load.SMALL_CELLS:
+        for mode in ("copy", "assign"):
+            for state in ("cold", "warm"):
+                assert (file, method, mode, state) in got
+    assert section["n_cold_unverified"] == 0
+    assert section["eviction_methods_used"] == ["fadvise_dontneed"]
+
+
+def test_stage_ordering_and_cache_states(section):
+    for s in section["samples"]:
+        st = s["stages"]
+        order = [name for name in s["stage_order"] if st[name]["status"] == "ok"]
+        times = [st[name]["time_s"] for name in order]
+        assert times == sorted(times) and times[0] > 0, (s["method"], st)
+        assert st["loader_return"]["time_s"] <= st["all_touched"]["time_s"]
+        if s["model"]:
+            assert (
+                st["loader_return"]["time_s"]
+                <= st["module_populated"]["time_s"]
+                <= st["all_touched"]["time_s"]
+            )
+        if s["cache_state"] == "cold":
+            assert s["before"]["resident_fraction"] <= cache.COLD_MAX_FRACTION
+            assert s["eviction"]["method"] == "fadvise_dontneed"
+        else:
+            assert s["cache_state"] == "warm" and s["before"]["resident_fraction"] > 0.99
+        # peak RSS never falls, and it covers the RSS seen at the same stage, up to the few hundred
+        # KiB by which the kernel's batched RSS counters (read by getrusage) lag /proc/self/statm
+        peaks = [s["before"]["peak_rss_bytes"]] + [st[n]["peak_rss_bytes"] for n in order]
+        assert peaks == sorted(peaks)
+        assert all(st[n]["peak_rss_bytes"] >= st[n]["rss_bytes"] - 4 * 2**20 for n in order)
+
+
+def test_all_touched_makes_the_file_resident(section):
+    for s in section["samples"]:
+        frac = s["stages"]["all_touched"]["resident_fraction"]
+        if s["method"] == "one-tensor":
+            assert s["n_tensors"] == 1 and s["touched_bytes"] == BIG_TENSOR_BYTES
+            assert BIG_TENSOR_BYTES / s["file_size_bytes"] * 0.99 <= frac
+            if s["cache_state"] == "cold":
+                assert frac <= 0.5  # only its own pages (and some readahead) came in
+        else:
+            assert frac > 0.99, (s["method"], s["cache_state"], frac)
+
+
+def test_torch_load_copies_and_mmap_does_not(section):
+    big = [s for s in section["samples"] if s["file"] == "big_pt"]
+    payload = N_BIG * BIG_TENSOR_BYTES
+    for s in big:
+        grow = s["stages"]["loader_return"]["rss_bytes"] - s["before"]["rss_bytes"]
+        if s["method"] == "torch.load":
+            assert grow >= 0.9 * payload  # private copies exist when the call returns
+        elif s["cache_state"] == "cold":
+            assert s["stages"]["loader_return"]["resident_fraction"] < 0.5  # mapped, not yet read
+
+
+def test_device_placed_recorded_as_not_run_without_cuda(section):
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA; the stage runs")
+    for s in section["samples"]:
+        assert s["stages"]["device_placed"] == {
+            "status": "not_run",
+            "reason": "torch.cuda.is_available() is False on this host",
+        }
+    assert section["device_placed"]["status"] == "not_run"
+
+
+def test_device_placed_stage_with_a_stand_in_device(env, monkeypatch):
+    """No GPU here: CUDA is faked as available and the weights go to the meta device instead.
+
+    This checks the stage's bookkeeping only; device_placed was not run on real GPU hardware.
+    """
+    root, manifest = env
+    monkeypatch.setattr(load_one.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(load_one.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(load_one, "DEVICE", "meta")
+    path = manifest["files"]["big_safetensors"]["path"]
+    args = load_one.argparse.Namespace(
+        method="load_file",
+        path=path,
+        model=None,
+        populate="copy",
+        model_module="model",
+        spawn_wall_ns=0,
+        hold=False,
+    )
+    rec = load_one.measure(args)
+    st = rec["stages"]
+    assert rec["stage_order"] == ["loader_return", "all_touched", "device_placed"]
+    assert st["device_placed"]["status"] == "ok" and st["device_placed"]["device"] == "meta"
+    assert st["all_touched"]["time_s"] <= st["device_placed"]["time_s"]
+
+
+def test_cells_summarise_raw_samples(section):
+    for c in section["cells"]:
+        raw = [
+            s["stages"]["all_touched"]["time_s"]
+            for s in section["samples"]
+            if (s["file"], s["method"], s["populate"], s["cache_state"])
+            == (c["file"], c["method"], c["populate"], c["cache_state"])
+        ]
+        t = c["stages"]["all_touched"]["time_s"]
+        assert t["n"] == len(raw) == c["n"]
+        assert t["min"] <= t["median"] <= t["max"] and sorted(raw)[0] == t["min"]
+
+
+def test_two_workers_recorded(section):
+    tw = section["two_workers"]
+    assert tw["status"] == "ok"
+    assert [r["method"] for r in tw["runs"]] == ["torch.load", "torch.load-mmap"]
+    for r in tw["runs"]:
+        assert len(r["workers"]) == 2 and len({w["pid"] for w in r["workers"]}) == 2
+        assert r["pss_sum_bytes"] == sum(w["pss_bytes"] for w in r["workers"])
+        for w in r["workers"]:
+            assert w["pss_bytes"] <= w["rss_bytes"]
+            assert w["private_bytes"] + w["shared_bytes"] == w["rss_bytes"]
+
+
+def test_two_workers_private_copies_against_shared_pages(tmp_path):
+    """128 MiB, so the payload stands well above the few MiB the allocator varies by."""
+    path = tmp_path / "workers.pt"
+    gen = torch.Generator().manual_seed(1)
+    torch.save({f"w{i}": torch.randn(2048, 4096, generator=gen).to(torch.bfloat16) for i in range(8)}, path)
+    payload = 8 * 2048 * 4096 * 2
+    cache.warm(path)
+    tw = workers.run(str(path), "Linux")
+    runs = {r["method"]: r for r in tw["runs"]}
+    copy, mapped = runs["torch.load"], runs["torch.load-mmap"]
+    # Each torch.load worker holds its own copy; each mmap worker maps the same page-cache pages.
+    for w in copy["workers"]:
+        assert w["private_bytes"] >= payload, tw
+    for w in mapped["workers"]:
+        assert w["shared_bytes"] >= payload, tw
+        assert w["private_bytes"] <= min(c["private_bytes"] for c in copy["workers"]) - 0.8 * payload, tw
+    saved = copy["pss_sum_bytes"] - mapped["pss_sum_bytes"]
+    assert saved >= 0.8 * payload, tw  # two copies against one shared set
+
+
+def test_two_workers_not_measured_off_linux():
+    got = workers.run("/nonexistent", "Darwin")
+    assert got["status"] == "not_run" and "smaps_rollup" in got["reason"] and "Darwin" in got["reason"]
+
+
+def test_parse_smaps_rollup_kib_to_bytes():
+    text = (
+        "Rss: 10 kB\nPss: 6 kB\nShared_Clean: 4 kB\nShared_Dirty: 1 kB\n"
+        "Private_Clean: 2 kB\nPrivate_Dirty: 3 kB\n"
+    )
+    got = workers.parse_smaps_rollup(text)
+    assert (
+        got["pss_bytes"] == 6 * 1024 and got["shared_bytes"] == 5 * 1024 and got["private_bytes"] == 5 * 1024
+    )
+    with pytest.raises(ValueError, match="lacks the fields"):
+        workers.parse_smaps_rollup("Rss: 1 kB\n")
+
+
+def test_cold_unverified_when_eviction_is_skipped(env):
+    root, manifest = env
+    path = manifest["files"]["big_safetensors"]["path"]
+    cache.warm(path)
+    cell = {"file": "big_safetensors", "path": path, "method": "load_file", "model": None, "populate": None}
+    s = load.measure_one(cell, "cold", cfg={"system": "Linux"}, skip_eviction=True)
+    assert s["cache_state_requested"] == "cold"
+    assert s["cache_state"] == "cold_unverified"
+    assert s["eviction"] is None and s["before"]["resident_fraction"] > 0.99
+    cells = load.summarise([s])
+    assert [c["cache_state"] for c in cells] == ["cold_unverified"]
+
+
+def test_willneed_hint_names_the_call(env):
+    root, manifest = env
+    path = manifest["files"]["big_safetensors"]["path"]
+    cache.evict(path, ["fadvise_dontneed"], become_allowed=False)
+    assert load_one.willneed_hint(path) == "posix_fadvise(POSIX_FADV_WILLNEED)"
+
+
+def test_unknown_method_and_state_are_refused(env):
+    root, manifest = env
+    with pytest.raises(ValueError, match="METHOD must be one of"):
+        load_one.load("pickle.load", manifest["files"]["big_pt"]["path"])
+    cell = {"file": "big_pt", "path": manifest["files"]["big_pt"]["path"], "method": "torch.load"}
+    with pytest.raises(ValueError, match="cache state must be one of"):
+        load.measure_one(cell, "lukewarm", cfg={})
+    proc = subprocess.run(
+        [sys.executable, str(load.LOAD_ONE), "pickle.load", "x"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+def test_repeats_must_be_positive(env):
+    root, manifest = env
+    with pytest.raises(ValueError, match="sizes.load_repeats must be > 0"):
+        load.measure({"sizes": {"load_repeats": 0}}, manifest)
+
+
+def test_quick_profile_skips_only_the_named_cells(env):
+    root, manifest = env
+    plan, _ = load.cell_plan(manifest)
+    kept = {
+        (c["method"], c["populate"], st)
+        for c in plan
+        for st in load.CACHE_STATES
+        if not load.skipped(c, st, "quick")
+    }
+    assert ("one-tensor", None, "warm") not in kept and ("one-tensor", None, "cold") in kept
+    assert ("load_file+willneed", None, "warm") not in kept and ("load_file+willneed", None, "cold") in kept
+    assert ("load_file", "assign", "cold") not in kept and ("load_file", "assign", "warm") in kept
+    for method in ("torch.load", "torch.load-mmap", "load_file"):
+        assert {(method, None, "cold"), (method, None, "warm")} <= kept
+    assert len(kept) == 5 * 2 - 2 + 4
+    assert all(load.skipped(c, st, "full") is None for c in plan for st in load.CACHE_STATES)
+
+
+def test_user_weights_skip_module_population(env):
+    root, manifest = env
+    plan, skip = load.cell_plan({**manifest, "small_config": "user"})
+    assert all(c["model"] is None for c in plan)
+    assert skip["status"] == "not_run" and "user" in skip["reason"]
+    # a user file that matches a DecoderLM config (prep.py's module_config) is populated
+    plan, skip = load.cell_plan({**manifest, "small_config": "user", "module_config": "tiny"})
+    assert skip is None and {c["model"] for c in plan if c["model"]} == {"tiny"}
+    plan, skip = load.cell_plan(
+        {**manifest, "small_config": "user", "module_config": None, "module_class_reason": "shapes differ"}
+    )
+    assert "shapes differ" in skip["reason"]
+
+
+@pytest.mark.parametrize(("system", "raw", "want"), [("Linux", 1000, 1_024_000), ("Darwin", 1000, 1000)])
+def test_ru_maxrss_normalised_to_bytes(system, raw, want):
+    assert peak_rss_bytes(raw, system) == want
+
+
+def test_ru_maxrss_unknown_os_refused():
+    with pytest.raises(ValueError, match="ru_maxrss unit unknown"):
+        peak_rss_bytes(1, "Plan9")
+
+
+def test_child_peak_rss_is_its_own_not_the_callers(env):
+    """ru_maxrss survives exec: a child exec'd from a big parent would report the parent's peak."""
+    root, manifest = env
+    ballast = bytearray(1 << 30)  # this process now holds 1 GiB more than any child needs
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    path = manifest["files"]["small_safetensors"]["path"]
+    cell = {"file": "small_safetensors", "path": path, "method": "load_file", "model": None, "populate": None}
+    s = load.measure_one(cell, "warm", cfg={"system": "Linux"})
+    assert s["pid"] != os.getpid()
+    assert s["before"]["peak_rss_bytes"] < len(ballast)
+    assert s["stages"]["all_touched"]["peak_rss_bytes"] < len(ballast)
+    del ballast
+
+
+def test_peak_rss_covers_current_rss_here():
+    snap = load_one.snapshot(__file__)
+    assert snap["peak_rss_bytes"] >= snap["rss_bytes"] - 4 * 2**20 > 0  # batched counters, see above
+
+
+@pytest.mark.slow
+def test_step_runs_with_prep_and_the_real_model(workbench):
+    """The step end to end: prep.prepare's files, model.DecoderLM populated by copy and by assign."""
+    import profiles
+
+    sizes = profiles.resolve("quick", {"load_big_tensors": 1, "load_repeats": 1})
+    cfg = {"sizes": sizes, "system": "Linux", "become_allowed": False, "profile": "quick"}
+    section = load.run(cfg, workbench)
+    jsonschema.validate(json.loads(json.dumps(section)), json.loads(SCHEMA.read_text()))
+    assert section["module_populated"] == {"status": "ok"}
+    populated = [s for s in section["samples"] if s["model"]]
+    assert {(s["file"], s["populate"]) for s in populated} == {
+        (f, p) for f in ("small_pt", "small_safetensors") for p in ("copy", "assign")
+    }
+    for s in populated:
+        st = s["stages"]
+        assert s["model"] == "tiny"
+        assert (
+            st["loader_return"]["time_s"] <= st["module_populated"]["time_s"] <= st["all_touched"]["time_s"]
+        )
+        assert st["module_populated"]["resident_fraction"] > 0.99  # populating read every weight
+    assert section["n_cold_unverified"] == 0

@@ -1,0 +1,267 @@
+"""The load report section: schema, explanations from the section's own numbers, rendered facts.
+
+The section is built from synthetic samples with known times, passed through the
+host-side summariser (labscripts/load.py), so every ratio the report prints can
+be checked exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+import jsonschema
+import pytest
+
+import load
+from disklab.sections import load as section_mod
+from disklab.units import FILTERS
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = json.loads((REPO / "src/disklab/schema/experiments/load.schema.json").read_text())
+TEMPLATES = REPO / "src/disklab/templates"
+MIB = 1 << 20
+SIZE = 256 * MIB
+# (method, file, populate) -> {state: (loader_return_s, all_touched_s)}
+TIMES = {
+    ("torch.load", "big_pt", None): {"cold": (0.6, 1.0), "warm": (0.2, 0.5)},
+    ("torch.load-mmap", "big_pt", None): {"cold": (0.005, 1.8), "warm": (0.004, 0.1)},
+    ("load_file", "big_safetensors", None): {"cold": (0.002, 2.0), "warm": (0.001, 0.1)},
+    ("one-tensor", "big_safetensors", None): {"cold": (0.003, 0.05), "warm": (0.001, 0.01)},
+    ("load_file+willneed", "big_safetensors", None): {"cold": (0.3, 1.5), "warm": (0.002, 0.1)},
+    ("load_file", "small_safetensors", "copy"): {"cold": (0.01, 0.04), "warm": (0.005, 0.02)},
+    ("load_file", "small_safetensors", "assign"): {"cold": (0.01, 0.06), "warm": (0.005, 0.04)},
+}
+
+
+def snap(fraction: float, peak: int, size: int = SIZE) -> dict:
+    return {
+        "resident_bytes": int(fraction * size),
+        "resident_fraction": fraction,
+        "rss_bytes": peak - MIB,
+        "peak_rss_bytes": peak,
+    }
+
+
+def sample(method, file, populate, state, lr, at, rep, *, cache_state=None) -> dict:
+    size = SIZE if file.startswith("big") else 2 * MIB
+    share = 1 / 8 if method == "one-tensor" else 1.0
+    stages = {
+        "loader_return": {
+            "status": "ok",
+            "time_s": lr,
+            **snap(0.001 if state == "cold" else 1.0, 200 * MIB, size),
+        }
+    }
+    if populate:
+        stages["module_populated"] = {
+            "status": "ok",
+            "time_s": (lr + at) / 2,
+            **snap(1.0, (230 if populate == "copy" else 210) * MIB, size),
+        }
+    stages["all_touched"] = {"status": "ok", "time_s": at, **snap(share, 460 * MIB, size)}
+    stages["device_placed"] = {
+        "status": "not_run",
+        "reason": "torch.cuda.is_available() is False on this host",
+    }
+    return {
+        "method": method,
+        "path": f"/wb/load/{file}",
+        "file": file,
+        "file_size_bytes": size,
+        "model": "tiny" if populate else None,
+        "populate": populate,
+        "pid": 100 + rep,
+        "system": "Linux",
+        "torch_version": "2.13.0",
+        "cache_state_requested": "cold" if state == "cold" else state,
+        "cache_state": cache_state or state,
+        "repeat": rep,
+        "eviction": {
+            "method": "drop_caches",
+            "attempts": [
+                {"method": "fadvise_dontneed", "ok": False, "error": "RuntimeError: 40.0 % still resident"},
+                {"method": "drop_caches", "ok": True, "error": None},
+            ],
+            "fraction_after": 0.0,
+        }
+        if state == "cold"
+        else None,
+        "process": {"spawn_to_main_s": 0.01, "import_s": 1.1},
+        "before": snap(0.0 if state == "cold" else 1.0, 190 * MIB, size),
+        "residency_trust": "ok",
+        "stage_order": list(stages),
+        "stages": stages,
+        "probe_s": 0.001,
+        "n_tensors": 1 if method == "one-tensor" else 8,
+        "touched_bytes": int(share * size),
+        "checksum": 1.0,
+    }
+
+
+def make_section(*, unverified: bool = False) -> dict:
+    samples = []
+    for (method, file, populate), by_state in TIMES.items():
+        for state, (lr, at) in by_state.items():
+            for rep, scale in enumerate((0.9, 1.0, 1.2)):  # median is the table's value
+                samples.append(sample(method, file, populate, state, lr * scale, at * scale, rep))
+    if unverified:
+        samples.append(
+            sample("load_file", "big_safetensors", None, "cold", 0.001, 0.1, 3, cache_state="cold_unverified")
+        )
+    workers = [
+        {
+            "method": "torch.load",
+            "pss_sum_bytes": 2 * 400 * MIB,
+            "private_sum_bytes": 2 * 390 * MIB,
+            "workers": [
+                {
+                    "pid": 1,
+                    "rss_bytes": 480 * MIB,
+                    "pss_bytes": 400 * MIB,
+                    "private_bytes": 400 * MIB,
+                    "shared_bytes": 80 * MIB,
+                }
+            ]
+            * 2,
+        },
+        {
+            "method": "torch.load-mmap",
+            "pss_sum_bytes": 2 * 272 * MIB,
+            "private_sum_bytes": 2 * 144 * MIB,
+            "workers": [
+                {
+                    "pid": 2,
+                    "rss_bytes": 480 * MIB,
+                    "pss_bytes": 272 * MIB,
+                    "private_bytes": 144 * MIB,
+                    "shared_bytes": 336 * MIB,
+                }
+            ]
+            * 2,
+        },
+    ]
+    return {
+        "status": "ok",
+        "system": "Linux",
+        "page_size_bytes": 4096,
+        "repeats": 3,
+        "small_config": "tiny",
+        "files": {"big_pt": {"path": "/wb/big.pt", "size_bytes": SIZE, "format": "pt"}},
+        "module_populated": {"status": "ok"},
+        "device_placed": {"status": "not_run", "reason": "torch.cuda.is_available() is False on this host"},
+        "cells_skipped": [
+            "one-tensor is measured cold only in the quick profile: its question is cold residency"
+        ],
+        "eviction_methods_used": ["drop_caches"],
+        "drop_caches_used": True,
+        "become_allowed": True,
+        "n_cold_unverified": int(unverified),
+        "residency_trust": ["ok"],
+        "samples": samples,
+        "cells": load.summarise(samples),
+        "two_workers": {"status": "ok", "file_size_bytes": SIZE, "runs": workers},
+        "measure_wall_s": 100.0,
+        "step_wall_s": 120.0,
+    }
+
+
+def render(section: dict, tmp_path: Path) -> tuple[dict, str]:
+    jsonschema.validate(section, SCHEMA)
+    x = section_mod.build(section, {"experiments": {"load": section}}, tmp_path / "plots")
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined)
+    env.filters.update(FILTERS)
+    md = env.get_template("sections/load.md.j2").render(s=section, x=x, results={})
+    return x, md
+
+
+def test_explanations_computed_from_the_sections_numbers(tmp_path):
+    x, md = render(make_section(), tmp_path)
+    lines = x["explanations"]
+    assert (
+        "cold, loader_return: torch.load-mmap took 0.0083× torch.load here "
+        "(0.005 s against 0.600 s, medians)." in lines
+    )
+    assert (
+        "cold, all_touched: torch.load-mmap took 1.8× torch.load here (1.800 s against 1.000 s, medians)."
+        in lines
+    )
+    assert (
+        "warm, all_touched: torch.load-mmap took 0.2× torch.load here (0.100 s against 0.500 s, medians)."
+        in lines
+    )
+    assert any(
+        line.startswith("cold, all_touched: load_file+willneed took 0.8× load_file and 1.5× torch.load")
+        and "narrowed" in line
+        for line in lines
+    )
+    assert any(
+        "one-tensor left 12.5 % of the file resident (the tensor itself is 12.5 % of the file)" in line
+        for line in lines
+    )
+    assert any(
+        line.startswith("cold, module_populated, small_safetensors: meta + assign took 1.4×")
+        for line in lines
+    )
+    for line in lines:
+        assert line.startswith(("cold,", "warm,"))  # every figure names its cache state and stage
+        assert any(stage in line for stage in section_mod.STAGES)
+    for line in lines:
+        assert line in md
+
+
+def test_table_plot_and_workers_rendered(tmp_path):
+    x, md = render(make_section(), tmp_path)
+    assert (
+        "| torch.load, big_pt | cold | loader_return | 0.600 s [0.540 s–0.720 s] "
+        "| 0.1 % (262.14 KiB) | 200.00 MiB |" in md
+    )
+    assert "| load_file → module (assign), small_safetensors | warm | module_populated |" in md
+    assert x["plot"] == "plots/load_stages.png" and (tmp_path / "plots/load_stages.png").stat().st_size > 1000
+    assert "`device_placed` not run: torch.cuda.is_available() is False on this host." in md
+    assert "| torch.load | 1 | 480.00 MiB | 400.00 MiB | 400.00 MiB | 80.00 MiB |" in md
+    assert "PSS summed to 256.00 MiB more than the two mmap" in md and "1.0× the file's size" in md
+    assert "whole machine" in md
+    assert (
+        "Not measured: one-tensor is measured cold only in the quick profile" in md
+    )  # drop_caches is global, and the report says so
+    assert "peak since it started" in md
+    assert "took 1.100 s per process, median of 42" in md  # import time, outside every stage
+
+
+def test_cold_unverified_is_flagged_and_never_cold(tmp_path):
+    x, md = render(make_section(unverified=True), tmp_path)
+    assert "1 cold run(s) found the file more than 1 % resident" in md
+    flagged = [r for r in x["rows"] if r["flag"]]
+    assert flagged and all(r["cache_state"] == "cold_unverified" for r in flagged)
+    assert "| load_file, big_safetensors | cold_unverified ⚠ | all_touched | 0.100 s" in md
+    # the cold cell's median is untouched by the unverified run
+    cold = next(
+        r
+        for r in x["rows"]
+        if r["what"] == "load_file, big_safetensors"
+        and r["cache_state"] == "cold"
+        and r["stage"] == "all_touched"
+    )
+    assert cold["time_s"]["median"] == pytest.approx(2.0) and cold["n"] == 3
+
+
+@pytest.mark.parametrize("status", ["not_run", "failed"])
+def test_not_run_and_failed_render(tmp_path, status):
+    section = {
+        "status": status,
+        "reason": "Windows has no page cache control here",
+        "error": "RuntimeError: boom",
+    }
+    if status == "not_run":
+        del section["error"]
+    else:
+        del section["reason"]
+    x, md = render(section, tmp_path)
+    assert x == {"ok": False}
+    assert (
+        ("Not run on this host: Windows" in md)
+        if status == "not_run"
+        else ("failed: RuntimeError: boom" in md)
+    )
