@@ -32,7 +32,9 @@ lint: $(TEST_VENV)/.installed
 test: lint
 	$(TEST_VENV)/bin/pytest
 
+# fio is the reference the bench compares disklab with; it comes from the OS packages.
 bench: $(TEST_VENV)/.installed
+	command -v fio >/dev/null || (apt-get update -qq && apt-get install -y -qq fio)
 	$(TEST_VENV)/bin/python bench/run.py
 
 clean:

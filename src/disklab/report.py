@@ -65,17 +65,16 @@ def host_context(host_dir: Path) -> dict | None:
             if name in doc["experiments"]:
                 s = doc["experiments"][name]
                 sections.append({"name": name, "s": s, "x": build_section(name, s, doc, host_dir / "plots")})
+    # the newest facts: an audit made after the last run shows the host as it is now
+    audit_newer = audit is not None and (not doc or store.run_key(audit_path) > store.run_key(run_files[-1]))
     since = None
     if len(run_files) >= 2:
         since = compare.compare_runs(results.load(run_files[-2]), doc)
     return {
         "host": host_dir.name,
         "doc": doc,
-        # the newest facts: an audit made after the last run shows the host as it is now
-        "facts": (audit if audit and (not doc or store.run_key(audit_path) > store.run_key(run_files[-1]))
-                  else doc or {}).get("facts"),
-        "facts_from": "audit" if audit and (not doc or store.run_key(audit_path) > store.run_key(run_files[-1]))
-        else "run",
+        "facts": (audit if audit_newer else doc or {}).get("facts"),
+        "facts_from": "audit" if audit_newer else "run",
         "audit": audit,
         "failure": failure,
         "sections": sections,
