@@ -73,9 +73,11 @@ def _lab_args() -> list[str]:
     return args
 
 
-def _index_row(reports: Path, host: str) -> str:
-    """The line of reports/index.md for ``host``; fails when there is not exactly one."""
-    rows = [ln for ln in (reports / "index.md").read_text().splitlines() if ln.startswith(f"| {host} |")]
+def _index_row(reports: Path, host: str, table: str = "Runs") -> str:
+    """The line for ``host`` in one table of reports/index.md; fails when there is not exactly one."""
+    text = (reports / "index.md").read_text()
+    section = text.split(f"## {table}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith(f"| {host} |")]
     assert len(rows) == 1, rows
     return rows[0]
 
@@ -174,6 +176,11 @@ def test_audit_reports_each_hosts_true_filesystem_and_flags(fleet, tmp_path):
             assert isinstance(dev["rotational"], bool) and isinstance(dev["read_ahead_kb"], int)
         row = _index_row(reports, h.name)
         assert f"| {h.name} | ok | {h.fs} |" in row
+        audit_row = _index_row(reports, h.name, "Filesystem audit").split(" | ")
+        assert audit_row[2] == h.fs
+        if h.fs != "tmpfs":  # device, rotational, scheduler, read_ahead_kb from the host's sysfs
+            assert audit_row[3].startswith(Path(fleet.host(h.name)["loop"]).name)
+            assert audit_row[6] == str(facts["workbench"]["device"]["read_ahead_kb"])
     index = (reports / "index.md").read_text()
     assert "**host3: tmpfs.**" in index and "power loss" in index
     assert "**host0: loop device.**" in index and "**host3: loop device.**" not in index

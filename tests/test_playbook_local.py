@@ -36,7 +36,8 @@ def test_two_local_runs_write_reports_and_leave_the_venv_unchanged(tmp_path, lab
     assert len(runs) == 1
     doc = results.load(runs[0])  # validates against the schema
     assert doc["facts"]["workbench"]["fstype"] == df_type
-    assert (reports / "index.md").read_text().count("| localhost |") == 1
+    runs_table = (reports / "index.md").read_text().split("## Filesystem audit")[0]
+    assert runs_table.count(f"| localhost | ok | {df_type} |") == 1
 
     venv = lab_root / "venv"
     before = (_pip_freeze(venv), (venv / "bin" / "python").lstat().st_mtime_ns)
