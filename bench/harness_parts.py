@@ -1,0 +1,191 @@
+"""Parts 3 and 4: what Ansible and the controller add around the lab.
+
+Part 3, harness overhead: ``disklab run`` on localhost at the quick profile,
+against the lab runner (labscripts/lab.py) started directly with the lab
+venv's Python and the very config.json and host.json that a ``disklab run``
+wrote. A first ``disklab run`` is a warm-up, not measured: it makes sure the
+lab venv exists, so every measured run reuses it (same ``disklab_root``).
+
+Part 4, fleet scaling: ``disklab audit`` on one host of the test fleet and on
+all 16, timed with Python's perf_counter around the CLI in a fresh process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from common import REPO, judged_part, pair_orders, summary
+
+FLEET_HOSTS = 16
+FLEET_IDS = range(230, 250)  # fleet ids tried in turn; the tests use others
+
+
+def _timed(cmd: list[str], timeout_s: float, cpu: list[float] | None = None, **kw) -> float:
+    """Run ``cmd`` to completion; its wall time in s. Raises RuntimeError on a non-zero exit.
+
+    With ``cpu``, appends the user+system CPU s of ``cmd`` and the descendants
+    it waited for (getrusage(2) RUSAGE_CHILDREN): on the fleet that is the
+    controller's CPU (ansible, ssh clients), not the hosts' (their processes
+    are children of each host's sshd).
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, **kw)
+    wall_s = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip()[-800:]
+        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}: {tail}")
+    if cpu is not None:
+        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return wall_s
+
+
+def _disklab(reports: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "disklab.cli", "--reports", str(reports), *args]
+
+
+def lab_duration_s(results_path: Path) -> float:
+    """finished_utc - started_utc of one lab.py results file, in s (lab.py's own clock)."""
+    doc = json.loads(Path(results_path).read_text())
+    fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
+    start, end = (dt.datetime.strptime(doc[k], fmt) for k in ("started_utc", "finished_utc"))
+    return (end - start).total_seconds()
+
+
+def _newest_run_dir(lab_root: Path) -> Path:
+    runs = sorted((lab_root / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
+    return runs[-1]
+
+
+def harness_overhead(lab_root: Path, repeats: int, steps: list[str] | None, timeout_s: float = 1800) -> dict:
+    """Part 3: ``repeats`` pairs of ``disklab run`` (quick) and lab.py started directly, in s.
+
+    ``lab_root`` is the ``disklab_root`` of both (its venv is reused; the
+    warm-up run creates it when missing). ``steps`` overrides lab_run_steps
+    (None: the role's default). Raises RuntimeError when a run fails.
+    """
+    work = Path(tempfile.mkdtemp(prefix="disklab-bench-harness-"))
+    try:
+        host_vars = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "disklab_root": str(lab_root),
+            "disklab_workbench": str(lab_root / "workbench"),
+            "lab_run_workbench_create": True,
+        }
+        if steps:
+            host_vars["lab_run_steps"] = steps
+        inventory = work / "inventory.yml"
+        inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": host_vars}}}))
+        reports = work / "reports"
+        run_cmd = _disklab(reports, "run", "-i", str(inventory), "--profile", "quick")
+        warmup_s = _timed(run_cmd, timeout_s, cwd=REPO)
+        src = _newest_run_dir(lab_root)
+        config, facts = work / "config.json", work / "host.json"
+        shutil.copy(src / "host.json", facts)
+        cfg = json.loads((src / "config.json").read_text())
+        direct_out = work / "direct"
+        direct_out.mkdir()
+        samples: dict[str, list[float]] = {"disklab_run": [], "lab_py_direct": []}
+        cpu: dict[str, list[float]] = {k: [] for k in samples}
+        inside_s = []  # per disklab run: how long its lab.py ran, from the results it wrote
+        for i, order in enumerate(pair_orders(repeats, ("disklab_run", "lab_py_direct"))):
+            for name in order:
+                if name == "disklab_run":
+                    samples[name].append(_timed(run_cmd, timeout_s, cpu[name], cwd=REPO))
+                    inside_s.append(lab_duration_s(_newest_run_dir(lab_root) / "results.json"))
+                    continue
+                cfg["run_id"] = f"bench-direct-{i}"
+                config.write_text(json.dumps(cfg))
+                direct = [
+                    str(lab_root / "venv" / "bin" / "python"),
+                    str(lab_root / "labscripts" / "lab.py"),
+                    "--config", str(config), "--facts", str(facts),
+                    "--out", str(direct_out / f"{i}.json"),
+                ]  # fmt: skip
+                samples[name].append(_timed(direct, timeout_s, cpu[name], cwd=lab_root))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    part = judged_part(
+        title="harness overhead",
+        quantity=f"wall time of the quick profile (steps: {', '.join(cfg['steps'])})",
+        unit="s",
+        sides=samples,
+        target={"op": "<=", "value": 1.10},
+        notes=[
+            "lab_py_direct uses the config.json and host.json of a disklab run, the lab venv's Python "
+            "and the staged labscripts, exactly as the lab_run role starts it",
+            "disklab_run includes argument checks, fact gathering, staging, preflight, the pip check of the "
+            "venv, the host audit, the lab, the fetch, storing and rendering the report",
+        ],
+    )
+    part["warmup_disklab_run_s"] = warmup_s
+    part["lab_inside_disklab_run_s"] = inside_s
+    part["cpu"] = {k: summary(v, "s") for k, v in cpu.items()}
+    part["overhead_outside_lab_s"] = summary(
+        [w - x for w, x in zip(samples["disklab_run"], inside_s, strict=True)], "s"
+    )
+    part["steps"] = cfg["steps"]
+    return part
+
+
+def fleet_scaling(repeats: int, state_root: Path, timeout_s: float = 900) -> dict:
+    """Part 4: ``repeats`` pairs of ``disklab audit`` on 16 fleet hosts and on 1, in s.
+
+    Brings up a 16-host test fleet (tests/fleet/fleet.py; root, sshd, loop
+    mounts) under ``state_root`` with the first free fleet id in FLEET_IDS, and
+    always takes it down. Raises RuntimeError (or the fleet's FleetError) when
+    the fleet or an audit fails.
+    """
+    sys.path.insert(0, str(REPO / "tests" / "fleet"))
+    from fleet import Fleet, FleetError
+
+    fleet, errors = None, []
+    for fid in FLEET_IDS:
+        try:
+            fleet = Fleet.up(FLEET_HOSTS, state_root / f"f{fid}", fleet_id=fid, size_mib=300)
+            break
+        except (FleetError, ValueError) as exc:
+            errors.append(f"{fid}: {exc}")
+    if fleet is None:
+        raise RuntimeError(f"no test fleet could be brought up: {errors[-3:]}")
+    reports = Path(tempfile.mkdtemp(prefix="disklab-bench-fleet-"))
+    try:
+        inv = str(fleet.inventory_path)
+        cmds = {
+            "audit_16_hosts": _disklab(reports, "audit", "-i", inv),
+            "audit_1_host": _disklab(reports, "audit", "-i", inv, "--limit", "host0"),
+        }
+        warmup_s = _timed(cmds["audit_16_hosts"], timeout_s, cwd=REPO)
+        samples: dict[str, list[float]] = {k: [] for k in cmds}
+        cpu: dict[str, list[float]] = {k: [] for k in cmds}
+        for order in pair_orders(repeats, tuple(cmds)):
+            for name in order:
+                samples[name].append(_timed(cmds[name], timeout_s, cpu[name], cwd=REPO))
+    finally:
+        shutil.rmtree(reports, ignore_errors=True)
+        problems = fleet.down()
+    part = judged_part(
+        title="fleet scaling",
+        quantity=f"wall time of disklab audit, {FLEET_HOSTS} hosts vs 1 host",
+        unit="s",
+        sides=samples,
+        target={"op": "<=", "value": 1.5},
+        notes=["hosts are network namespaces of this machine: they share its CPUs, disk and page cache"],
+    )
+    part["warmup_audit_16_hosts_s"] = warmup_s
+    part["controller_cpu"] = {k: summary(v, "s") for k, v in cpu.items()}
+    part["machine_cpus"] = os.cpu_count()
+    part["fleet_down_problems"] = problems
+    return part

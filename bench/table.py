@@ -1,0 +1,71 @@
+"""The markdown table and the one-line summary printed at the end of ``make bench``."""
+
+from __future__ import annotations
+
+from common import target_text
+
+UNIT_TEXT = {"us": "µs", "s": "s", "mib_s": "MiB/s"}
+
+
+def _side(side: dict, unit: str) -> str:
+    u = UNIT_TEXT[unit]
+    return f"{side[f'median_{unit}']:.4g} {u} ({side[f'min_{unit}']:.4g} to {side[f'max_{unit}']:.4g})"
+
+
+def _row(name: str, part: dict) -> str:
+    title = part.get("title", name)
+    if part["status"] != "ok":
+        why = (part.get("reason") or part.get("error") or "").strip().splitlines()
+        shown = why[0] + (f" ... {why[-1].strip()}" if len(why) > 1 else "") if why else ""
+        return f"| {title} | {part['status']}: {shown.replace('|', '/')} | | | | |"
+    unit = part["unit"]
+    met = "yes" if part["met"] else "**no**"
+    if "ratio" not in part:  # an absolute figure (report rendering)
+        value = part["value"]
+        shown = f"{value[f'median_{unit}']:.3g} {UNIT_TEXT[unit]}"
+        target = f"{target_text(part['target'])} {UNIT_TEXT[unit]}"
+        return f"| {title} | {shown} | {target} | {met} | {_side(value, unit)} | |"
+    a, b = part["sides"]
+    r = part["ratio"]
+    ratio = f"{r['median']:.3f} ({r['min']:.3f} to {r['max']:.3f}), {part['ratio_of']}"
+    sides = f"{a}: {_side(part['sides'][a], unit)} | {b}: {_side(part['sides'][b], unit)}"
+    return f"| {title} | {ratio} | {target_text(part['target'])} | {met} | {sides} |"
+
+
+def markdown(doc: dict) -> str:
+    """The results table: each part's median ratio (min to max), target, verdict and raw medians."""
+    lines = [
+        f"## disklab bench on {doc['host']} ({doc['run_id']}{', tiny' if doc['tiny'] else ''})",
+        "",
+        "| part | ratio median (min to max) | target | met | disklab median (min to max) "
+        "| reference median (min to max) |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [_row(name, doc["parts"][name]) for name in doc["part_order"]]
+    extra = []
+    fs = doc["parts"].get("fsync_fidelity", {})
+    if fs.get("status") == "ok":
+        r = fs["write_plus_fsync_ratio"]
+        extra.append(
+            f"- fsync: write+fsync p50 ratio disklab/fio {r['median']:.3f} (fio side: sum of its p50s)"
+        )
+    cr = doc["parts"].get("cold_read_fidelity", {})
+    if cr.get("status") == "ok":
+        w = cr["warm"]
+        extra.append(
+            f"- warm read: disklab {_side(w['sides']['disklab'], 'mib_s')}, "
+            f"fio {_side(w['sides']['fio'], 'mib_s')}, ratio {w['ratio']['median']:.3f}"
+        )
+    return "\n".join(lines + ([""] + extra if extra else []))
+
+
+def summary_line(doc: dict) -> str:
+    """One line: how many targets were met, and each part's verdict."""
+    parts = [(n, doc["parts"][n]) for n in doc["part_order"]]
+    judged = [(n, p) for n, p in parts if p["status"] == "ok"]
+    met = sum(p["met"] for _, p in judged)
+    verdicts = ", ".join(
+        f"{n} {'met' if p['met'] else 'MISSED'}" if p["status"] == "ok" else f"{n} {p['status']}"
+        for n, p in parts
+    )
+    return f"bench {doc['run_id']} on {doc['host']}: {met}/{len(judged)} targets met ({verdicts})"
