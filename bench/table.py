@@ -24,7 +24,9 @@ def _row(name: str, part: dict) -> str:
         value = part["value"]
         shown = f"{value[f'median_{unit}']:.3g} {UNIT_TEXT[unit]}"
         target = f"{target_text(part['target'])} {UNIT_TEXT[unit]}"
-        return f"| {title} | {shown} | {target} | {met} | {_side(value, unit)} | |"
+        first = part.get("first_render_s")
+        note = f"first render, nothing rendered yet: {first:.3g} s" if first is not None else ""
+        return f"| {title} | {shown} | {target} | {met} | {_side(value, unit)} | {note} |"
     a, b = part["sides"]
     r = part["ratio"]
     ratio = f"{r['median']:.3f} ({r['min']:.3f} to {r['max']:.3f}), {part['ratio_of']}"

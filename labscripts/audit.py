@@ -548,12 +548,15 @@ def collect_all(workbench: str, venv_python: str | None, probe: Probe | None = N
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workbench", required=True, help="directory where the lab writes")
-    parser.add_argument("--venv-python", help="the lab venv's python; omit before the venv exists")
+    parser.add_argument("--venv-python", help="the lab venv's python; ignored while it does not exist yet")
     parser.add_argument("--out", type=Path, help="write the JSON here (atomically) as well as print it")
     args = parser.parse_args(argv)
-    facts = collect_all(args.workbench, args.venv_python)
+    venv = os.path.expanduser(args.venv_python) if args.venv_python else None
+    facts = collect_all(os.path.expanduser(args.workbench), venv if venv and os.path.exists(venv) else None)
     if args.out:
-        atomic_write_json(args.out, facts)
+        out = args.out.expanduser()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out, facts)
     print(json.dumps(facts, indent=2, sort_keys=True))
     return 0
 

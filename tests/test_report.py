@@ -14,7 +14,7 @@ import big_write
 import fsync_bench
 import write_buffering
 from conftest import REPO
-from disklab import report, results, store
+from disklab import report, results, store, units
 from disklab.fsio import atomic_write_json
 from test_audit import darwin_probe
 
@@ -85,11 +85,11 @@ def test_linux_report_shows_this_hosts_facts_and_numbers(tmp_path, linux_doc):
     wb = f["writeback"]["dirty_expire_centisecs"]
     assert f"| vm.dirty_expire_centisecs | {wb} | a dirty page older than {wb / 100:.1f} s" in text
     p50 = linux_doc["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"]
-    assert "fsync p50 is" in text and f"{p50:,.0f}" in text.replace(".", ",", 0)
+    assert "fsync p50 is" in text and units.us(p50) in text
     assert "Not measured on real hardware" not in text  # a real run has no caveats
     index = (reports / "index.md").read_text()
     row = next(line for line in index.splitlines() if line.startswith("| linuxbox |"))
-    assert f["workbench"]["fstype"] in row and f["host"]["kernel"] in row and " µs" in row or " ms" in row
+    assert f["workbench"]["fstype"] in row and f["host"]["kernel"] in row and units.us(p50) in row
 
 
 def test_macos_report_states_not_applicable_and_not_run_on_real_hardware(tmp_path, darwin_doc):
@@ -173,3 +173,20 @@ def test_stored_runs_are_never_overwritten(tmp_path, linux_doc):
         store.new_run_id(reports, __import__("datetime").datetime(2026, 11, 29, 10, 0, 0))
         == "20261129T100000Z-1"
     )
+
+
+def test_report_renders_only_hosts_whose_stored_files_changed(tmp_path, linux_doc):
+    reports = tmp_path / "reports"
+    _store(reports, linux_doc)
+    other = copy.deepcopy(linux_doc)
+    other["host"] = "otherbox"
+    _store(reports, other)
+    first = report.render_all(reports)
+    assert {p.parent.name for p in first[:-1]} == {"linuxbox", "otherbox"}
+    assert report.render_all(reports) == [reports / "index.md"]  # nothing changed: only the index
+    second = copy.deepcopy(linux_doc)
+    second["run_id"] = "20261129T110000Z"
+    _store(reports, second)
+    assert [p.parent.name for p in report.render_all(reports)[:-1]] == ["linuxbox"]
+    assert "Run `20261129T110000Z`" in (reports / "linuxbox" / "report.md").read_text()
+    assert len(report.render_all(reports, force=True)) == 3

@@ -89,8 +89,8 @@ def _playbook(args, playbook: str, kind: str) -> int:
 def cmd_report(args) -> int:
     from disklab import report
 
-    written = report.render_all(Path(args.reports))
-    print(f"rendered {len(written)} files under {args.reports}")
+    written = report.render_all(Path(args.reports), force=args.force)
+    print(f"rendered {len(written) - 1} host reports and the index under {args.reports}")
     return 0
 
 
@@ -153,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("-e", "--extra", action="append", metavar="NAME=VALUE")
     audit.set_defaults(func=lambda a: _playbook(a, "audit.yml", "audits"))
 
-    rep = sub.add_parser("report", help="re-render every report from stored runs, touching no host")
+    rep = sub.add_parser("report", help="re-render the reports from stored runs, touching no host")
+    rep.add_argument("--force", action="store_true", help="render every host, even those already up to date")
     rep.set_defaults(func=cmd_report)
 
     cmp = sub.add_parser("compare", help="what changed between a host's last two runs (or two run files)")

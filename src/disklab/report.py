@@ -7,6 +7,7 @@ StrictUndefined, so a missing field fails loudly instead of printing nothing.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 from pathlib import Path
@@ -14,9 +15,12 @@ from pathlib import Path
 import jinja2
 
 from disklab import __version__, compare, store
-from disklab.fsio import atomic_write_text
+from disklab.fsio import atomic_write_json, atomic_write_text
 from disklab.results import SCHEMA_VERSION
 from disklab.units import FILTERS
+
+# Per host: the input stamp of the last render and the index row it produced.
+STAMP_FILE = ".rendered.json"
 
 # Report sections, in the order they appear; each has sections/NAME.py and templates/sections/NAME.md.j2.
 SECTION_ORDER = ["write_buffering", "fsync_bench", "big_write", "crash", "powercut", "load", "pickle_safety"]
@@ -83,26 +87,13 @@ def host_context(host_dir: Path) -> dict | None:
     }
 
 
-def render_host(host_dir: Path, env: jinja2.Environment | None = None) -> Path | None:
-    """Write ``<host_dir>/report.md`` from the host's latest run; returns its path."""
-    env = env or environment()
-    ctx = host_context(host_dir)
-    if ctx is None:
-        return None
-    text = env.get_template("host_report.md.j2").render(
-        disklab_version=__version__, schema_version=SCHEMA_VERSION, **ctx
-    )
-    return atomic_write_text(host_dir / "report.md", text)
-
-
-def index_row(host_dir: Path) -> dict:
-    """One row of the fleet index: latest facts, fsync p50 and any failure of the latest invocation."""
-    ctx = host_context(host_dir) or {}
+def index_row(ctx: dict) -> dict:
+    """One row of the fleet index from a host's context: newest facts, fsync p50, latest failure."""
     doc = ctx.get("doc")
     fsync = (doc or {}).get("experiments", {}).get("fsync_bench", {})
     p50 = fsync.get("modes", {}).get("fsync", {}).get("latency", {}).get("p50_us") if fsync else None
     return {
-        "host": host_dir.name,
+        "host": ctx["host"],
         "facts": ctx.get("facts"),
         "facts_from": ctx.get("facts_from"),
         "audit_run_id": ctx["audit"]["run_id"] if ctx.get("audit") else None,
@@ -113,19 +104,79 @@ def index_row(host_dir: Path) -> dict:
     }
 
 
-def render_index(reports: Path, env: jinja2.Environment | None = None) -> Path:
+def renderer_stamp() -> str:
+    """A digest of everything that shapes a report besides the stored files: version and templates.
+
+    Any change to a template, a section module or disklab's version makes
+    every host report stale, so `disklab report` renders it again.
+    """
+    pkg = Path(__file__).parent
+    digest = hashlib.sha256(__version__.encode())
+    for path in sorted([*pkg.glob("*.py"), *pkg.glob("sections/*.py"), *pkg.glob("templates/**/*.j2")]):
+        digest.update(path.relative_to(pkg).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def input_stamp(host_dir: Path, renderer: str) -> str:
+    """A digest of a host's stored runs, audits and failures (name, size, mtime) and the renderer."""
+    digest = hashlib.sha256(renderer.encode())
+    for kind in ("runs", "audits", "failures"):
+        for path in store.files(host_dir, kind):
+            st = path.stat()
+            digest.update(f"{kind}/{path.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: bool = False) -> dict | None:
+    """Write ``<host_dir>/report.md`` from the host's stored files; return its index row.
+
+    A host whose stored files and renderer are unchanged since its last render
+    (``.rendered.json`` holds the stamp and the index row) is not rendered
+    again unless ``force``: the report is a pure function of those inputs.
+    Returns None for a directory without any stored file.
+    """
+    stamp_path = host_dir / STAMP_FILE
+    stamp = input_stamp(host_dir, renderer)
+    if not force and stamp_path.is_file() and (host_dir / "report.md").is_file():
+        cached = json.loads(stamp_path.read_text())
+        if cached.get("stamp") == stamp:
+            return cached["index_row"]
+    ctx = host_context(host_dir)
+    if ctx is None:
+        return None
+    text = env.get_template("host_report.md.j2").render(
+        disklab_version=__version__, schema_version=SCHEMA_VERSION, **ctx
+    )
+    atomic_write_text(host_dir / "report.md", text)
+    row = index_row(ctx)
+    atomic_write_json(stamp_path, {"stamp": stamp, "index_row": row})
+    return row
+
+
+def render_index(reports: Path, rows: list[dict], env: jinja2.Environment) -> Path:
     """Write ``reports/index.md``: one row per host."""
-    env = env or environment()
-    rows = [index_row(reports / h) for h in store.hosts(reports)]
     text = env.get_template("index.md.j2").render(
         disklab_version=__version__, schema_version=SCHEMA_VERSION, rows=rows
     )
     return atomic_write_text(reports / "index.md", text)
 
 
-def render_all(reports: Path) -> list[Path]:
-    """Re-render every host report and the index from stored files only."""
+def render_all(reports: Path, force: bool = False) -> list[Path]:
+    """Render every host report that is out of date, then the index, from stored files only.
+
+    Returns the reports that were written this time, and the index.
+    """
     env = environment()
-    written = [p for h in store.hosts(reports) if (p := render_host(reports / h, env))]
-    written.append(render_index(reports, env))
+    renderer = renderer_stamp()
+    rows, written = [], []
+    for host in store.hosts(reports):
+        report_md = reports / host / "report.md"
+        before = report_md.stat().st_mtime_ns if report_md.exists() else None
+        row = render_host(reports / host, env, renderer, force)
+        if row is None:
+            continue
+        rows.append(row)
+        if report_md.stat().st_mtime_ns != before:
+            written.append(report_md)
+    written.append(render_index(reports, rows, env))
     return written

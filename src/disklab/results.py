@@ -7,6 +7,7 @@ time through ``MIGRATIONS``.
 
 from __future__ import annotations
 
+import functools
 import json
 from importlib import resources
 from pathlib import Path
@@ -38,6 +39,7 @@ def _load_json(traversable) -> dict:
     return json.loads(traversable.read_text(encoding="utf-8"))
 
 
+@functools.lru_cache(maxsize=1)
 def _registry() -> Registry:
     """Every schema shipped in the package, addressable by file name for $ref."""
     resources_ = []
@@ -46,6 +48,18 @@ def _registry() -> Registry:
         if entry.name.endswith(".schema.json"):
             resources_.append((SCHEMA_BASE + entry.name, Resource.from_contents(_load_json(entry))))
     return Registry().with_resources(resources_)
+
+
+@functools.cache
+def _validator(kind: str, name: str = "") -> jsonschema.Draft202012Validator | None:
+    """A compiled validator, built once per process: kind is "results", "facts" or "experiment"."""
+    if kind == "experiment":
+        schema = experiment_schema(name)
+        if schema is None:
+            return None
+    else:
+        schema = _load_json(_schema_dir() / f"{kind}.schema.json")
+    return jsonschema.Draft202012Validator(schema, registry=_registry())
 
 
 def experiment_schema(name: str) -> dict | None:
@@ -59,15 +73,12 @@ def validate(doc: dict) -> None:
 
     Raises ResultsError with the JSON path of the first violation.
     """
-    schema = _load_json(_schema_dir() / "results.schema.json")
-    checks = [(schema, doc, "")]
+    checks = [(_validator("results"), doc, "")]
     for name, section in doc.get("experiments", {}).items():
-        sub = experiment_schema(name)
+        sub = _validator("experiment", name)
         if sub is not None and section.get("status") == "ok":
             checks.append((sub, section, f"experiments.{name}."))
-    registry = _registry()
-    for sch, inst, prefix in checks:
-        validator = jsonschema.Draft202012Validator(sch, registry=registry)
+    for validator, inst, prefix in checks:
         error = jsonschema.exceptions.best_match(validator.iter_errors(inst))
         if error is not None:
             where = prefix + ".".join(str(p) for p in error.absolute_path)
@@ -119,9 +130,7 @@ def load_audit(path: str | Path, run_id: str, host: str) -> dict:
     except (OSError, json.JSONDecodeError) as exc:
         raise ResultsError(f"{path}: {exc}") from exc
     doc = {"schema_version": SCHEMA_VERSION, "kind": "audit", "run_id": run_id, "host": host, "facts": facts}
-    schema = _load_json(_schema_dir() / "facts.schema.json")
-    validator = jsonschema.Draft202012Validator(schema, registry=_registry())
-    error = jsonschema.exceptions.best_match(validator.iter_errors(facts))
+    error = jsonschema.exceptions.best_match(_validator("facts").iter_errors(facts))
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path) or "<root>"
         raise ResultsError(f"{path}: facts do not match the schema at {where}: {error.message}")
