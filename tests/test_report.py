@@ -190,3 +190,10 @@ def test_report_renders_only_hosts_whose_stored_files_changed(tmp_path, linux_do
     assert [p.parent.name for p in report.render_all(reports)[:-1]] == ["linuxbox"]
     assert "Run `20261129T110000Z`" in (reports / "linuxbox" / "report.md").read_text()
     assert len(report.render_all(reports, force=True)) == 3
+
+
+def test_tidy_markdown_separates_tables_and_headings_but_not_code():
+    text = "## A\nline\n| a |\n|---|\n| 1 |\nafter\n```\n# not a heading\n|x\n```\n"
+    assert report.tidy_markdown(text) == (
+        "## A\n\nline\n\n| a |\n|---|\n| 1 |\n\nafter\n```\n# not a heading\n|x\n```\n"
+    )

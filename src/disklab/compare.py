@@ -38,6 +38,8 @@ LABEL_KEYS = ("name", "mode", "method", "stage", "kind", "label", "id")
 _SAMPLES_KEY = re.compile(r"(?:^|_)samples(?:_(?P<unit>[a-z_]+))?$")
 LATENCY_UNITS = {"ns", "us", "ms", "s"}
 _NOT_RECORDED = {"unavailable": "not recorded in this run"}
+# Leaves that record when or how the audit ran, not a property of the host: never a "changed fact".
+NOT_FACTS = {"facts.collected_utc", "facts.versions.python_executable"}
 
 
 def _flatten_facts(obj: object, path: str, out: dict[str, object]) -> None:
@@ -66,7 +68,7 @@ def fact_changes(old: dict, new: dict) -> list[dict]:
             if key in doc:
                 _flatten_facts(doc[key], key, flat)
     changes = []
-    for path in sorted(set(flat_old) | set(flat_new)):
+    for path in sorted((set(flat_old) | set(flat_new)) - NOT_FACTS):
         a = flat_old.get(path, _NOT_RECORDED)
         b = flat_new.get(path, _NOT_RECORDED)
         if a != b:

@@ -127,6 +127,31 @@ def input_stamp(host_dir: Path, renderer: str) -> str:
     return digest.hexdigest()
 
 
+def tidy_markdown(text: str) -> str:
+    """Blank lines around headings and tables, and no runs of blank lines.
+
+    Section templates are included inside loops, and Jinja's whitespace
+    control can glue a table or heading to the line before it, which stops
+    markdown renderers from seeing it as a table or heading.
+    """
+    out: list[str] = []
+    fenced = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if fenced or line.startswith("```"):
+            out.append(line)
+            continue
+        prev = out[-1] if out else ""
+        starts_block = line.startswith("#") or (line.startswith("|") and not prev.startswith("|"))
+        ends_table = prev.startswith("|") and line.strip() and not line.startswith("|")
+        if (starts_block or ends_table or (prev.startswith("#") and line.strip())) and prev.strip():
+            out.append("")
+        if line.strip() or (out and out[-1].strip()):
+            out.append(line)
+    return "\n".join(out).strip() + "\n"
+
+
 def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: bool = False) -> dict | None:
     """Write ``<host_dir>/report.md`` from the host's stored files; return its index row.
 
@@ -147,7 +172,7 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
     text = env.get_template("host_report.md.j2").render(
         disklab_version=__version__, schema_version=SCHEMA_VERSION, **ctx
     )
-    atomic_write_text(host_dir / "report.md", text)
+    atomic_write_text(host_dir / "report.md", tidy_markdown(text))
     row = index_row(ctx)
     atomic_write_json(stamp_path, {"stamp": stamp, "index_row": row})
     return row
@@ -158,7 +183,7 @@ def render_index(reports: Path, rows: list[dict], env: jinja2.Environment) -> Pa
     text = env.get_template("index.md.j2").render(
         disklab_version=__version__, schema_version=SCHEMA_VERSION, rows=rows
     )
-    return atomic_write_text(reports / "index.md", text)
+    return atomic_write_text(reports / "index.md", tidy_markdown(text))
 
 
 def render_all(reports: Path, force: bool = False) -> list[Path]:

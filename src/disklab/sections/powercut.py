@@ -64,7 +64,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         f"{agree} of {len(judged)} recipes with an expectation in the lesson got the lesson's verdicts "
         f"from this host's recordings.",
         f"{len(kill_safe_cut_unsafe)} recipe(s) survive every SIGKILL crash point but not a power cut: "
-        + (", ".join(kill_safe_cut_unsafe) or "none")
+        + ("; ".join(kill_safe_cut_unsafe) or "none")
         + ". A kill test would pass them.",
         f"{total} power-cut crash states were built and loaded in all, "
         f"at most {section['max_torn_per_point']} torn-write states per crash point.",
