@@ -265,3 +265,35 @@ def test_not_run_and_failed_render(tmp_path, status):
         if status == "not_run"
         else ("failed: RuntimeError: boom" in md)
     )
+
+
+def _cell(method: str, lo: float, med: float, hi: float) -> dict:
+    spread = {"n": 3, "median": med, "min": lo, "max": hi}
+    return {
+        "method": method,
+        "cache_state": "cold",
+        "populate": None,
+        "file": "big",
+        "stages": {"all_touched": {"status": "ok", "time_s": spread}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("willneed", "plain", "verdict"),
+    [
+        ((0.60, 0.62, 0.64), (0.59, 0.63, 0.66), "no cold mmap gap to close"),  # plain overlaps torch.load
+        ((0.40, 0.41, 0.42), (0.90, 0.95, 1.00), "the hint closed the cold mmap gap"),
+        ((0.70, 0.72, 0.74), (0.90, 0.95, 1.00), "narrowed the cold mmap gap here but did not close it"),
+        ((0.88, 0.96, 1.02), (0.90, 0.95, 1.00), "made no difference beyond noise"),
+    ],
+)
+def test_willneed_verdict_respects_noise(willneed, plain, verdict):
+    from disklab.sections import load as load_section
+
+    cells = [
+        _cell("torch.load", 0.40, 0.50, 0.60),
+        _cell("load_file", *plain),
+        _cell("load_file+willneed", *willneed),
+    ]
+    lines = load_section.explanations({"cells": cells, "samples": []})
+    assert any(verdict in line for line in lines), lines

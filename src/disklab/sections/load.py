@@ -24,13 +24,19 @@ def _label(cell: dict) -> str:
     return f"{cell['method']}, {cell['file']}"
 
 
-def _median(cell: dict | None, stage: str, field: str = "time_s") -> float | None:
+def _median(cell: dict | None, stage: str, field: str = "time_s", which: str = "median") -> float | None:
     if not cell:
         return None
     st = cell["stages"].get(stage)
     if not st or st.get("status") != "ok":
         return None
-    return st[field]["median"]
+    return st[field][which]
+
+
+def _slower(a: dict | None, b: dict | None, stage: str) -> bool:
+    """True when cell ``a`` was slower than ``b`` beyond noise: its fastest run beat none of b's."""
+    lo, hi = _median(a, stage, which="min"), _median(b, stage, which="max")
+    return lo is not None and hi is not None and lo > hi
 
 
 def _find(cells: list[dict], method: str, state: str, populate=None, file=None) -> dict | None:
@@ -93,20 +99,22 @@ def explanations(section: dict) -> list[str]:
                 line = _ratio_line(cells, state, stage, method)
                 if line:
                     lines.append(line)
-    will = _median(_find(cells, "load_file+willneed", "cold"), "all_touched")
-    plain = _median(_find(cells, "load_file", "cold"), "all_touched")
-    tl = _median(_find(cells, "torch.load", "cold"), "all_touched")
+    methods = ("load_file+willneed", "load_file", "torch.load")
+    will_c, plain_c, tl_c = (_find(cells, m, "cold") for m in methods)
+    will, plain, tl = (_median(c, "all_touched") for c in (will_c, plain_c, tl_c))
     if None not in (will, plain, tl) and plain and tl:
-        if plain <= tl:
+        # "beyond noise" as in disklab compare: the min..max ranges do not overlap
+        if not _slower(plain_c, tl_c, "all_touched"):
             verdict = (
-                "there was no cold mmap gap to close here: load_file was already no slower than torch.load"
+                "there was no cold mmap gap to close here: load_file was not slower than torch.load "
+                "beyond noise (their min..max ranges overlap)"
             )
-        elif will <= tl:
+        elif not _slower(will_c, tl_c, "all_touched"):
             verdict = "the hint closed the cold mmap gap here"
-        elif will < plain:
+        elif _slower(plain_c, will_c, "all_touched"):
             verdict = "the hint narrowed the cold mmap gap here but did not close it"
         else:
-            verdict = "the hint did not help here"
+            verdict = "the hint made no difference beyond noise here"
         lines.append(
             f"cold, all_touched: load_file+willneed took {_x(will / plain)} load_file and "
             f"{_x(will / tl)} torch.load; {verdict}."
@@ -152,9 +160,9 @@ def _one_tensor_share(section: dict) -> float | None:
     return None
 
 
-def _import_spread(section: dict) -> dict | None:
-    """Median, min and max over all samples of the time to import torch and safetensors, in s."""
-    vals = sorted(s["process"]["import_s"] for s in section["samples"])
+def _import_spread(section: dict, key: str = "import_s") -> dict | None:
+    """Median, min and max over all samples of a per-process setup time in s (imports by default)."""
+    vals = sorted(v for s in section["samples"] if (v := s["process"].get(key)) is not None)
     if not vals:
         return None
     mid = len(vals) // 2
@@ -259,5 +267,6 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "warnings": warnings(section),
         "workers": workers_summary(section),
         "import_s": _import_spread(section),
+        "device_context_init_s": _import_spread(section, "device_context_init_s"),
         "plot": plot(section, plot_dir),
     }
