@@ -64,7 +64,7 @@ def check_workbench(path: str, create: bool, dry_run: bool = False) -> Path | No
     return wb
 
 
-def check_space(wb: Path, needed: dict[str, int]) -> dict:
+def check_space(wb: Path, needed: dict[str, int], profile: str = "quick") -> dict:
     """Refuse when the workbench's free space is below the peak need, giving both in MiB.
 
     Steps run one at a time and remove their files, except the load lab's
@@ -76,10 +76,13 @@ def check_space(wb: Path, needed: dict[str, int]) -> dict:
     need_bytes = max(0, transient + needed.get("load", 0) - present)
     free = shutil.disk_usage(wb).free
     if free < need_bytes:
+        biggest = max((k for k in needed if k != "load"), key=needed.get, default=None)
         raise Refused(
-            f"not enough free disk on lab_run_workbench {str(wb)!r}: the profile needs "
-            f"{need_bytes / MIB:,.0f} MiB, {free / MIB:,.0f} MiB free "
-            f"(per step, MiB: {', '.join(f'{k} {v / MIB:,.0f}' for k, v in needed.items())})"
+            f"not enough free disk on the workbench {str(wb)!r} (lab_run_workbench, or disklab_workbench): "
+            f"the {profile} profile needs {need_bytes / MIB:,.0f} MiB, {free / MIB:,.0f} MiB free. "
+            f"Steps run one at a time, so the need is the largest step ({biggest}) plus the load lab's "
+            f"weights, which are kept (per step, MiB: "
+            f"{', '.join(f'{k} {v / MIB:,.0f}' for k, v in needed.items())})"
         )
     return {"needed_bytes": need_bytes, "free_bytes": free, "per_step_bytes": needed}
 
@@ -93,7 +96,7 @@ def preflight(cfg: dict, dry_run: bool = False) -> dict:
     wb = check_workbench(cfg["workbench"], bool(cfg.get("workbench_create")), dry_run)
     if wb is None:
         return {"ok": True, "workbench": cfg["workbench"], "sizes": sizes, "would_create_workbench": True}
-    space = check_space(wb, profiles.needed_bytes(sizes, cfg["steps"]))
+    space = check_space(wb, profiles.needed_bytes(sizes, cfg["steps"]), cfg["profile"])
     return {"ok": True, "workbench": str(wb), "sizes": sizes, **space}
 
 

@@ -73,7 +73,7 @@ def test_refuses_too_little_free_disk_with_the_numbers(tmp_path):
     finally:
         subprocess.run(["umount", str(small)], check=True)
     msg = str(info.value)
-    assert "the profile needs 64 MiB" in msg and "MiB free" in msg
+    assert "the quick profile needs 64 MiB" in msg and "MiB free" in msg and "lab_run_workbench" in msg
     free_mib = int(msg.split("MiB free")[0].rsplit(",", 1)[-1].strip().replace(",", ""))
     assert free_mib <= 8
 

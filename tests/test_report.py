@@ -181,15 +181,33 @@ def test_report_renders_only_hosts_whose_stored_files_changed(tmp_path, linux_do
     other = copy.deepcopy(linux_doc)
     other["host"] = "otherbox"
     _store(reports, other)
-    first = report.render_all(reports)
-    assert {p.parent.name for p in first[:-1]} == {"linuxbox", "otherbox"}
-    assert report.render_all(reports) == [reports / "index.md"]  # nothing changed: only the index
+    first, errors = report.render_all(reports)
+    assert {p.parent.name for p in first[:-1]} == {"linuxbox", "otherbox"} and errors == []
+    assert report.render_all(reports)[0] == [reports / "index.md"]  # nothing changed: only the index
     second = copy.deepcopy(linux_doc)
     second["run_id"] = "20261129T110000Z"
     _store(reports, second)
-    assert [p.parent.name for p in report.render_all(reports)[:-1]] == ["linuxbox"]
+    assert [p.parent.name for p in report.render_all(reports)[0][:-1]] == ["linuxbox"]
     assert "Run `20261129T110000Z`" in (reports / "linuxbox" / "report.md").read_text()
-    assert len(report.render_all(reports, force=True)) == 3
+    assert len(report.render_all(reports, force=True)[0]) == 3
+
+
+def test_an_unreadable_stored_run_is_named_and_the_other_hosts_still_render(tmp_path, linux_doc):
+    reports = tmp_path / "reports"
+    _store(reports, linux_doc)
+    broken = reports / "brokenbox" / "runs" / "20261129T100000Z.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"schema_version": 1, "run_id": "2026')
+    proc = subprocess.run(
+        [sys.executable, "-m", "disklab.cli", "--reports", str(reports), "report"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.returncode == 1
+    assert "brokenbox: not rendered:" in proc.stderr and "Traceback" not in proc.stderr
+    assert (reports / "linuxbox" / "report.md").is_file()
+    assert "| linuxbox |" in (reports / "index.md").read_text()
 
 
 def test_tidy_markdown_separates_tables_and_headings_but_not_code():

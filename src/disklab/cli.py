@@ -12,6 +12,7 @@ Exit status: 0 when every host succeeded, 1 when a host failed, 2 on bad input.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -49,49 +50,61 @@ def _playbook(args, playbook: str, kind: str) -> int:
     if not inventory.is_file():
         raise UsageError(f"inventory {inventory} does not exist")
     reports = Path(args.reports)
+    extravars = _parse_extra(args.extra or [])
+    if getattr(args, "profile", None):
+        extravars["lab_run_profile"] = args.profile
     limit = args.limit
     if getattr(args, "retry_failed", False):
-        last = store.failed_hosts_of_last_run(reports)
+        if limit:
+            raise UsageError("--retry-failed chooses the hosts itself; leave out --limit")
+        last = store.failed_hosts_of_last_run(reports, inventory)
         if last is None:
-            raise UsageError(f"--retry-failed: no earlier `disklab run` recorded under {reports / '.runs'}")
+            raise UsageError(
+                f"--retry-failed: no earlier `disklab run -i {inventory}` recorded under {reports}"
+            )
         if not last[1]:
             print(f"--retry-failed: every host of run {last[0]} succeeded; nothing to retry")
             return 0
         limit = ",".join(last[1])
         print(f"--retry-failed: re-running {limit} (failed in run {last[0]})")
     run_id = store.new_run_id(reports)
-    store.incoming_dir(reports, run_id).mkdir(parents=True)
-    extravars = {
-        "disklab_run_id": run_id,
-        "disklab_incoming_dir": str(store.incoming_dir(reports, run_id).resolve()),
-    }
-    if getattr(args, "profile", None):
-        extravars["lab_run_profile"] = args.profile
-    extravars.update(_parse_extra(args.extra or []))
+    incoming = store.incoming_dir(reports, run_id)
+    incoming.mkdir(parents=True)
+    extravars.update({"disklab_run_id": run_id, "disklab_incoming_dir": str(incoming.resolve())})
     progress = Progress()
     run = run_playbook(playbook, inventory, extravars, limit=limit, progress=progress)
     status = store.store_fetched(reports, run_id, kind, run.hosts)
     progress.finish(status)
     if not status:
-        print(
-            f"disklab {kind}: no host ran (ansible-runner status {run.status}, rc {run.rc})", file=sys.stderr
-        )
+        why = f"--limit {limit} matches no host of {inventory}" if limit else "see Ansible's words below"
+        print(f"disklab {kind}: no host ran: {why}", file=sys.stderr)
+        if run.output_tail:
+            print(run.output_tail, file=sys.stderr)
         return 1
     store.record_invocation(reports, run_id, kind, inventory, status)
-    report.render_all(reports)
+    failed = report.render_all(reports)[1]
     for host, outcome in sorted(run.hosts.items()):
         where = f" at '{outcome.task}': {outcome.message}" if outcome.status != "ok" else ""
         print(f"{host}: {outcome.status}{where}")
-    print(f"run {run_id}: reports in {reports}/index.md")
-    return 0 if all(s == "ok" for s in status.values()) else 1
+    for error in failed:
+        print(f"disklab report: {error}", file=sys.stderr)
+    what = "lab run" if kind == "runs" else "audit"
+    print(f"{what} {run_id}: fleet index in {reports}/index.md")
+    return 0 if all(s == "ok" for s in status.values()) and not failed else 1
 
 
 def cmd_report(args) -> int:
     from disklab import report
 
-    written = report.render_all(Path(args.reports), force=args.force)
-    print(f"rendered {len(written) - 1} host reports and the index under {args.reports}")
-    return 0
+    reports = Path(args.reports)
+    if not reports.is_dir():
+        raise UsageError(f"no reports directory at {reports}: run `disklab run` or `disklab audit` first")
+    written, failed = report.render_all(reports, force=args.force)
+    n = len(written) - 1
+    print(f"rendered {n} host report{'' if n == 1 else 's'} and the index under {reports}")
+    for error in failed:
+        print(f"disklab report: {error}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def cmd_compare(args) -> int:
@@ -116,12 +129,6 @@ def cmd_compare(args) -> int:
         raise UsageError(str(exc)) from exc
     print(compare.render_compare_text(cmp))
     return 0
-
-
-def cmd_powercut(args) -> int:
-    from disklab import powercut_cli
-
-    return powercut_cli.main(args.rest)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,16 +165,28 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=cmd_report)
 
     cmp = sub.add_parser("compare", help="what changed between a host's last two runs (or two run files)")
-    cmp.add_argument("targets", nargs="+")
+    cmp.add_argument(
+        "targets",
+        nargs="+",
+        metavar="HOST | RUN_A.json RUN_B.json",
+        help="a host under --reports (its last two runs), or two run files",
+    )
     cmp.set_defaults(func=cmd_compare)
 
-    pc = sub.add_parser("powercut", help="check every crash state of your own save function", add_help=False)
-    pc.add_argument("rest", nargs=argparse.REMAINDER)
-    pc.set_defaults(func=cmd_powercut)
+    # Parsed by disklab.powercut_cli itself (see main); listed here for `disklab --help`.
+    sub.add_parser("powercut", help="check every crash state of your own save function (MODULE.py:FUNCTION)")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `disklab compare HOST | head` ends quietly
+    argv = sys.argv[1:] if argv is None else argv
+    if "powercut" in argv:  # its own parser owns every argument after it, --help included
+        at = argv.index("powercut")
+        if all(a.startswith("--reports") or argv[i - 1] == "--reports" for i, a in enumerate(argv[:at])):
+            from disklab import powercut_cli
+
+            return powercut_cli.main(argv[at + 1 :])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

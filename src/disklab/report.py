@@ -71,6 +71,12 @@ def host_context(host_dir: Path) -> dict | None:
                 sections.append({"name": name, "s": s, "x": build_section(name, s, doc, host_dir / "plots")})
     # the newest facts: an audit made after the last run shows the host as it is now
     audit_newer = audit is not None and (not doc or store.run_key(audit_path) > store.run_key(run_files[-1]))
+    # experiments an earlier run had and this one did not (a run with fewer lab_run_steps)
+    not_in_latest: dict[str, str] = {}
+    for path in reversed(run_files[-6:-1]) if doc else []:
+        for name in json.loads(path.read_text())["experiments"]:
+            if name not in doc["experiments"]:
+                not_in_latest.setdefault(name, path.stem)
     since = None
     if len(run_files) >= 2:
         since = compare.compare_runs(results.load(run_files[-2]), doc)
@@ -84,6 +90,7 @@ def host_context(host_dir: Path) -> dict | None:
         "sections": sections,
         "since": since,
         "n_runs": len(run_files),
+        "not_in_latest": not_in_latest,
     }
 
 
@@ -186,22 +193,30 @@ def render_index(reports: Path, rows: list[dict], env: jinja2.Environment) -> Pa
     return atomic_write_text(reports / "index.md", tidy_markdown(text))
 
 
-def render_all(reports: Path, force: bool = False) -> list[Path]:
+def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str]]:
     """Render every host report that is out of date, then the index, from stored files only.
 
-    Returns the reports that were written this time, and the index.
+    Returns (the reports written this time and the index, one line per host
+    that could not be rendered). A host whose stored files cannot be read is
+    left out of the index and named in the errors; the other hosts render.
     """
+    from disklab.results import ResultsError
+
     env = environment()
     renderer = renderer_stamp()
-    rows, written = [], []
+    rows, written, errors = [], [], []
     for host in store.hosts(reports):
         report_md = reports / host / "report.md"
         before = report_md.stat().st_mtime_ns if report_md.exists() else None
-        row = render_host(reports / host, env, renderer, force)
+        try:
+            row = render_host(reports / host, env, renderer, force)
+        except (ResultsError, json.JSONDecodeError) as exc:
+            errors.append(f"{host}: not rendered: {exc}")
+            continue
         if row is None:
             continue
         rows.append(row)
         if report_md.stat().st_mtime_ns != before:
             written.append(report_md)
     written.append(render_index(reports, rows, env))
-    return written
+    return written, errors

@@ -42,6 +42,7 @@ class PlaybookRun:
     rc: int
     status: str
     hosts: dict[str, HostOutcome] = field(default_factory=dict)
+    output_tail: str = ""  # the end of Ansible's own output, for errors no host event carries
 
 
 def _failure_message(res: dict) -> str:
@@ -120,6 +121,7 @@ def run_playbook(
     env = {
         "ANSIBLE_CONFIG": str(repo_path("ansible.cfg")),
         "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_NOCOLOR": "1",
         "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
         "ANSIBLE_LOCAL_TEMP": str(Path(tempfile.gettempdir()) / "disklab-ansible-local"),
     }
@@ -139,10 +141,15 @@ def run_playbook(
                 suppress_env_files=True,
             )
         stats = r.stats or {}
+        try:
+            lines = [ln for ln in r.stdout.read().splitlines() if ln.strip()]
+        except (OSError, ValueError, AttributeError):
+            lines = []
+        tail = "\n".join(lines[-12:])
     for name in set().union(*(stats.get(k, {}) for k in ("ok", "failures", "dark", "skipped", "processed"))):
         host = tracker._host(name)
         if name in stats.get("dark", {}) and host.status == "ok":
             host.status = "unreachable"
         elif name in stats.get("failures", {}) and host.status == "ok":
             host.status = "failed"
-    return PlaybookRun(rc=r.rc, status=r.status, hosts=tracker.hosts)
+    return PlaybookRun(rc=r.rc, status=r.status, hosts=tracker.hosts, output_tail=tail)

@@ -23,7 +23,11 @@ from disklab.runner import HostOutcome
 def new_run_id(reports: Path, now: dt.datetime | None = None) -> str:
     """A UTC timestamp run id, e.g. ``20261129T113000Z``; suffixed ``-N`` if already used."""
     base = (now or dt.datetime.now(dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
-    taken = {p.stem for p in reports.glob("*/runs/*.json")} | {p.stem for p in reports.glob(".runs/*.json")}
+    taken = (
+        {p.stem for p in reports.glob("*/runs/*.json")}
+        | {p.stem for p in reports.glob(".runs/*.json")}
+        | {p.name for p in reports.glob(".incoming/*")}
+    )
     run_id, n = base, 0
     while run_id in taken:
         n += 1
@@ -88,11 +92,11 @@ def record_invocation(reports: Path, run_id: str, kind: str, inventory: Path, st
     )
 
 
-def failed_hosts_of_last_run(reports: Path) -> tuple[str, list[str]] | None:
-    """(run_id, hosts that failed or were unreachable) of the newest `disklab run`, or None."""
+def failed_hosts_of_last_run(reports: Path, inventory: Path) -> tuple[str, list[str]] | None:
+    """(run_id, hosts that failed or were unreachable) of the newest `disklab run` on ``inventory``."""
     for path in sorted((reports / ".runs").glob("*.json"), key=run_key, reverse=True):
         doc = json.loads(path.read_text())
-        if doc.get("kind") == "runs":
+        if doc.get("kind") == "runs" and doc.get("inventory") == str(inventory.resolve()):
             return doc["run_id"], [h for h, s in doc["hosts"].items() if s != "ok"]
     return None
 

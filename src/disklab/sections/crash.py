@@ -215,9 +215,9 @@ def _plot(section: dict, plot_dir: Path) -> str | None:
     for mode in PLOT_MODES:
         if mode in section["modes"]:
             ax.axhline(section["modes"][mode]["full_bytes"] / (1 << 20), color=colors[mode], ls=":", lw=1)
-    ax.set_xlabel("kill time after 'ready' (ms)")
+    ax.set_xlabel("time from the start of the save call to the SIGKILL (ms)")
     ax.set_ylabel("bytes of the new checkpoint on disk (MiB)")
-    ax.set_title("Bytes on disk at the SIGKILL (dotted: full size)")
+    ax.set_title("naive and atomic saves: bytes on disk at the SIGKILL (dotted: full size)")
     ax.legend(fontsize=8)
     save_figure(fig, Path(plot_dir) / PLOT_NAME)
     return f"{Path(plot_dir).name}/{PLOT_NAME}"

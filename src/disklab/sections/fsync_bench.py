@@ -44,7 +44,16 @@ def _rows(section: dict) -> list[dict]:
     return rows
 
 
-def _flush_class(mode: str, p50_us: float, vs_none: float | None) -> str:
+# p99 at or above this multiple of p50 is called a tail worth planning for.
+TAIL_RATIO = 3.0
+
+
+def _flush_class(mode: str, p50_us: float, vs_none: float | None, fstype: object = None) -> str:
+    if vs_none is not None and vs_none < 2 and fstype == "tmpfs":
+        return (
+            f"{mode} barely costs more than the write itself, because the workbench is tmpfs: the data "
+            "lives only in RAM and no sync can make it survive a power cut"
+        )
     if vs_none is not None and vs_none < 2:
         return (
             f"{mode} barely costs more than the write itself: the data may never reach stable storage "
@@ -64,7 +73,7 @@ def _flush_class(mode: str, p50_us: float, vs_none: float | None) -> str:
     )
 
 
-def _explanations(section: dict, rows: list[dict]) -> list[str]:
+def _explanations(section: dict, rows: list[dict], fstype: object = None) -> list[str]:
     by = {r["mode"]: r for r in rows}
     none = by.get("none")
     lines = []
@@ -86,12 +95,18 @@ def _explanations(section: dict, rows: list[dict]) -> list[str]:
     if sync and sync["ok"]:
         lat = sync["latency"]
         lines.append(
-            f"{key} p50 is {us(lat['p50_us'])}, {_flush_class(key, lat['p50_us'], sync['vs_none'])}."
+            f"{key} p50 is {us(lat['p50_us'])}, {_flush_class(key, lat['p50_us'], sync['vs_none'], fstype)}."
         )
-        if lat["p50_us"] > 0:
+        tail = lat["p99_us"] / lat["p50_us"] if lat["p50_us"] > 0 else None
+        if tail is not None and tail >= TAIL_RATIO:
             lines.append(
-                f"{key} p99 is {ratio(lat['p99_us'] / lat['p50_us'])} its p50 ({us(lat['p99_us'])}): "
+                f"{key} p99 is {ratio(tail)} its p50 ({us(lat['p99_us'])}): "
                 "a single save's sync can land in that tail."
+            )
+        elif tail is not None:
+            lines.append(
+                f"{key} p99 is only {ratio(tail)} its p50 ({us(lat['p99_us'])}): "
+                "the sync latency here is steady."
             )
         per_gib = GIB / section["block_bytes"] * lat["p50_us"] / 1e6
         lines.append(
@@ -131,6 +146,10 @@ def _plot(section: dict, plot_dir: Path) -> str:
     return f"{Path(plot_dir).name}/{PLOT_NAME}"
 
 
+def _fstype(results: dict) -> object:
+    return results.get("facts", {}).get("workbench", {}).get("fstype")
+
+
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """Rows and explanations for the fsync_bench section; never raises on failed/not_run.
 
@@ -151,6 +170,6 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "ok": True,
         "status_note": "ok",
         "rows": rows,
-        "explanations": _explanations(section, rows),
+        "explanations": _explanations(section, rows, _fstype(results)),
         "plot": _plot(section, plot_dir),
     }

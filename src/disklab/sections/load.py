@@ -229,7 +229,7 @@ def plot(section: dict, plot_dir: Path) -> str | None:
     if not labels:
         return None
     markers = {"loader_return": "o", "module_populated": "s", "all_touched": "D", "device_placed": "^"}
-    fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(labels) + 1.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(labels) + 1.8), sharey=True, sharex=True)
     for ax, state in zip(axes, ("cold", "warm"), strict=True):
         for y, lab in enumerate(labels):
             cell = next((c for c in cells if _label(c) == lab and c["cache_state"] == state), None)
