@@ -58,6 +58,7 @@ def test_two_local_runs_write_reports_and_leave_the_venv_unchanged(tmp_path, lab
         ({"lab_run_fsync_blocks": -3}, "lab_run_fsync_blocks must be an integer > 0, got -3"),
         ({"lab_run_big_write_mib": 0}, "lab_run_big_write_mib must be an integer > 0, got 0"),
         ({"lab_run_steps": ["fsync_bench", "teleport"]}, "lab_run_steps"),
+        ({"lab_run_stepz": ["fsync_bench"]}, "unknown setting(s) lab_run_stepz"),
     ],
 )
 def test_bad_inventory_values_are_refused_before_any_work(tmp_path, override, named):
@@ -84,3 +85,13 @@ def test_a_missing_workbench_is_refused_with_its_name(tmp_path):
     assert proc.returncode == 1
     assert "lab_run_workbench" in proc.stdout and "does not exist" in proc.stdout
     assert not (root / "venv").exists()
+
+
+def test_retry_failed_needs_an_earlier_run_of_the_same_inventory_and_no_limit(tmp_path):
+    reports = tmp_path / "reports"
+    inv = write_local_inventory(tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb")
+    proc = run_disklab("run", "-i", str(inv), "--retry-failed", reports=reports)
+    assert proc.returncode == 2 and "no earlier `disklab run -i" in proc.stderr
+    proc = run_disklab("run", "-i", str(inv), "--retry-failed", "--limit", "localhost", reports=reports)
+    assert proc.returncode == 2 and "leave out --limit" in proc.stderr
+    assert not (reports / ".incoming").exists()  # refused before a run id was taken
