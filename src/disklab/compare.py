@@ -7,11 +7,16 @@ inputs are results documents as ``labscripts/lab.py`` writes them (and as
     {"schema_version", "run_id", "host", "profile", "sizes", "lab_python",
      "lab_platform", "facts": {...}, "experiments": {NAME: section}}
 
-Noise rule: a figure is ``"changed"`` only when the min..max ranges of the
-two runs' raw samples do not overlap; any overlap is ``"within noise"``. A
-figure with fewer than :data:`MIN_SAMPLES` samples on either side has no range
-to judge and gets ``"too few samples"``. Medians and their ratio are shown
-either way, never a mean.
+Noise rule (:data:`NOISE_RULE`): with fewer than :data:`RANK_TEST_MIN_SAMPLES`
+samples on either side, a figure is ``"changed"`` only when the min..max ranges
+of the two runs' raw samples do not overlap. With at least that many on both
+sides one outlier would widen a range over everything, so a two-sided
+Mann-Whitney U test (normal approximation, tie-corrected, continuity-corrected)
+judges instead: ``"changed"`` when p < :data:`ALPHA` and the medians differ by
+more than :data:`MIN_EFFECT` of the previous median (so a huge n cannot flag a
+trivial shift). Anything else is ``"within noise"``; fewer than
+:data:`MIN_SAMPLES` on either side is ``"too few samples"``. Medians and their
+ratio are shown either way, never a mean.
 """
 
 from __future__ import annotations
@@ -23,13 +28,23 @@ from pathlib import Path
 
 from disklab import units
 
-NOISE_RULE = (
-    'a figure is "changed" only when the min..max ranges of the two runs\' samples do not overlap; '
-    'otherwise it is "within noise"'
-)
 CHANGED, WITHIN_NOISE, TOO_FEW = "changed", "within noise", "too few samples"
 # Fewer samples than this on either side: no range, so no verdict.
 MIN_SAMPLES = 2
+# Both sides at least this many samples: the rank test replaces the range rule.
+RANK_TEST_MIN_SAMPLES = 20
+# Rank test: two-sided p below ALPHA and |median change| above MIN_EFFECT of the previous median.
+ALPHA = 0.01
+MIN_EFFECT = 0.05
+RANGES, RANK_TEST = "ranges", "mann_whitney_u"
+NOISE_RULE = (
+    f'with fewer than {RANK_TEST_MIN_SAMPLES} samples in either run, a figure is "{CHANGED}" only when '
+    "the min..max ranges of the two runs' samples do not overlap; with "
+    f"{RANK_TEST_MIN_SAMPLES} or more in both, only when a two-sided Mann-Whitney U test "
+    f"(normal approximation, tie-corrected) gives p < {ALPHA:g} and the medians differ by more than "
+    f'{MIN_EFFECT * 100:g} % of the previous median; otherwise it is "{WITHIN_NOISE}" '
+    f'(under {MIN_SAMPLES} samples in either run: "{TOO_FEW}")'
+)
 # Run-level settings compared alongside the host facts (a profile change makes figures incomparable).
 RUN_KEYS = ("host", "profile", "sizes", "lab_python", "lab_platform")
 # Keys that name an element of a list of dicts, so list items match by name, not position.
@@ -85,12 +100,33 @@ def _is_samples(key: str, value: object) -> bool:
     )
 
 
-def _label(item: object, index: int) -> str:
+def _item_label(item: object, index: int) -> tuple[str, str]:
+    """(path segment, readable part) of a list item: ``("[mode=fsync]", "fsync")`` or ``("[3]", "#3")``."""
     if isinstance(item, dict):
         for key in LABEL_KEYS:
             if isinstance(item.get(key), (str, int)) and not isinstance(item.get(key), bool):
-                return f"[{key}={item[key]}]"
-    return f"[{index}]"
+                return f"[{key}={item[key]}]", str(item[key])
+    return f"[{index}]", f"#{index}"
+
+
+def _walk(obj: object, path: str, words: tuple[str, ...]):
+    """Yield ``(path, words, samples)`` for every samples list; ``words`` are the label parts so far.
+
+    A dict key adds a word unless the next step is into a list (``modes`` in
+    ``modes[mode=fsync]`` says less than the item's own label).
+    """
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if _is_samples(str(key), value):
+                yield sub, words + (str(key),), value
+            else:
+                yield from _walk(value, sub, words if isinstance(value, list) else words + (str(key),))
+    elif isinstance(obj, list):
+        for i, item in enumerate(obj):
+            if isinstance(item, (dict, list)):
+                segment, word = _item_label(item, i)
+                yield from _walk(item, f"{path}{segment}", words + (word,))
 
 
 def find_samples(obj: object, path: str = "") -> dict[str, list[float]]:
@@ -102,19 +138,39 @@ def find_samples(obj: object, path: str = "") -> dict[str, list[float]]:
     ``.key``; items of a list of dicts add ``[mode=fsync]`` when the item has a
     label key (:data:`LABEL_KEYS`), else ``[i]``, so both runs' paths match.
     """
-    found: dict[str, list[float]] = {}
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            sub = f"{path}.{key}" if path else str(key)
-            if _is_samples(str(key), value):
-                found[sub] = value
-            else:
-                found.update(find_samples(value, sub))
-    elif isinstance(obj, list):
-        for i, item in enumerate(obj):
-            if isinstance(item, (dict, list)):
-                found.update(find_samples(item, f"{path}{_label(item, i)}"))
-    return found
+    return {sub: samples for sub, _, samples in _walk(obj, path, ())}
+
+
+# What a samples list measures, by its unit; the label's last word when the key names nothing else.
+_KIND = {"ns": "latency", "us": "latency", "ms": "latency", "s": "time", "mib_s": "rate", "bytes": "size"}
+
+
+def _key_words(key: str) -> str:
+    """``fsync_samples_s`` -> ``fsync time``, ``samples_ns`` -> ``latency``, ``write_rate_samples_mib_s`` ->
+    ``write rate``: the key without ``samples`` and its unit, plus what the unit measures."""
+    m = _SAMPLES_KEY.search(key)
+    prefix = key[: m.start()].replace("_", " ").strip() if m else key
+    kind = _KIND.get(m.group("unit") if m else None, "samples")
+    if not prefix:
+        return kind
+    return prefix if prefix.split()[-1] == kind else f"{prefix} {kind}"
+
+
+def figure_labels(obj: object) -> dict[str, str]:
+    """A readable label for each samples list of an ``experiments`` tree, by its :func:`find_samples` path.
+
+    The label joins the experiment, inner keys, list items' labels and the
+    samples key read as words, with `` · ``: ``experiments.fsync_bench.modes[mode=fsync].samples_ns``
+    -> ``fsync_bench · fsync · latency``; ``experiments.big_write.fsync_samples_s`` ->
+    ``big_write · fsync time``. Labels that would repeat fall back to the path.
+    """
+    labels = {}
+    for sub, words, _ in _walk(obj, "experiments", ()):
+        labels[sub] = " · ".join(words[:-1] + (_key_words(words[-1]),))
+    counts: dict[str, int] = {}
+    for label in labels.values():
+        counts[label] = counts.get(label, 0) + 1
+    return {sub: label if counts[label] == 1 else sub for sub, label in labels.items()}
 
 
 def unit_of(path: str) -> str | None:
@@ -146,43 +202,107 @@ def sample_stats(samples: list[float], unit: str | None = None) -> dict:
     return stats
 
 
-def verdict(old: dict, new: dict) -> str:
-    """The noise rule (:data:`NOISE_RULE`) on two :func:`sample_stats` results."""
-    if old["n"] < MIN_SAMPLES or new["n"] < MIN_SAMPLES:
-        return TOO_FEW
-    disjoint = new["max"] < old["min"] or new["min"] > old["max"]
-    return CHANGED if disjoint else WITHIN_NOISE
+def _ranks(values: list[float]) -> tuple[list[float], float]:
+    """Average ranks (1-based, ties share their mean rank) and the tie term sum(t**3 - t)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    ties = 0.0
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        t = j - i + 1
+        ties += t**3 - t
+        i = j + 1
+    return ranks, ties
+
+
+def mann_whitney_u(a: list[float], b: list[float]) -> tuple[float, float]:
+    """Two-sided Mann-Whitney U test of samples ``a`` against ``b``: ``(U of a, p)``.
+
+    Normal approximation with the tie correction of the variance and a 0.5
+    continuity correction (as scipy.stats.mannwhitneyu with method="asymptotic",
+    use_continuity=True; Mann and Whitney 1947). O(n log n) for the sort.
+    p is 1.0 when every value is equal. Raises ValueError when either is empty.
+    """
+    n1, n2 = len(a), len(b)
+    if not n1 or not n2:
+        raise ValueError(f"mann_whitney_u needs samples on both sides, got n={n1} and n={n2}")
+    ranks, ties = _ranks(list(a) + list(b))
+    n = n1 + n2
+    u1 = sum(ranks[:n1]) - n1 * (n1 + 1) / 2
+    var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
+    if var <= 0:
+        return u1, 1.0
+    z = max(abs(u1 - n1 * n2 / 2) - 0.5, 0.0) / math.sqrt(var)
+    return u1, math.erfc(z / math.sqrt(2))
+
+
+def judge(old_samples: list[float], new_samples: list[float]) -> dict:
+    """The noise rule (:data:`NOISE_RULE`) on two runs' raw samples.
+
+    Returns ``{"verdict", "test": "ranges" | "mann_whitney_u" | None, "p_value": float | None,
+    "judged_by": str}``; ``test`` and ``p_value`` are None for too few samples, ``p_value`` None
+    for the range rule; ``judged_by`` says it in words (``ranges overlap``, ``Mann-Whitney U p=3.1e-07``).
+    """
+    so, sn = sorted(old_samples), sorted(new_samples)
+    if len(so) < MIN_SAMPLES or len(sn) < MIN_SAMPLES:
+        return {"verdict": TOO_FEW, "test": None, "p_value": None, "judged_by": f"n < {MIN_SAMPLES}"}
+    if len(so) < RANK_TEST_MIN_SAMPLES or len(sn) < RANK_TEST_MIN_SAMPLES:
+        disjoint = sn[-1] < so[0] or sn[0] > so[-1]
+        return {
+            "verdict": CHANGED if disjoint else WITHIN_NOISE,
+            "test": RANGES,
+            "p_value": None,
+            "judged_by": "ranges do not overlap" if disjoint else "ranges overlap",
+        }
+    _, p = mann_whitney_u(so, sn)
+    mo, mn = _percentile(so, 50), _percentile(sn, 50)
+    big_enough = abs(mn - mo) > MIN_EFFECT * abs(mo) if mo else mn != mo
+    v = CHANGED if p < ALPHA and big_enough else WITHIN_NOISE
+    return {
+        "verdict": v,
+        "test": RANK_TEST,
+        "p_value": p,
+        "judged_by": f"Mann-Whitney U p={p:.2g}" if p else "Mann-Whitney U p<1e-300",
+    }
 
 
 def compare_figures(old: dict, new: dict) -> tuple[list[dict], list[str], list[str]]:
     """Figures found in both runs' experiments, and the paths found in only one.
 
-    Returns ``(figures, only_old, only_new)``; each figure is ``{"path", "unit",
-    "old": stats, "new": stats, "ratio": new median / old median (None when the
-    old median is 0), "direction": "up" | "down" | None, "verdict"}``.
+    Returns ``(figures, only_old, only_new)``; each figure is ``{"path", "label",
+    "unit", "old": stats, "new": stats, "ratio": new median / old median (None
+    when the old median is 0), "direction": "up" | "down" | None, "verdict",
+    "test", "p_value", "judged_by"}`` (see :func:`judge`).
     """
     a = find_samples(old.get("experiments") or {}, "experiments")
     b = find_samples(new.get("experiments") or {}, "experiments")
+    labels = figure_labels(new.get("experiments") or {})
     figures = []
     for path, new_samples in b.items():
         if path not in a:
             continue
         unit = unit_of(path)
         so, sn = sample_stats(a[path], unit), sample_stats(new_samples, unit)
-        v = verdict(so, sn)
+        judged = judge(a[path], new_samples)
         direction = None
-        if v == CHANGED:
+        if judged["verdict"] == CHANGED:
             direction = "up" if sn["median"] > so["median"] else "down"
         ratio = sn["median"] / so["median"] if so["median"] else None
         figures.append(
             {
                 "path": path,
+                "label": labels[path],
                 "unit": unit,
                 "old": so,
                 "new": sn,
                 "ratio": ratio,
                 "direction": direction,
-                "verdict": v,
+                **judged,
             }
         )
     return figures, [p for p in a if p not in b], [p for p in b if p not in a]
@@ -207,10 +327,11 @@ def compare_runs(old: dict, new: dict) -> dict:
 
         {"old_run_id", "new_run_id", "old_host", "new_host", "schema_version",
          "rule": NOISE_RULE, "min_samples": MIN_SAMPLES,
+         "rank_test_min_samples": RANK_TEST_MIN_SAMPLES, "alpha": ALPHA, "min_effect": MIN_EFFECT,
          "fact_changes": [{"path", "old", "new"}],
          "section_changes": [{"name", "old", "new"}],
-         "figures": [{"path", "unit", "old": {"n", "median", "min", "max"[, "p90", "p99"]},
-                      "new": {...}, "ratio", "direction", "verdict"}],
+         "figures": [{"path", "label", "unit", "old": {"n", "median", "min", "max"[, "p90", "p99"]},
+                      "new": {...}, "ratio", "direction", "verdict", "test", "p_value", "judged_by"}],
          "figures_only_old": [path], "figures_only_new": [path]}
 
     Raises ValueError when either is not a results document or their
@@ -233,6 +354,9 @@ def compare_runs(old: dict, new: dict) -> dict:
         "schema_version": new["schema_version"],
         "rule": NOISE_RULE,
         "min_samples": MIN_SAMPLES,
+        "rank_test_min_samples": RANK_TEST_MIN_SAMPLES,
+        "alpha": ALPHA,
+        "min_effect": MIN_EFFECT,
         "fact_changes": fact_changes(old, new),
         "section_changes": section_changes(old, new),
         "figures": figures,
@@ -241,16 +365,26 @@ def compare_runs(old: dict, new: dict) -> dict:
     }
 
 
+def _latency_us(x: float) -> str:
+    """A latency given in µs: in ns below 1 µs (units.ns), else units.us (µs, or ms from 10 ms)."""
+    return units.ns(x * 1e3) if abs(x) < 1 else units.us(x)
+
+
 def format_value(x: float, unit: str | None) -> str:
-    """One sample value with its unit, in binary units for bytes (``us`` shown as µs)."""
+    """One sample value with its unit, in binary units for bytes.
+
+    Latencies (``ns``, ``us``, ``ms``) below 1 µs stay in ns (``71 ns``), else µs
+    or ms; seconds below 10 ms are shown the same way, since ``units.secs`` keeps
+    only ms resolution.
+    """
     if unit == "ns":
-        return units.us(x / 1e3)
+        return _latency_us(x / 1e3)
     if unit == "us":
-        return units.us(x)
+        return _latency_us(x)
     if unit == "ms":
-        return units.us(x * 1e3)
+        return _latency_us(x * 1e3)
     if unit == "s":
-        return units.secs(x)
+        return units.secs(x) if abs(x) >= 0.01 else _latency_us(x * 1e6)
     if unit == "bytes":
         return units.ibytes(x)
     if unit == "mib_s":
@@ -287,15 +421,20 @@ def render_compare_text(cmp: dict) -> str:
         ratio = "" if f["ratio"] is None else f" ({units.ratio(f['ratio'])})"
         arrow = {"up": ", up", "down": ", down", None: ""}[f["direction"]]
         lines.append(
-            f"  {f['path']}: median {format_value(o['median'], u)} -> {format_value(n['median'], u)}{ratio}; "
+            f"  {f['label']} ({f['path']}): median {format_value(o['median'], u)} -> "
+            f"{format_value(n['median'], u)}{ratio}; "
             f"range {format_value(o['min'], u)}..{format_value(o['max'], u)} (n={o['n']}) vs "
-            f"{format_value(n['min'], u)}..{format_value(n['max'], u)} (n={n['n']}): {f['verdict']}{arrow}"
+            f"{format_value(n['min'], u)}..{format_value(n['max'], u)} (n={n['n']}); "
+            f"{f['judged_by']}: {f['verdict']}{arrow}"
         )
         if "p99" in o:
             lines.append(
                 f"      p50/p90/p99 {'/'.join(format_value(o[k], u) for k in ('median', 'p90', 'p99'))} -> "
                 f"{'/'.join(format_value(n[k], u) for k in ('median', 'p90', 'p99'))}"
             )
+    few = [f["label"] for f in cmp["figures"] if f["verdict"] == TOO_FEW]
+    if few:
+        lines.append(f"  too few samples to judge: {', '.join(few)}")
     for label, paths in (
         ("only in the old run", cmp["figures_only_old"]),
         ("only in the new run", cmp["figures_only_new"]),
