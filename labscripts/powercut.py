@@ -12,7 +12,9 @@ CLI, for one recipe or a user's own function ``save_fn(state_dict, path)``::
     python powercut.py check recipe:atomic
 
 Exit status: 0 when no state is corrupt or missing under the chosen model,
-1 when one is, 2 for bad input (one line on stderr, no traceback).
+1 when one is, 2 for bad input (one line on stderr, no traceback); a save
+that returns without leaving its state dict at the path, in the declared
+format, is bad input (see :func:`check_after_return`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import pc_check
@@ -109,7 +113,9 @@ def record(spec: str, fmt: str, base: Path, state_mib: int) -> tuple[pc_record.R
     """Save the old checkpoint, snapshot, record the new save under strace, check the replay.
 
     Returns the recording and facts about it. Raises SpecError when the save
-    function raises, pc_record.RecordError when the replay differs from the
+    function raises or, after either save returned, the file at the path does
+    not hold that save's state dict in ``fmt`` (:func:`check_after_return`);
+    pc_record.RecordError when the replay differs from the
     real files or strace fails.
     """
     import saver
@@ -127,6 +133,8 @@ def record(spec: str, fmt: str, base: Path, state_mib: int) -> tuple[pc_record.R
         save(saver.make_state(state_mib, OLD_STEP), str(root / ckpt))
     except Exception as exc:
         raise SpecError(f"save function raised {type(exc).__name__}: {exc}") from None
+    old_state, new_state = saver.make_state(state_mib, OLD_STEP), saver.make_state(state_mib, NEW_STEP)
+    check_after_return(root / ckpt, fmt, "old", old_state, new_state)
     _make_durable(root)  # the model takes the old checkpoint as durable; make that true
     initial, dirs = pc_record.snapshot(root)
     trace = base / "trace.txt"
@@ -154,6 +162,7 @@ def record(spec: str, fmt: str, base: Path, state_mib: int) -> tuple[pc_record.R
     if replay != real:
         diff = sorted(k for k in set(real) | set(replay) if real.get(k) != replay.get(k))
         raise pc_record.RecordError(f"the replayed recording differs from the real files: {diff}")
+    check_after_return(root / ckpt, fmt, "new", old_state, new_state)
     facts = {
         "calls": len(rec.calls),
         "writes_after_last_fsync": writes_after_last_fsync(rec.ops),
@@ -166,6 +175,53 @@ def record(spec: str, fmt: str, base: Path, state_mib: int) -> tuple[pc_record.R
         "call_texts": [c.text for c in rec.calls],
     }
     return rec, facts
+
+
+def check_after_return(path: Path, fmt: str, want: str, old_state: dict, new_state: dict) -> None:
+    """Check that the real file at ``path``, after a save returned, holds the ``want`` ("old"/"new") state.
+
+    The crash states only mean something for a save that works when nothing
+    crashes. Raises SpecError (one line) when ``path`` is absent, holds the
+    other state, loads only in the other format (the message suggests that
+    --format), or does not load in ``fmt`` at all.
+    """
+    verdict, error = _quiet_load(path, fmt, old_state, new_state)
+    if verdict == want:
+        return
+    other = "safetensors" if fmt == "torch" else "torch"
+    if verdict == "corrupt":
+        # torch 2.13's torch.load reads any path ending in .safetensors with safetensors
+        # (torch/serialization.py, load), so probe through a link named for the other format.
+        with tempfile.TemporaryDirectory(prefix="disklab-probe-") as tmp:
+            probe = Path(tmp) / CKPT_NAMES[other]
+            probe.symlink_to(path.resolve())
+            in_other, _ = _quiet_load(probe, other, old_state, new_state)
+        if in_other in ("old", "new"):
+            raise SpecError(
+                f"--format {fmt} does not match the save: {path} does not load as {fmt} "
+                f"but loads as {other}; pass --format {other}"
+            )
+    if verdict == "missing":
+        held = sorted(p.name for p in path.parent.iterdir() if p.is_file())
+        detail = "no file there; its directory holds " + (", ".join(held) if held else "nothing")
+    elif verdict in ("old", "new"):
+        step = int((old_state if verdict == "old" else new_state)["step"])
+        detail = f"it holds the {verdict} checkpoint, step {step}"
+    else:
+        detail = f"{fmt} load: {error}"
+    if want == "old":
+        raise SpecError(
+            f"the first save (step {int(old_state['step'])}, the old checkpoint) returned but {path} "
+            f"does not hold it ({detail})"
+        )
+    step = int(new_state["step"])
+    raise SpecError(f"the save returned but {path} does not hold the new checkpoint, step {step} ({detail})")
+
+
+def _quiet_load(path: Path, fmt: str, old_state: dict, new_state: dict) -> tuple[str, str | None]:
+    with warnings.catch_warnings():  # torch.load warns on a non-torch file; the verdict says it
+        warnings.simplefilter("ignore")
+        return pc_check.load_verdict(path, fmt=fmt, old_state=old_state, new_state=new_state)
 
 
 def writes_after_last_fsync(ops: list) -> int:
@@ -292,8 +348,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(args) -> int:
-    import tempfile
-
     if pc_record.find_strace() is None:
         print("disklab powercut: strace is not installed (apt-get install strace)", file=sys.stderr)
         return 2

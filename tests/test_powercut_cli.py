@@ -72,3 +72,62 @@ def test_controller_does_not_import_torch():
     code = "import sys; from disklab import powercut_cli; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+@pytest.mark.parametrize("before_spec", [True, False])
+def test_help_prints_usage_and_exits_0(capfd, flag, before_spec):
+    argv = [flag, f"{USER}:good_save"] if before_spec else [f"{USER}:good_save", flag]
+    assert powercut_cli.main(argv) == 0
+    out = capfd.readouterr().out
+    assert out.startswith("usage: disklab powercut") and "exit status:" in out and "--format" in out
+
+
+def test_options_before_and_after_the_spec_parse_the_same():
+    before = powercut_cli.parser().parse_args(
+        ["--model", "process-kill", "--format", "safetensors", "m.py:f"]
+    )
+    after = powercut_cli.parser().parse_args(["m.py:f", "--model", "process-kill", "--format", "safetensors"])
+    assert before == after
+    assert (before.spec, before.model, before.format) == ("m.py:f", "process-kill", "safetensors")
+
+
+def test_options_before_the_spec_reach_the_checks(capfd):
+    if pc_record.find_strace() is None:
+        pytest.skip("strace is not installed")
+    assert powercut_cli.main(["--state-mib", "6", f"{USER}:good_save"]) == 2
+    assert "--state-mib must be a positive multiple of 4, got 6" in capfd.readouterr().err
+
+
+@needs_strace
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # writes nothing: the first save already leaves no checkpoint
+        ([f"{USER}:noop_save"], "first save (step 1, the old checkpoint) returned but"),
+        ([f"{USER}:noop_save"], "ckpt.pt does not hold it (no file there; its directory holds nothing)"),
+        # writes elsewhere: the message names what it did write
+        ([f"{USER}:other_path_save"], "does not hold it (no file there; its directory holds model.pt)"),
+        # torch file declared safetensors, and the reverse: suggest the other --format
+        (["--format", "safetensors", f"{USER}:bad_save"], "loads as torch; pass --format torch"),
+        ([f"{USER}:safetensors_save"], "loads as safetensors; pass --format safetensors"),
+    ],
+)
+def test_save_that_does_not_leave_its_checkpoint_exits_2(capfd, argv, message):
+    assert powercut_cli.main(argv) == 2
+    captured = capfd.readouterr()
+    err = captured.err.strip()
+    assert message in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert "verdict" not in captured.out  # no verdict table for a save that does not work uncrashed
+
+
+@needs_strace
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["process-kill", "power-cut"])
+def test_second_save_that_leaves_the_old_checkpoint_exits_2(capfd, model):
+    # save_once writes step 1, then returns at once for step 2: without the after-return
+    # check, process-kill would call this rolled_back (exit 0) and the log says "0 recorded calls".
+    assert powercut_cli.main([f"{USER}:save_once", "--model", model]) == 2
+    err = capfd.readouterr().err.strip()
+    assert "the save returned but" in err and "does not hold the new checkpoint, step 2" in err
+    assert err.endswith("(it holds the old checkpoint, step 1)") and len(err.splitlines()) == 1

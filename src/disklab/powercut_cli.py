@@ -4,7 +4,10 @@ The controller never imports torch. This module checks the input, picks a
 Python that has torch, and runs ``labscripts/powercut.py check`` with it,
 passing its output and exit status through: 0 when no crash state under the
 chosen model is corrupt or missing, 1 when one is, 2 for bad input (a
-one-line error, never a traceback).
+one-line error, never a traceback), which includes a save that returns
+without leaving its state dict at the path in the declared --format.
+``main`` parses the raw argument list itself: ``-h``/``--help`` print the
+usage and return 0, and options may come before or after the spec.
 """
 
 from __future__ import annotations
@@ -72,19 +75,39 @@ def check_spec(spec: str) -> str:
     return f"{Path(where).resolve()}:{func}"
 
 
+EPILOG = """exit status:
+  0  no crash state is corrupt or missing under --model
+  1  at least one is (the first unsafe point is printed)
+  2  bad input, one line on stderr: no such file or function, the function
+     raises, strace or a Python with torch is missing, or a save returned
+     without leaving its state dict at the path in --format (a save that
+     writes nothing or elsewhere, or the other format)
+
+Options may come before or after FILE.py:FUNC. See docs/powercut.md."""
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="disklab powercut", description=__doc__.splitlines()[0])
-    ap.add_argument("spec", help="FILE.py:FUNC, where FUNC(state_dict, path) saves a checkpoint")
+    """The ``disklab powercut`` argument parser (``-h``/``--help`` print usage and the exit statuses)."""
+    ap = argparse.ArgumentParser(
+        prog="disklab powercut",
+        description="Check your own save function against simulated crashes (process kill, power cut).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("spec", metavar="FILE.py:FUNC", help="FUNC(state_dict, path) saves a checkpoint to path")
     ap.add_argument("--model", default="power-cut", choices=MODELS, help="model that decides the exit status")
-    ap.add_argument("--format", default="torch", choices=FORMATS, help="what FUNC writes")
-    ap.add_argument("--state-mib", type=int, default=4, help="state dict size, a multiple of 4")
-    ap.add_argument("--python", default=None, help="a Python with torch and safetensors")
-    ap.add_argument("--json", type=Path, default=None, help="also write the full result here")
+    ap.add_argument("--format", default="torch", choices=FORMATS, help="what FUNC writes (default torch)")
+    ap.add_argument("--state-mib", type=int, default=4, help="state dict size in MiB, a multiple of 4")
+    ap.add_argument("--python", metavar="PY", default=None, help="a Python with torch and safetensors")
+    ap.add_argument("--json", metavar="OUT", type=Path, default=None, help="also write the full result here")
     return ap
 
 
 def main(argv: list[str]) -> int:
-    """Run the check; returns the exit status (0 safe, 1 unsafe, 2 bad input)."""
+    """Run the check on ``argv`` (the raw arguments after ``powercut``); returns the exit status.
+
+    0 safe, 1 unsafe, 2 bad input; ``-h``/``--help`` print the usage and return 0.
+    """
     try:
         args = parser().parse_args(argv)
     except SystemExit as exc:  # argparse already printed its one-line error or the help
