@@ -138,6 +138,7 @@ def kill_recorded(rec: dict | None) -> None:
     while time.monotonic() < deadline:
         _reap(pid)
         if not alive(pid, rec.get("start")):
+            _reap(pid)  # it may have become a zombie just after the first waitpid
             return
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
@@ -145,6 +146,7 @@ def kill_recorded(rec: dict | None) -> None:
     for _ in range(100):
         _reap(pid)
         if not alive(pid, rec.get("start")):
+            _reap(pid)
             return
         time.sleep(0.05)
     raise FleetError(f"pid {pid} survived SIGKILL")
