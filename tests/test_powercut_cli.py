@@ -131,3 +131,15 @@ def test_second_save_that_leaves_the_old_checkpoint_exits_2(capfd, model):
     err = capfd.readouterr().err.strip()
     assert "the save returned but" in err and "does not hold the new checkpoint, step 2" in err
     assert err.endswith("(it holds the old checkpoint, step 1)") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("prefix", [[], ["--reports", "/tmp/somewhere"]])
+def test_disklab_powercut_hands_every_argument_to_its_own_parser(prefix):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "disklab.cli", *prefix, "powercut", "--help"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: disklab powercut")

@@ -183,7 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "powercut" in argv:  # its own parser owns every argument after it, --help included
         at = argv.index("powercut")
-        if all(a.startswith("--reports") or argv[i - 1] == "--reports" for i, a in enumerate(argv[:at])):
+        before = argv[:at]  # only the global --reports option may come first
+        reports_only = (at == 2 and before[0] == "--reports") or (
+            at == 1 and before[0].startswith("--reports=")
+        )
+        if not before or reports_only:
             from disklab import powercut_cli
 
             return powercut_cli.main(argv[at + 1 :])
