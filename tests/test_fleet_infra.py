@@ -39,12 +39,7 @@ needs_fleet = [
 
 def _free_fleet_id() -> int:
     """A fleet id from the top of the range that no namespace here uses (the CLI default is 0)."""
-    used = {ns.split("-")[1] for ns in fleetmod.fleet_netns()}
-    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
-    for fid in range(250, 200, -1):
-        if str(fid) not in used and f"10.213.{fid}." not in routes:
-            return fid
-    raise RuntimeError("no free fleet id in 201..250")
+    return fleetmod.free_fleet_id(250, 201)
 
 
 def _short_state_dir() -> Path:

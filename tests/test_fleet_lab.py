@@ -57,12 +57,7 @@ TIMEOUT_S = 600
 
 def _free_fleet_id() -> int:
     """A fleet id no namespace or route here uses (test_fleet_infra.py counts down from 250)."""
-    used = {ns.split("-")[1] for ns in fleetmod.fleet_netns()}
-    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
-    for fid in range(200, 150, -1):
-        if str(fid) not in used and f"10.213.{fid}." not in routes:
-            return fid
-    raise RuntimeError("no free fleet id in 151..200")
+    return fleetmod.free_fleet_id(200, 151)
 
 
 def _lab_args() -> list[str]:

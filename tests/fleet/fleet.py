@@ -190,6 +190,20 @@ def fleet_netns() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.startswith("dlab-")]
 
 
+def free_fleet_id(top: int, bottom: int) -> int:
+    """The highest fleet id in ``top`` down to ``bottom`` that no namespace or route here uses.
+
+    Lets several test modules run fleets side by side without colliding.
+    Raises FleetError when every id in the range is taken.
+    """
+    used = {ns.split("-")[1] for ns in fleet_netns()}
+    routes = _run(["ip", "-4", "route"], check=False).stdout
+    for fid in range(top, bottom - 1, -1):
+        if str(fid) not in used and f"10.213.{fid}." not in routes:
+            return fid
+    raise FleetError(f"no free fleet id in {bottom}..{top}")
+
+
 def _q(value: object) -> str:
     """A YAML scalar: JSON strings and numbers are valid YAML 1.2 flow scalars."""
     return json.dumps(value)
