@@ -11,13 +11,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "labscripts"))
+from disklab_host.common.stats import percentile
 
-from labcommon import percentile  # noqa: E402  (labscripts/ is put on sys.path just above)
+REPO = Path(__file__).resolve().parent.parent
 
 # Part names, in the order they run and appear in the table.
 PART_ORDER = ["fsync_fidelity", "cold_read_fidelity", "harness_overhead", "fleet_scaling", "report_rendering"]

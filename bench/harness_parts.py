@@ -1,7 +1,7 @@
 """Parts 3 and 4: what Ansible and the controller add around the lab.
 
 Part 3, harness overhead: ``disklab run`` on localhost at the quick profile,
-against the lab runner (labscripts/lab.py) started directly with the lab
+against the lab runner (disklab_host.lab, from the shipped zipapp) started directly with the lab
 venv's Python and the very config.json and host.json that a ``disklab run``
 wrote. A first ``disklab run`` is a warm-up, not measured: it makes sure the
 lab venv exists, so every measured run reuses it (same ``disklab_root``).
@@ -110,7 +110,7 @@ def harness_overhead(lab_root: Path, repeats: int, steps: list[str] | None, time
                 config.write_text(json.dumps(cfg))
                 direct = [
                     str(lab_root / "venv" / "bin" / "python"),
-                    str(lab_root / "labscripts" / "lab.py"),
+                    str(lab_root / "disklab_host.pyz"), "lab",
                     "--config", str(config), "--facts", str(facts),
                     "--out", str(direct_out / f"{i}.json"),
                 ]  # fmt: skip
@@ -125,7 +125,7 @@ def harness_overhead(lab_root: Path, repeats: int, steps: list[str] | None, time
         target={"op": "<=", "value": 1.10},
         notes=[
             "lab_py_direct uses the config.json and host.json of a disklab run, the lab venv's Python "
-            "and the staged labscripts, exactly as the lab_run role starts it",
+            "and the staged host zipapp, exactly as the lab_run role starts it",
             "disklab_run includes argument checks, fact gathering, staging, preflight, the pip check of the "
             "venv, the host audit, the lab, the fetch, storing and rendering the report",
         ],

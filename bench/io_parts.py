@@ -1,6 +1,6 @@
 """Parts 1 and 2: do disklab's fsync latency and cold read rate match fio's on this workbench?
 
-Part 1, fsync fidelity: labscripts/fsync_bench.bench_mode("fsync") against
+Part 1, fsync fidelity: disklab_host.steps.fsync_bench.bench_mode("fsync") against
 ``fio --rw=write --bs=4k --fsync=1`` on a fresh file of the same size in the
 same directory. fio times the write and the fsync apart: ``write.clat_ns`` is
 the pwrite alone and ``sync.lat_ns`` is the fsync alone (fio(1), JSON output).
@@ -10,7 +10,7 @@ the fsync(2) call after one 4 KiB write, on both sides. The write+fsync p50 is
 kept as well; on fio's side it is the sum of the two p50s, which is close
 because the fsync is most of the total, but is not the p50 of a sum.
 
-Part 2, cold-read fidelity: disklab's eviction (labscripts/cache.evict) and
+Part 2, cold-read fidelity: disklab's eviction (disklab_host.cache.pagecache.evict) and
 then a plain sequential read with cache.warm, against
 ``fio --rw=read --bs=1M --invalidate=1`` on the same file. Then each reads the
 file again with it resident: the warm figures.
@@ -24,9 +24,10 @@ from pathlib import Path
 
 from common import fio_p50_ns, judged_part, pair_orders, run_fio, summary
 
-import cache  # labscripts/, on sys.path through common
-import fsync_bench
-from labcommon import MIB, percentile
+from disklab_host.cache import pagecache as cache
+from disklab_host.common.stats import percentile
+from disklab_host.common.units import MIB
+from disklab_host.steps import fsync_bench
 
 FSYNC_BLOCK_BYTES = 4096
 

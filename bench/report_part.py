@@ -45,7 +45,7 @@ def newest_valid_run(reports: Path) -> Path | None:
 
 
 def fresh_tiny_run(work: Path) -> dict:
-    """Run labscripts/audit.py, then lab.py at tiny sizes (TINY_STEPS), in ``work``; the results document.
+    """Run the host audit, then the lab runner at tiny sizes (TINY_STEPS), in ``work``; the results document.
 
     Raises RuntimeError when lab.py fails, CalledProcessError when audit.py does.
     """
@@ -67,7 +67,8 @@ def fresh_tiny_run(work: Path) -> dict:
     facts = work / "host.json"
     audit = [
         sys.executable,
-        str(REPO / "labscripts" / "audit.py"),
+        "-m",
+        "disklab_host.audit.collect",
         "--workbench",
         str(wb),
         "--out",
@@ -77,7 +78,8 @@ def fresh_tiny_run(work: Path) -> dict:
     out = work / "results.json"
     cmd = [
         sys.executable,
-        str(REPO / "labscripts" / "lab.py"),
+        "-m",
+        "disklab_host.lab",
         "--config",
         str(config),
         "--facts",

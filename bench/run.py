@@ -32,8 +32,9 @@ import common
 import table
 from common import PART_ORDER, REPO, not_run
 
-from labcommon import MIB, atomic_write_json
-from profiles import BIG_TENSOR_BYTES, PROFILES
+from disklab_host.common.fsio import atomic_write_json
+from disklab_host.common.units import MIB
+from disklab_host.profiles import BIG_TENSOR_BYTES, PROFILES
 
 # Bumped when the results document changes; 1: first version.
 BENCH_SCHEMA_VERSION = 1

@@ -1,4 +1,4 @@
-"""Shared test setup: lab scripts are importable, and tests get a workbench on the real filesystem."""
+"""Shared test setup: tests get a workbench on the real filesystem, and tiny lab sizes."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-LABSCRIPTS = REPO / "labscripts"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-sys.path.insert(0, str(LABSCRIPTS))
 
 
 @pytest.fixture

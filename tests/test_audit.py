@@ -1,4 +1,4 @@
-"""Tests for the host audit (labscripts/audit.py, audit_parse.py).
+"""Tests for the host audit (disklab_host.audit: collect.py, parse.py).
 
 Linux facts are checked for real on this machine, against other commands and
 files than the ones the audit reads. macOS and DGX Spark facts come from the
@@ -21,10 +21,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-import audit
-import audit_parse as ap
-from conftest import FIXTURES, LABSCRIPTS, REPO
-from labcommon import GIB, MIB, is_unavailable
+from conftest import FIXTURES, REPO
+from disklab_host.audit import collect as audit
+from disklab_host.audit import parse as ap
+from disklab_host.common.facts import is_unavailable
+from disklab_host.common.units import GIB, MIB
 
 AUDIT_FIX = FIXTURES / "audit"
 VENV_PYTHON = str(REPO / ".venv-test" / "bin" / "python")
@@ -163,12 +164,15 @@ def test_real_venv_versions(real_facts):
     assert facts["gpu"]["cpu_only_torch_on_gpu_host"]["set"] is False
 
 
-def test_cli_with_system_python_writes_atomic_json(workbench):
-    """The CLI runs on the host's plain python3 (standard library only) and --out equals stdout."""
+def test_cli_with_system_python_writes_atomic_json(workbench, tmp_path):
+    """The shipped zipapp's audit runs on plain python3 (standard library only); --out equals stdout."""
+    from disklab import ship
+
+    artifact = ship.build(tmp_path / "disklab_host.pyz")
     out = workbench / "host.json"
     python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
     proc = subprocess.run(
-        [python, "-E", "-s", str(LABSCRIPTS / "audit.py"), "--workbench", str(workbench), "--out", str(out)],
+        [python, "-E", "-s", str(artifact), "audit", "--workbench", str(workbench), "--out", str(out)],
         capture_output=True,
         text=True,
         check=True,

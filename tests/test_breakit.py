@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import breakit
-import crash
-import saver
+from disklab_host.checkpoint import breakit, saver
+from disklab_host.steps import crash
 
 OLD, NEW = crash.OLD_STEP, crash.OLD_STEP + 1
 

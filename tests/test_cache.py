@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import cache
-import coldcopy
+from disklab_host.cache import coldcopy
+from disklab_host.cache import pagecache as cache
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MIB = 1 << 20

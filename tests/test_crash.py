@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import crash
-import saver
+from disklab_host.checkpoint import saver
+from disklab_host.steps import crash
 
 STATE_MIB = 16
 OLD, NEW = crash.OLD_STEP, crash.OLD_STEP + 1
@@ -162,7 +162,7 @@ def test_saver_script_single_save_prints_ready_and_saves(workbench):
     path = workbench / "ckpt.pt"
     (workbench / "ckpt.pt.tmp").write_bytes(b"left by a killed save")
     out = subprocess.run(
-        [sys.executable, str(crash.SAVER_SCRIPT), "atomic", str(path), "--step", "7", "--state-mib", "4"],
+        [sys.executable, "-m", crash.SAVER_MODULE, "atomic", str(path), "--step", "7", "--state-mib", "4"],
         capture_output=True,
         text=True,
         check=True,

@@ -10,9 +10,9 @@ import jinja2
 import jsonschema
 import pytest
 
-import crash
 from disklab import units
 from disklab.sections import crash as section_mod
+from disklab_host.steps import crash
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "disklab"
 SCHEMA = json.loads((SRC / "schema" / "experiments" / "crash.schema.json").read_text())

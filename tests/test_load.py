@@ -13,11 +13,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-import cache
-import load
-import load_one
-import workers
-from labcommon import peak_rss_bytes
+from disklab_host.cache import pagecache as cache
+from disklab_host.common.facts import peak_rss_bytes
+from disklab_host.loadlab import load_one, workers
+from disklab_host.steps import load
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = REPO / "src/disklab/schema/experiments/load.schema.json"
@@ -176,7 +175,7 @@ def test_device_placed_stage_with_a_stand_in_device(env, monkeypatch):
         path=path,
         model=None,
         populate="copy",
-        model_module="model",
+        model_module="disklab_host.loadlab.model",
         spawn_wall_ns=0,
         hold=False,
     )
@@ -278,7 +277,7 @@ def test_unknown_method_and_state_are_refused(env):
     with pytest.raises(ValueError, match="cache state must be one of"):
         load.measure_one(cell, "lukewarm", cfg={})
     proc = subprocess.run(
-        [sys.executable, str(load.LOAD_ONE), "pickle.load", "x"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", load.LOAD_ONE, "pickle.load", "x"], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
 
@@ -354,7 +353,7 @@ def test_peak_rss_covers_current_rss_here():
 @pytest.mark.slow
 def test_step_runs_with_prep_and_the_real_model(workbench):
     """The step end to end: prep.prepare's files, model.DecoderLM populated by copy and by assign."""
-    import profiles
+    from disklab_host import profiles
 
     sizes = profiles.resolve("quick", {"load_big_tensors": 1, "load_repeats": 1})
     cfg = {"sizes": sizes, "system": "Linux", "become_allowed": False, "profile": "quick"}

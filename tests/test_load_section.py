@@ -1,7 +1,7 @@
 """The load report section: schema, explanations from the section's own numbers, rendered facts.
 
 The section is built from synthetic samples with known times, passed through the
-host-side summariser (labscripts/load.py), so every ratio the report prints can
+host-side summariser (disklab_host.steps.load), so every ratio the report prints can
 be checked exactly.
 """
 
@@ -14,9 +14,9 @@ import jinja2
 import jsonschema
 import pytest
 
-import load
 from disklab.sections import load as section_mod
 from disklab.units import FILTERS
+from disklab_host.steps import load
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((REPO / "src/disklab/schema/experiments/load.schema.json").read_text())

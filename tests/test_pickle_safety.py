@@ -19,9 +19,9 @@ import pytest
 import torch
 from jsonschema import Draft202012Validator
 
-import pickle_safety
 from disklab.sections import pickle_safety as section_mod
 from disklab.units import FILTERS
+from disklab_host.steps import pickle_safety
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = REPO / "src" / "disklab" / "schema" / "experiments" / "pickle_safety.schema.json"

@@ -10,15 +10,16 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-import pc_check
-import pc_recipes
-import pc_record
-import pc_states
-import powercut
-import profiles
-import saver
 from disklab import report
 from disklab.sections import powercut as section_mod
+from disklab_host import profiles
+from disklab_host.checkpoint import saver
+from disklab_host.powercut import check as pc_check
+from disklab_host.powercut import recipes as pc_recipes
+from disklab_host.powercut import record as pc_record
+from disklab_host.powercut import simulate as powercut
+from disklab_host.powercut import states as pc_states
+from disklab_host.steps import powercut as powercut_step
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(pc_record.find_strace() is None, reason="strace is not installed")
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.skipif(pc_record.find_strace() is None, reason="strace 
 def section(tmp_path_factory) -> dict:
     """The quick-profile step, once for the module (every recipe recorded for real)."""
     cfg = {"sizes": profiles.resolve("quick"), "system": "Linux"}
-    return powercut.run(cfg, tmp_path_factory.mktemp("powercut"))
+    return powercut_step.run(cfg, tmp_path_factory.mktemp("powercut"))
 
 
 def _recipe(section: dict, name: str) -> dict:
@@ -160,7 +161,7 @@ def test_half_written_state_fails_like_a_real_sigkill(tmp_path):
     nxt = data_calls[1].name
     nth = sum(1 for c in data_calls[:2] if c.name == nxt)
     child = [
-        sys.executable, str(REPO / "labscripts/powercut.py"), "_traced", "--spec", "recipe:naive",
+        sys.executable, "-m", "disklab_host.powercut.simulate", "_traced", "--spec", "recipe:naive",
         "--dir", str(real_dir), "--ckpt", "ckpt.pt", "--state-mib", "8", "--step", str(powercut.NEW_STEP),
     ]  # fmt: skip
     cmd = [
@@ -182,12 +183,12 @@ def test_half_written_state_fails_like_a_real_sigkill(tmp_path):
 
 def test_step_not_run_without_strace(monkeypatch, workbench):
     monkeypatch.setenv("PATH", str(workbench))  # a PATH with no strace on it
-    out = powercut.run({"sizes": profiles.resolve("quick"), "system": "Linux"}, workbench)
+    out = powercut_step.run({"sizes": profiles.resolve("quick"), "system": "Linux"}, workbench)
     assert out == {
         "status": "not_run",
         "reason": "not available (no strace): strace is not installed on this host",
     }
-    mac = powercut.run({"sizes": profiles.resolve("quick"), "system": "Darwin"}, workbench)
+    mac = powercut_step.run({"sizes": profiles.resolve("quick"), "system": "Darwin"}, workbench)
     assert mac["status"] == "not_run" and mac["reason"].startswith("not available (no strace)")
 
 

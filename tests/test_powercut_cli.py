@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import pc_record
 from disklab import powercut_cli
+from disklab_host.powercut import record as pc_record
 
 USER = Path(__file__).resolve().parent / "fixtures" / "powercut" / "user_saves.py"
 needs_strace = pytest.mark.skipif(pc_record.find_strace() is None, reason="strace is not installed")

@@ -6,8 +6,16 @@ from pathlib import Path
 
 import pytest
 
-import pc_record
-from pc_states import POWER_CUT, PROCESS_KILL, Model, Op, apply_ops, enumerate_states, states_at
+from disklab_host.powercut import record as pc_record
+from disklab_host.powercut.states import (
+    POWER_CUT,
+    PROCESS_KILL,
+    Model,
+    Op,
+    apply_ops,
+    enumerate_states,
+    states_at,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "powercut"
 OLD = {"ckpt": b"OLD-CHECKPOINT"}

@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-import preflight
-from conftest import LABSCRIPTS
+from disklab_host import preflight
 
 
 def _cfg(workbench, **kw):
@@ -82,7 +81,7 @@ def test_cli_prints_json_and_exits_2_when_refused(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(_cfg(tmp_path / "missing")))
     proc = subprocess.run(
-        [sys.executable, str(LABSCRIPTS / "preflight.py"), "--config", str(cfg)],
+        [sys.executable, "-m", "disklab_host.preflight", "--config", str(cfg)],
         capture_output=True,
         text=True,
     )

@@ -15,8 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import model
-import prep
+from disklab_host.loadlab import model, prep
 
 
 def _sha(path: Path) -> str:

@@ -9,23 +9,21 @@ import sys
 
 import pytest
 
-import audit
-import big_write
-import fsync_bench
-import write_buffering
 from conftest import REPO
 from disklab import report, results, store, units
 from disklab.fsio import atomic_write_json
+from disklab_host.audit import collect as audit
+from disklab_host.steps import big_write, fsync_bench, write_buffering
 from test_audit import darwin_probe
 
 SIZES = {"write_buffering_calls": 3000, "fsync_blocks": 30, "fsync_block_bytes": 4096, "big_write_mib": 2}
 
 
 def _doc(host: str, run_id: str, facts: dict, experiments: dict) -> dict:
-    import labcommon
+    from disklab_host.common.facts import RESULTS_SCHEMA_VERSION
 
     return {
-        "schema_version": labcommon.RESULTS_SCHEMA_VERSION,
+        "schema_version": RESULTS_SCHEMA_VERSION,
         "run_id": run_id,
         "host": host,
         "profile": "quick",
@@ -46,7 +44,7 @@ def linux_doc(tmp_path_factory) -> dict:
     cfg = {"sizes": SIZES, "system": "Linux"}
     exps = {}
     for mod in (write_buffering, fsync_bench, big_write):
-        exps[mod.__name__] = {**mod.run(cfg, wb), "step_wall_s": 0.1}
+        exps[mod.__name__.rsplit(".", 1)[-1]] = {**mod.run(cfg, wb), "step_wall_s": 0.1}
     facts = audit.collect_all(str(wb), sys.executable)
     doc = _doc("linuxbox", "20261129T100000Z", facts, exps)
     results.validate(doc)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-import audit
-import labcommon
 from disklab import results
+from disklab_host.audit import collect as audit
+from disklab_host.common.facts import RESULTS_SCHEMA_VERSION
 
 FACTS = audit.collect_all("/tmp", None)
 
@@ -28,7 +28,7 @@ def _minimal(version=results.SCHEMA_VERSION) -> dict:
 
 
 def test_host_and_controller_agree_on_the_schema_version():
-    assert labcommon.RESULTS_SCHEMA_VERSION == results.SCHEMA_VERSION
+    assert RESULTS_SCHEMA_VERSION == results.SCHEMA_VERSION
 
 
 def test_a_newer_schema_version_is_refused(tmp_path):

@@ -12,16 +12,12 @@ import os
 import subprocess
 import sys
 import zlib
-from pathlib import Path
 
 import pytest
 
-import big_write
-import fsync_bench
-import write_buffering
+from disklab_host.steps import big_write, fsync_bench, write_buffering
 
 BLOCKS = 12
-LABSCRIPTS = Path(__file__).resolve().parent.parent / "labscripts"
 
 
 def _ordered(lat: dict) -> bool:
@@ -263,7 +259,14 @@ def test_big_write_rejects_bad_size(workbench):
 )
 def test_script_runs_alone(workbench, script, args, key):
     out = subprocess.run(
-        [sys.executable, str(LABSCRIPTS / script), "--workdir", str(workbench), *args],
+        [
+            sys.executable,
+            "-m",
+            f"disklab_host.steps.{script.removesuffix('.py')}",
+            "--workdir",
+            str(workbench),
+            *args,
+        ],
         capture_output=True,
         text=True,
         check=True,

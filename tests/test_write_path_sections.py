@@ -17,10 +17,8 @@ import jinja2
 import pytest
 from jsonschema import Draft202012Validator
 
-import big_write
-import fsync_bench
-import write_buffering
 from disklab.units import FILTERS, ibytes, ns, ratio, secs, us
+from disklab_host.steps import big_write, fsync_bench, write_buffering
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,7 +49,7 @@ def sections(tmp_path_factory) -> dict:
     wd = tmp_path_factory.mktemp("wb")
     sizes = {"write_buffering_calls": 5000, "fsync_blocks": 20, "fsync_block_bytes": 4096, "big_write_mib": 1}
     cfg = {"sizes": sizes, "system": "Linux"}
-    out = {m.__name__: m.run(cfg, wd) for m in (write_buffering, fsync_bench, big_write)}
+    out = {m.__name__.rsplit(".", 1)[-1]: m.run(cfg, wd) for m in (write_buffering, fsync_bench, big_write)}
     for s in out.values():
         s["step_wall_s"] = 0.5
     return out

@@ -27,6 +27,7 @@ import re
 from pathlib import Path
 
 from disklab import units
+from disklab_host.common.stats import percentile
 
 CHANGED, WITHIN_NOISE, TOO_FEW = "changed", "within noise", "too few samples"
 # Fewer samples than this on either side: no range, so no verdict.
@@ -179,14 +180,6 @@ def unit_of(path: str) -> str | None:
     return m.group("unit") if m else None
 
 
-def _percentile(sorted_values: list[float], q: float) -> float:
-    """Linear-interpolated percentile, numpy's default method (as labcommon.percentile)."""
-    pos = (len(sorted_values) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 def sample_stats(samples: list[float], unit: str | None = None) -> dict:
     """n, median, min and max of raw samples; latency units also get p90 and p99.
 
@@ -195,10 +188,10 @@ def sample_stats(samples: list[float], unit: str | None = None) -> dict:
     if not samples:
         raise ValueError("samples must be a non-empty list of numbers, got []")
     s = sorted(samples)
-    stats = {"n": len(s), "median": _percentile(s, 50), "min": s[0], "max": s[-1]}
+    stats = {"n": len(s), "median": percentile(s, 50), "min": s[0], "max": s[-1]}
     if unit in LATENCY_UNITS:
-        stats["p90"] = _percentile(s, 90)
-        stats["p99"] = _percentile(s, 99)
+        stats["p90"] = percentile(s, 90)
+        stats["p99"] = percentile(s, 99)
     return stats
 
 
@@ -260,7 +253,7 @@ def judge(old_samples: list[float], new_samples: list[float]) -> dict:
             "judged_by": "ranges do not overlap" if disjoint else "ranges overlap",
         }
     _, p = mann_whitney_u(so, sn)
-    mo, mn = _percentile(so, 50), _percentile(sn, 50)
+    mo, mn = percentile(so, 50), percentile(sn, 50)
     big_enough = abs(mn - mo) > MIN_EFFECT * abs(mo) if mo else mn != mo
     v = CHANGED if p < ALPHA and big_enough else WITHIN_NOISE
     return {

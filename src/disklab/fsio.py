@@ -1,65 +1,18 @@
-"""Atomic writes for every file the controller writes.
+"""The controller's file writes: the host package's atomic writes, and plots through them.
 
-Temp file in the same directory, flush, fsync, rename, then fsync the
-directory (the lesson's atomic save, rename(2) and fsync(2)): a crash leaves
-either the old file or the new one, never half of one.
+Every file the controller writes goes through disklab_host.common.fsio (temp
+file, fsync, rename, directory fsync): one implementation for both sides.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
-import tempfile
 from pathlib import Path
 
+from disklab_host.common.fsio import atomic_write_bytes, atomic_write_json, atomic_write_text
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, overwrite: bool = True) -> Path:
-    """Write ``data`` to ``path`` atomically, creating parent directories.
-
-    With ``overwrite=False`` an existing ``path`` is never replaced: the new
-    file is linked into place with link(2), which fails if the name exists,
-    and FileExistsError is raised. Returns ``path``.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file a normal file's mode
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if overwrite:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)  # atomic and refuses an existing name
-            os.unlink(tmp)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-def atomic_write_text(path: str | os.PathLike, text: str, *, overwrite: bool = True) -> Path:
-    """:func:`atomic_write_bytes` for UTF-8 text."""
-    return atomic_write_bytes(path, text.encode("utf-8"), overwrite=overwrite)
-
-
-def atomic_write_json(path: str | os.PathLike, obj: object, *, overwrite: bool = True) -> Path:
-    """:func:`atomic_write_bytes` for indented, key-sorted JSON."""
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", overwrite=overwrite)
+__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "save_figure"]
 
 
 def save_figure(fig, path: str | os.PathLike) -> Path:

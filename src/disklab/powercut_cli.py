@@ -1,7 +1,7 @@
 """``disklab powercut FILE.py:FUNC``: check a user's save function against simulated crashes.
 
 The controller never imports torch. This module checks the input, picks a
-Python that has torch, and runs ``labscripts/powercut.py check`` with it,
+Python that has torch, and runs ``python -m disklab_host.powercut.simulate check`` with it,
 passing its output and exit status through: 0 when no crash state under the
 chosen model is corrupt or missing, 1 when one is, 2 for bad input (a
 one-line error, never a traceback), which includes a save that returns
@@ -13,28 +13,22 @@ usage and return 0, and options may come before or after the spec.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from disklab_host.common.child import child_env
+from disklab_host.powercut import check, states
+
 LOCAL_LAB_PYTHON = Path(".lab/venv/bin/python")
-MODELS = ("process-kill", "power-cut")
-FORMATS = ("torch", "safetensors")
+SIMULATOR = "disklab_host.powercut.simulate"
+MODELS = tuple(states.MODELS)
+FORMATS = check.FORMATS
 
 
 class UsageError(ValueError):
     """Bad input; the message is the one line the user sees."""
-
-
-def labscripts_dir() -> Path:
-    """labscripts/ of this checkout (DISKLAB_LABSCRIPTS overrides). Raises UsageError if absent."""
-    env = os.environ.get("DISKLAB_LABSCRIPTS")
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "labscripts"
-    if not (path / "powercut.py").is_file():
-        raise UsageError(f"labscripts not found at {path} (set DISKLAB_LABSCRIPTS)")
-    return path
 
 
 def _has_torch(python: str) -> bool:
@@ -118,16 +112,15 @@ def main(argv: list[str]) -> int:
             raise UsageError("strace is not installed (on Debian/Ubuntu: apt-get install strace)")
         if args.state_mib <= 0 or args.state_mib % 4:
             raise UsageError(f"--state-mib must be a positive multiple of 4, got {args.state_mib}")
-        script = labscripts_dir() / "powercut.py"
         python = pick_python(args.python)
     except UsageError as exc:
         print(f"disklab powercut: {exc}", file=sys.stderr)
         return 2
-    cmd = [python, str(script), "check", spec, "--model", args.model, "--format", args.format]
+    cmd = [python, "-m", SIMULATOR, "check", spec, "--model", args.model, "--format", args.format]
     cmd += ["--state-mib", str(args.state_mib)]
     if args.json:
         cmd += ["--json", str(args.json.resolve())]
-    rc = subprocess.run(cmd, check=False).returncode
+    rc = subprocess.run(cmd, check=False, env=child_env()).returncode
     if rc not in (0, 1, 2):
         print(f"disklab powercut: the host-side check ended with status {rc}", file=sys.stderr)
         return 2

@@ -73,7 +73,7 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
                 },
                 overwrite=False,
             )
-    for packed in ("labscripts.tar.gz", "audit.pyz"):  # packed for this run only
+    for packed in ("disklab_host.pyz",):  # packed for this run only
         (staging / packed).unlink(missing_ok=True)
     if staging.is_dir() and not any(staging.iterdir()):
         staging.rmdir()

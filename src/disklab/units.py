@@ -5,17 +5,7 @@ These are registered as Jinja filters by disklab.report under the same names.
 
 from __future__ import annotations
 
-_BINARY = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
-
-
-def ibytes(n: float | None) -> str:
-    """Bytes in the largest binary unit that keeps the value >= 1, e.g. ``1.50 GiB``."""
-    if n is None:
-        return "n/a"
-    for unit, size in _BINARY:
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} B"
+from disklab_host.common.units import ibytes
 
 
 def us(x: float | None) -> str:

@@ -1,0 +1,35 @@
+"""Entry point of the shipped zipapp: ``python disklab_host.pyz COMMAND [ARGS]``.
+
+Commands: ``lab`` (the lab runner), ``preflight``, ``audit`` and ``powercut``
+(the simulator's command line). Each is the ``main(argv)`` of its module.
+The archive's own path goes first on PYTHONPATH for every child process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+COMMANDS = {
+    "lab": "disklab_host.lab",
+    "preflight": "disklab_host.preflight",
+    "audit": "disklab_host.audit.collect",
+    "powercut": "disklab_host.powercut.simulate",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: disklab_host {{{','.join(COMMANDS)}}} [ARGS]", file=sys.stderr)
+        return 2
+    from disklab_host.common.child import child_env
+
+    os.environ.update(child_env())
+    os.umask(0o022)
+    return importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The host audit: one collector per source of facts, and parsers for the tools' output."""

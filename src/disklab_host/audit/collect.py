@@ -1,0 +1,568 @@
+"""Host audit: the facts a lab result needs to be read correctly, as one JSON object.
+
+Usage: python audit.py --workbench PATH [--venv-python PATH] [--out host.json]
+
+Collects the OS, kernel, CPU, RAM and page size; the lab venv's Python, torch,
+safetensors and numpy versions; NVIDIA GPUs; the workbench's filesystem, mount
+options and backing block device (rotational, I/O scheduler, read_ahead_kb);
+and the kernel's writeback settings (/proc/sys/vm/dirty_*). Every fact is its
+value or ``{"unavailable": reason}`` (labcommon.unavailable): a source that is
+missing, unreadable or not applicable never crashes the audit, never reads as
+0 and is never left out. The shape is src/disklab/schema/facts.schema.json.
+
+Standard library only: the host_audit role runs this with the host's system
+Python, before the lab venv exists. Every ``collect_*`` function takes a
+:class:`Probe`, which holds the command runner and the filesystem root for
+/proc, /sys and /etc; tests pass recorded output through it.
+
+Linux paths run for real in the tests. The macOS (Darwin) and DGX Spark
+(aarch64 + NVIDIA GB10) paths have only been run against recorded command
+output in tests/fixtures/audit, not yet on real hardware; the JSON says so in
+``caveats``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..common.facts import is_unavailable, unavailable
+
+# Version of the facts object's shape; the controller's facts.schema.json pins it.
+from ..common.fsio import atomic_write_json
+from . import parse as ap
+
+# Version of the facts object's shape; the controller's facts.schema.json pins it.
+# 1: first version.
+FACTS_SCHEMA_VERSION = 1
+
+NO_VENV = "no lab venv on this host yet"
+NOT_ON_MACOS = "not exposed on macOS"
+WRITEBACK_KEYS = (
+    "dirty_expire_centisecs",
+    "dirty_writeback_centisecs",
+    "dirty_ratio",
+    "dirty_background_ratio",
+    "dirty_bytes",
+    "dirty_background_bytes",
+)
+RAM_TYPES = {"tmpfs", "ramfs"}
+NETWORK_TYPES = {
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre",
+    "afs", "afpfs", "webdav", "virtiofs", "sshfs", "macfuse", "osxfuse",
+}  # fmt: skip
+FLAG_WHY = {
+    "tmpfs": "tmpfs lives in RAM: nothing here survives a power loss, so fsync proves no durability",
+    "network_or_fuse": "on a network or FUSE filesystem, fsync means what the server or daemon makes "
+    "of it, not what the local drive does",
+    "loop_device": "a loop device can double-cache: pages sit in the page cache once for the loop "
+    "filesystem and again for the backing file in the outer filesystem, unless the loop device uses "
+    "direct I/O (device.loop_direct_io)",
+    "cpu_only_torch_on_gpu_host": "a CPU-only torch on a GPU host cannot reach the device_placed "
+    "readiness stage, so every GPU load figure would be missing",
+}
+
+Runner = Callable[[list[str]], str]
+
+
+class CommandFailed(RuntimeError):
+    """A command ran but exited non-zero; the message holds its exit code and stderr."""
+
+
+def run_command(argv: list[str], timeout_s: float = 120) -> str:
+    """Run ``argv`` without a shell and return its stdout.
+
+    Raises FileNotFoundError when the program is absent, CommandFailed on a
+    non-zero exit, subprocess.TimeoutExpired after ``timeout_s`` seconds.
+    """
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        err = proc.stderr.strip().splitlines()
+        raise CommandFailed(f"{' '.join(argv)} exited {proc.returncode}: {err[-1] if err else ''}")
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Where facts come from: this host by default, recorded output in tests.
+
+    ``system`` is "Linux" or "Darwin" (platform.system()); ``root`` prefixes
+    /proc, /sys, /dev and /etc paths; ``run`` runs a command and returns its
+    stdout; ``sysconf`` is os.sysconf.
+    """
+
+    system: str = field(default_factory=platform.system)
+    root: Path = Path("/")
+    run: Runner = run_command
+    sysconf: Callable[[str], int] = os.sysconf
+
+    def path(self, abs_path: str) -> Path:
+        """``abs_path`` (e.g. "/proc/meminfo") under :attr:`root`."""
+        return self.root / abs_path.lstrip("/")
+
+    def read(self, abs_path: str) -> str:
+        """Text of ``abs_path`` under :attr:`root`; raises OSError when unreadable."""
+        return self.path(abs_path).read_text()
+
+
+def attempt(what: str, fn: Callable[[], object]) -> object:
+    """``fn()``, or ``unavailable`` naming ``what`` and the error when it fails."""
+    try:
+        return fn()
+    except FileNotFoundError as exc:
+        return unavailable(f"{what}: not found ({exc.filename or exc})")
+    except (OSError, ValueError, KeyError, CommandFailed, subprocess.TimeoutExpired) as exc:
+        return unavailable(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _flag(value: object, name: str) -> dict:
+    return {"set": value, "why": FLAG_WHY[name]}
+
+
+def _pick(fact: object, key: str) -> object:
+    """``fact[key]`` when ``fact`` is a dict of values, else the same unavailable fact."""
+    return fact if is_unavailable(fact) else fact[key]
+
+
+# --- host -----------------------------------------------------------------
+
+
+def _darwin_sysctl(probe: Probe) -> object:
+    """``sysctl hw.memsize hw.pagesize machdep.cpu.brand_string`` as a dict, or unavailable."""
+    argv = ["sysctl", "hw.memsize", "hw.pagesize", "machdep.cpu.brand_string"]
+    return attempt("sysctl", lambda: ap.parse_key_value(probe.run(argv), ":"))
+
+
+def _sysctl_fact(sysctl: object, key: str, convert: Callable[[str], object]) -> object:
+    if is_unavailable(sysctl):
+        return sysctl
+    if key not in sysctl:
+        return unavailable(f"sysctl printed no {key}")
+    return attempt(f"sysctl {key}", lambda: convert(sysctl[key]))
+
+
+def _linux_cpu_model(probe: Probe) -> tuple[object, str]:
+    """(model, source): /proc/cpuinfo "model name", else lscpu "Model name" (aarch64)."""
+    cpuinfo = attempt("/proc/cpuinfo", lambda: ap.parse_cpuinfo_model(probe.read("/proc/cpuinfo")))
+    if isinstance(cpuinfo, str):
+        return cpuinfo, "/proc/cpuinfo"
+    models = attempt("lscpu", lambda: ap.parse_lscpu_models(probe.run(["lscpu"])))
+    if isinstance(models, list) and models:
+        return ", ".join(models), "lscpu"
+    lscpu_why = models["unavailable"] if is_unavailable(models) else "lscpu printed no 'Model name'"
+    return unavailable(f"/proc/cpuinfo has no 'model name' (usual on aarch64) and {lscpu_why}"), "none"
+
+
+def collect_host(probe: Probe) -> dict:
+    """hostname, os, kernel, architecture, cpu_model, ram_bytes, page_size_bytes, system.
+
+    Linux: /etc/os-release PRETTY_NAME, /proc/cpuinfo (or lscpu on aarch64),
+    /proc/meminfo MemTotal, os.sysconf("SC_PAGE_SIZE"). macOS: sw_vers and
+    sysctl hw.memsize, hw.pagesize (16 KiB on Apple silicon) and
+    machdep.cpu.brand_string. uname -n -r -m on both.
+    """
+    uname = attempt("uname", lambda: ap.parse_uname_nrm(probe.run(["uname", "-n", "-r", "-m"])))
+    out: dict = {key: _pick(uname, key) for key in ("hostname", "kernel", "architecture")}
+    out["system"] = probe.system
+    if probe.system == "Linux":
+        out["os"] = attempt("/etc/os-release", lambda: ap.parse_os_release(probe.read("/etc/os-release")))
+        out["cpu_model"], out["cpu_model_source"] = _linux_cpu_model(probe)
+        out["ram_bytes"] = attempt(
+            "/proc/meminfo", lambda: ap.parse_meminfo_total_bytes(probe.read("/proc/meminfo"))
+        )
+        out["page_size_bytes"] = attempt("sysconf", lambda: int(probe.sysconf("SC_PAGE_SIZE")))
+    elif probe.system == "Darwin":
+        out["os"] = attempt("sw_vers", lambda: ap.parse_sw_vers(probe.run(["sw_vers"])))
+        sysctl = _darwin_sysctl(probe)
+        out["cpu_model"] = _sysctl_fact(sysctl, "machdep.cpu.brand_string", str)
+        out["cpu_model_source"] = "sysctl machdep.cpu.brand_string"
+        out["ram_bytes"] = _sysctl_fact(sysctl, "hw.memsize", int)
+        out["page_size_bytes"] = _sysctl_fact(sysctl, "hw.pagesize", int)
+    else:
+        why = unavailable(f"the audit does not support {probe.system}")
+        out.update(os=why, cpu_model=why, cpu_model_source="none", ram_bytes=why, page_size_bytes=why)
+    return out
+
+
+def collect_memory(probe: Probe) -> dict:
+    """macOS ``vm_stat`` page counts (pages, not bytes) with the page size; Linux: not collected.
+
+    Linux memory totals come from /proc/meminfo in collect_host; vm_stat is
+    macOS's only view of free/active pages.
+    """
+    if probe.system != "Darwin":
+        return {"vm_stat": unavailable("vm_stat is macOS only; Linux uses /proc/meminfo (host.ram_bytes)")}
+    return {"vm_stat": attempt("vm_stat", lambda: ap.parse_vm_stat(probe.run(["vm_stat"])))}
+
+
+# --- versions -------------------------------------------------------------
+
+# Run with the lab venv's Python; prints one JSON object. Kept as plain text so
+# this module never imports torch.
+_VERSIONS_SCRIPT = r"""
+import io, json, platform, sys
+out = {"python": platform.python_version(), "python_executable": sys.executable,
+       "io_default_buffer_size_bytes": io.DEFAULT_BUFFER_SIZE}
+mods = {}
+for name in ("torch", "safetensors", "numpy"):
+    try:
+        mods[name] = __import__(name)
+        out[name] = mods[name].__version__
+    except Exception as exc:
+        out[name] = {"unavailable": f"import {name} failed: {type(exc).__name__}: {exc}"}
+torch = mods.get("torch")
+if torch is None:
+    for key in ("torch_cuda_available", "torch_version_cuda", "torch_mps_available"):
+        out[key] = out["torch"]
+else:
+    out["torch_cuda_available"] = bool(torch.cuda.is_available())
+    out["torch_version_cuda"] = torch.version.cuda or {
+        "unavailable": "CPU-only torch build: torch.version.cuda is None"}
+    out["torch_mps_available"] = bool(torch.backends.mps.is_available())
+print(json.dumps(out))
+"""
+VERSION_KEYS = (
+    "python",
+    "python_executable",
+    "io_default_buffer_size_bytes",
+    "torch",
+    "safetensors",
+    "numpy",
+    "torch_cuda_available",
+    "torch_version_cuda",
+    "torch_mps_available",
+)
+
+
+def collect_versions(probe: Probe, venv_python: str | None) -> dict:
+    """Versions seen by the lab venv's Python, gathered in a subprocess.
+
+    Keys: VERSION_KEYS. ``io_default_buffer_size_bytes`` is io.DEFAULT_BUFFER_SIZE
+    (Python's write buffer, the lesson's first layer). Without ``venv_python``,
+    python is the audit's own interpreter and the rest are unavailable.
+    """
+    if venv_python is None:
+        out = {key: unavailable(NO_VENV) for key in VERSION_KEYS}
+        out.update(python=platform.python_version(), python_executable=sys.executable)
+        return out
+    got = attempt(
+        f"lab venv python {venv_python}",
+        lambda: json.loads(probe.run([venv_python, "-c", _VERSIONS_SCRIPT])),
+    )
+    if is_unavailable(got):
+        return {key: got for key in VERSION_KEYS}
+    return {key: got.get(key, unavailable(f"the venv probe did not report {key}")) for key in VERSION_KEYS}
+
+
+# --- gpu ------------------------------------------------------------------
+
+
+def collect_gpu(probe: Probe, versions: dict) -> dict:
+    """NVIDIA GPUs from nvidia-smi, and the ``cpu_only_torch_on_gpu_host`` flag.
+
+    ``gpus`` is a list of {name, driver_version, memory_total_bytes}. The flag
+    is set when a GPU is listed but torch.cuda.is_available() is false, and
+    false when there is no NVIDIA driver. It is unavailable when nvidia-smi
+    exists but fails (a GPU may be there) or the venv's torch is unknown.
+    """
+    if probe.system == "Darwin":
+        gpus: object = unavailable("no NVIDIA GPU on macOS; torch reaches Apple GPUs through MPS")
+    else:
+        query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total"]
+        argv = [*query, "--format=csv,noheader,nounits"]
+        try:
+            gpus = ap.parse_nvidia_smi_csv(probe.run(argv))
+        except FileNotFoundError:
+            gpus = unavailable("nvidia-smi not found: no NVIDIA GPU driver")
+        except (OSError, ValueError, CommandFailed, subprocess.TimeoutExpired) as exc:
+            gpus = unavailable(f"nvidia-smi failed: {exc}")
+    cuda = versions.get("torch_cuda_available")
+    if is_unavailable(gpus) and gpus["unavailable"].startswith("nvidia-smi failed"):
+        flag: object = unavailable("cannot tell whether a GPU is present: " + gpus["unavailable"])
+    elif is_unavailable(gpus):
+        flag = False
+    elif isinstance(cuda, bool):
+        flag = not cuda
+    else:
+        why = cuda["unavailable"] if is_unavailable(cuda) else repr(cuda)
+        flag = unavailable(f"GPU present but torch.cuda.is_available() unknown: {why}")
+    return {"gpus": gpus, "cpu_only_torch_on_gpu_host": _flag(flag, "cpu_only_torch_on_gpu_host")}
+
+
+# --- workbench ------------------------------------------------------------
+
+
+def _no_block_device_reason(fstype: str) -> str | None:
+    if fstype in RAM_TYPES:
+        return f"{fstype} is RAM-backed: no block device"
+    if fstype in NETWORK_TYPES or fstype.startswith("fuse"):
+        return f"{fstype} is a network or FUSE filesystem: no local block device"
+    if fstype == "overlay":
+        return "overlay merges other directories: no single block device"
+    return None
+
+
+def _linux_block_name(probe: Probe, source: str, workbench: str) -> str:
+    """The /sys/class/block name behind a mount source; st_dev as a fallback on the real root."""
+    dev = ap.source_device(source)
+    if dev.startswith("/dev/"):
+        name = Path(os.path.realpath(probe.path(dev))).name  # /dev/mapper/vg-lv -> dm-0
+        if probe.path(f"/sys/class/block/{name}").exists():
+            return name
+    if probe.root == Path("/"):
+        st = os.stat(workbench)
+        link = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+        if link.exists():
+            return Path(os.path.realpath(link)).name
+    raise ValueError(f"no /sys/class/block entry for mount source {source!r}")
+
+
+def collect_block_device(probe: Probe, source: str, workbench: str) -> dict:
+    """The Linux block device behind ``source``, read from /sys (sysfs-block(5)).
+
+    Keys: name (e.g. nvme0n1p2), disk (its parent, nvme0n1), partition (bool),
+    rotational (bool), scheduler {active, available}, read_ahead_kb (KiB),
+    dm {name, slaves} for device-mapper, loop_backing_file for loop devices.
+    Raises ValueError when no sysfs entry matches the source.
+    """
+    name = _linux_block_name(probe, source, workbench)
+    entry = probe.path(f"/sys/class/block/{name}")
+    partition = (entry / "partition").exists()
+    disk = Path(os.path.realpath(entry)).parent.name if partition else name
+    base = f"/sys/block/{disk}"
+    out = {"name": name, "disk": disk, "partition": partition}
+    out["rotational"] = attempt(
+        "rotational", lambda: int(probe.read(f"{base}/queue/rotational").strip()) == 1
+    )
+    out["scheduler"] = attempt("scheduler", lambda: ap.parse_scheduler(probe.read(f"{base}/queue/scheduler")))
+    out["read_ahead_kb"] = attempt("read_ahead_kb", lambda: int(probe.read(f"{base}/queue/read_ahead_kb")))
+    if probe.path(f"{base}/dm").is_dir():
+        slaves = attempt("dm slaves", lambda: sorted(os.listdir(probe.path(f"{base}/slaves"))))
+        out["dm"] = {
+            "name": attempt("dm name", lambda: probe.read(f"{base}/dm/name").strip()),
+            "slaves": slaves,
+        }
+    else:
+        out["dm"] = unavailable(f"{disk} is not a device-mapper device")
+    if probe.path(f"{base}/loop").is_dir():
+        out["loop_backing_file"] = attempt(
+            "loop backing_file", lambda: probe.read(f"{base}/loop/backing_file").strip()
+        )
+        out["loop_direct_io"] = attempt("loop dio", lambda: probe.read(f"{base}/loop/dio").strip() == "1")
+    else:
+        out["loop_backing_file"] = unavailable(f"{disk} is not a loop device")
+        out["loop_direct_io"] = unavailable(f"{disk} is not a loop device")
+    return out
+
+
+def _linux_workbench(probe: Probe, workbench: str) -> dict:
+    df_cmd = ["df", "-T", workbench]
+    fm_cmd = ["findmnt", "-J", "-T", workbench, "-o", "TARGET,SOURCE,FSTYPE,OPTIONS"]
+    df = attempt("df -T", lambda: {**ap.parse_df_t(probe.run(df_cmd)), "command": " ".join(df_cmd)})
+    fm = attempt("findmnt", lambda: {**ap.parse_findmnt_json(probe.run(fm_cmd)), "command": " ".join(fm_cmd)})
+    best, src = (fm, "findmnt") if not is_unavailable(fm) else (df, "df -T")
+    out = {
+        "fstype": _pick(best, "fstype"),
+        "mount_point": _pick(best, "mount_point"),
+        "source": _pick(best, "source"),
+        "mount_options": _pick(fm, "options"),
+        "fact_source": src if not is_unavailable(best) else "none",
+        "df": df,
+        "findmnt": fm,
+    }
+    fstype = out["fstype"]
+    if is_unavailable(fstype):
+        out["device"] = unavailable("filesystem type unknown: " + fstype["unavailable"])
+    elif _no_block_device_reason(fstype):
+        out["device"] = unavailable(_no_block_device_reason(fstype))
+    else:
+        out["device"] = attempt("block device", lambda: collect_block_device(probe, out["source"], workbench))
+    return out
+
+
+def _darwin_device(probe: Probe, source: str) -> dict:
+    info = ap.parse_diskutil_plist(probe.run(["diskutil", "info", "-plist", source]))
+    solid = info.get("SolidState")
+    return {
+        "name": source.removeprefix("/dev/"),
+        "disk": info.get("ParentWholeDisk", unavailable("diskutil gave no ParentWholeDisk")),
+        "partition": not info.get("WholeDisk", False),
+        "rotational": (not solid) if isinstance(solid, bool) else unavailable("diskutil gave no SolidState"),
+        "scheduler": unavailable(NOT_ON_MACOS),
+        "read_ahead_kb": unavailable(NOT_ON_MACOS),
+        "dm": unavailable("device-mapper is Linux only"),
+        "loop_backing_file": unavailable(NOT_ON_MACOS),
+        "loop_direct_io": unavailable(NOT_ON_MACOS),
+        "diskutil_filesystem_type": info.get(
+            "FilesystemType", unavailable("diskutil gave no FilesystemType")
+        ),
+        "bus_protocol": info.get("BusProtocol", unavailable("diskutil gave no BusProtocol")),
+    }
+
+
+def _darwin_workbench(probe: Probe, workbench: str) -> dict:
+    df = attempt(
+        "df", lambda: {**ap.parse_darwin_df(probe.run(["df", workbench])), "command": f"df {workbench}"}
+    )
+    mounts = attempt("mount", lambda: ap.parse_darwin_mount(probe.run(["mount"])))
+    mount: object = unavailable("df gave no mount point") if is_unavailable(df) else mounts
+    if not is_unavailable(df) and not is_unavailable(mounts):
+        hits = [m for m in mounts if m["mount_point"] == df["mount_point"]]
+        mount = hits[-1] if hits else unavailable(f"mount lists nothing on {df['mount_point']}")
+    out = {
+        "fstype": _pick(mount, "fstype"),
+        "mount_point": _pick(df, "mount_point"),
+        "source": _pick(df, "source"),
+        "mount_options": _pick(mount, "options"),
+        "fact_source": "mount" if not is_unavailable(mount) else "none",
+        "df": df,
+        "findmnt": unavailable("findmnt is Linux only; macOS uses mount"),
+    }
+    fstype, source = out["fstype"], out["source"]
+    if is_unavailable(fstype):
+        out["device"] = unavailable("filesystem type unknown: " + fstype["unavailable"])
+    elif _no_block_device_reason(fstype) or not str(source).startswith("/dev/"):
+        out["device"] = unavailable(_no_block_device_reason(fstype) or f"{source} is not a /dev device")
+    else:
+        out["device"] = attempt("diskutil info", lambda: _darwin_device(probe, source))
+    return out
+
+
+def _is_loop(device: dict) -> bool:
+    """A Linux loop device (loopN) or a macOS disk image (diskutil BusProtocol "Disk Image")."""
+    disk = device["disk"]
+    return (isinstance(disk, str) and disk.startswith("loop")) or device.get("bus_protocol") == "Disk Image"
+
+
+def collect_workbench(probe: Probe, workbench: str) -> dict:
+    """Filesystem, mount and block device of ``workbench``, with flags.
+
+    Linux: ``df -T`` and ``findmnt -J`` (both kept, each with its command;
+    findmnt wins where both give a fact), then /sys/class/block. macOS: ``df``
+    for the mount point, ``mount`` for the type and options, ``diskutil info
+    -plist`` for SolidState. ``flags`` holds tmpfs, network_or_fuse and
+    loop_device, each {set, why}.
+    """
+    if probe.system == "Linux":
+        out = _linux_workbench(probe, workbench)
+    elif probe.system == "Darwin":
+        out = _darwin_workbench(probe, workbench)
+    else:
+        why = unavailable(f"the audit does not support {probe.system}")
+        out = dict.fromkeys(
+            ("fstype", "mount_point", "source", "mount_options", "df", "findmnt", "device"), why
+        )
+        out["fact_source"] = "none"
+    out = {"path": workbench, **out}
+    fstype, device = out["fstype"], out["device"]
+    if is_unavailable(fstype):
+        ram = net = fstype
+    else:
+        ram = fstype in RAM_TYPES
+        net = fstype in NETWORK_TYPES or fstype.startswith("fuse")
+    loop = device if is_unavailable(device) else _is_loop(device)
+    if ram is True or net is True:  # no block device at all, so not a loop device either
+        loop = False
+    out["flags"] = {
+        "tmpfs": _flag(ram, "tmpfs"),
+        "network_or_fuse": _flag(net, "network_or_fuse"),
+        "loop_device": _flag(loop, "loop_device"),
+    }
+    return out
+
+
+# --- writeback ------------------------------------------------------------
+
+
+def collect_writeback(probe: Probe) -> dict:
+    """vm.dirty_* writeback settings from /proc/sys/vm (ints; proc(5) gives each unit).
+
+    dirty_*_centisecs are in 1/100 s, dirty_*_ratio in percent of available
+    memory, dirty_*bytes in bytes (0 means the ratio applies). macOS: each is
+    unavailable, XNU has none of them.
+    """
+    if probe.system != "Linux":
+        why = f"not applicable on {'macOS' if probe.system == 'Darwin' else probe.system}: "
+        why += (
+            "XNU has no /proc/sys/vm dirty_* writeback settings" if probe.system == "Darwin" else "no /proc"
+        )
+        return {key: unavailable(why) for key in WRITEBACK_KEYS}
+    return {
+        key: attempt(f"/proc/sys/vm/{key}", lambda key=key: int(probe.read(f"/proc/sys/vm/{key}")))
+        for key in WRITEBACK_KEYS
+    }
+
+
+# --- all ------------------------------------------------------------------
+
+
+def _caveats(probe: Probe, host: dict, gpu: dict) -> list[str]:
+    """Plain statements of which facts came from code paths not yet run on real hardware."""
+    notes = []
+    if probe.system == "Darwin":
+        notes.append("disklab's macOS audit has been tested only on recorded output, not yet on a real Mac")
+    if host.get("cpu_model_source") == "lscpu":
+        notes.append(
+            "the lscpu CPU model path (aarch64, e.g. DGX Spark) has been tested only on recorded output"
+        )
+    if isinstance(gpu["gpus"], list):
+        notes.append("the nvidia-smi parser has been tested only on recorded output, not yet on a real GPU")
+    return notes
+
+
+def collect_all(workbench: str, venv_python: str | None, probe: Probe | None = None) -> dict:
+    """Every fact about this host and ``workbench`` as one JSON-able dict.
+
+    Top-level keys: facts_schema_version, collected_utc, audit_python, host,
+    versions, gpu, workbench, writeback, memory, caveats. Raises ValueError
+    when ``workbench`` is not an existing directory on this host (only checked
+    for the real probe).
+    """
+    if probe is None:
+        probe = Probe()
+        if not Path(workbench).is_dir():
+            raise ValueError(f"workbench must be an existing directory, got {workbench!r}")
+        workbench = str(Path(workbench).resolve())
+    host = collect_host(probe)
+    versions = collect_versions(probe, venv_python)
+    gpu = collect_gpu(probe, versions)
+    return {
+        "facts_schema_version": FACTS_SCHEMA_VERSION,
+        "collected_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "audit_python": platform.python_version(),
+        "host": host,
+        "versions": versions,
+        "gpu": gpu,
+        "workbench": collect_workbench(probe, workbench),
+        "writeback": collect_writeback(probe),
+        "memory": collect_memory(probe),
+        "caveats": _caveats(probe, host, gpu),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workbench", required=True, help="directory where the lab writes")
+    parser.add_argument("--venv-python", help="the lab venv's python; ignored while it does not exist yet")
+    parser.add_argument("--out", type=Path, help="write the JSON here (atomically) as well as print it")
+    args = parser.parse_args(argv)
+    venv = os.path.expanduser(args.venv_python) if args.venv_python else None
+    facts = collect_all(os.path.expanduser(args.workbench), venv if venv and os.path.exists(venv) else None)
+    if args.out:
+        out = args.out.expanduser()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out, facts)
+    print(json.dumps(facts, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

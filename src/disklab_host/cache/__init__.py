@@ -1,0 +1,1 @@
+"""Page-cache control: residency from mincore, eviction by a named method, the macOS cold copy."""

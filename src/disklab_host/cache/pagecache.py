@@ -1,0 +1,266 @@
+"""Page cache control for the load lab: residency (mincore), eviction and warming.
+
+Every load measurement names its cache state, so the runner makes a file cold
+or warm before each one and checks the result with mincore:
+
+- :func:`residency` counts the bytes of a file resident in the page cache
+  (mincore(2) over a read-only shared mapping of the file, through ctypes,
+  since Python's standard library has no mincore).
+- :func:`evict` makes a file cold with the first method that works, in the
+  order given, and records every attempt (fadvise_dontneed, drop_caches,
+  coldcopy_nocache, purge).
+- :func:`warm` reads the whole file once, so its pages are in the page cache.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..common.fsio import fsync_dir
+from ..common.units import MIB
+from . import coldcopy
+
+EVICTION_METHODS = ("fadvise_dontneed", "drop_caches", "coldcopy_nocache", "purge")
+# Tried in this order when the caller names none.
+DEFAULT_METHODS = {
+    "Linux": ("fadvise_dontneed", "drop_caches"),
+    "Darwin": ("coldcopy_nocache", "purge"),
+}
+# A cold run is verified only at or below this resident fraction before its start.
+COLD_MAX_FRACTION = 0.01
+DROP_CACHES = "/proc/sys/vm/drop_caches"
+# Linux >= 5.2 reports every page of a file the caller may not write as resident
+# (kernel commit "mm/mincore.c: make mincore() more conservative").
+UNTRUSTED_TRUST = (
+    "unverifiable: the caller cannot write this file, and on Linux 5.2+ mincore reports "
+    "every page of such a file as resident"
+)
+
+_libc = None
+
+
+def _c():
+    global _libc
+    if _libc is None:
+        lib = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        lib.mmap.restype = ctypes.c_void_p
+        lib.mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
+        lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        _libc = lib
+    return _libc
+
+
+def page_size() -> int:
+    """The VM page size in bytes (os.sysconf("SC_PAGE_SIZE"))."""
+    return os.sysconf("SC_PAGE_SIZE")
+
+
+def residency_trust(path: str | os.PathLike, system: str | None = None) -> str:
+    """``"ok"`` when mincore's answer for ``path`` can be believed, else ``"unverifiable: ..."``.
+
+    On Linux 5.2+ mincore on a file mapping reports real page cache state only
+    when the caller owns the file, may write it, or has CAP_FOWNER; otherwise
+    it reports every page resident (kernel commit "mm/mincore.c: make mincore()
+    more conservative"). Root passes all three checks.
+    """
+    system = system or os.uname().sysname
+    if system != "Linux" or os.geteuid() == 0:
+        return "ok"
+    if os.stat(path).st_uid == os.geteuid() or os.access(path, os.W_OK):
+        return "ok"
+    return UNTRUSTED_TRUST
+
+
+def residency(path: str | os.PathLike) -> dict:
+    """Bytes of ``path`` resident in the page cache, from mincore(2).
+
+    Maps the file read-only and shared (mmap(2)), asks mincore for one status
+    byte per page (bit 0 set: resident), and unmaps it. Mapping does not read
+    the file, so the probe does not change what it measures.
+
+    Returns ``{"resident_bytes", "size_bytes", "fraction", "pages_resident",
+    "pages_total", "trust"}``: bytes are exact (a resident last page counts
+    only up to the end of file), fraction is resident_bytes / size_bytes in
+    [0, 1] (0.0 for an empty file), trust as :func:`residency_trust`.
+    Raises OSError (with errno) when the file cannot be opened or mapped.
+    """
+    size = os.stat(path).st_size
+    trust = residency_trust(path)
+    if size == 0:
+        return _residency_dict(0, 0, 0, 0, trust)
+    ps = page_size()
+    pages = (size + ps - 1) // ps
+    libc = _c()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            err = ctypes.get_errno()
+            raise OSError(err, f"mmap of {path} for mincore failed: {os.strerror(err)}")
+        try:
+            vec = (ctypes.c_ubyte * pages)()
+            if libc.mincore(addr, size, vec) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"mincore on {path} failed: {os.strerror(err)}")
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    flags = bytes(vec)
+    resident_pages = sum(b & 1 for b in flags)
+    resident = resident_pages * ps
+    if flags[-1] & 1:
+        resident -= pages * ps - size  # the last page holds only the file's tail
+    return _residency_dict(resident, size, resident_pages, pages, trust)
+
+
+def _residency_dict(resident: int, size: int, pages_resident: int, pages: int, trust: str) -> dict:
+    return {
+        "resident_bytes": resident,
+        "size_bytes": size,
+        "fraction": resident / size if size else 0.0,
+        "pages_resident": pages_resident,
+        "pages_total": pages,
+        "trust": trust,
+    }
+
+
+def warm(path: str | os.PathLike) -> int:
+    """Read ``path`` once from start to end so its pages are in the page cache; return bytes read."""
+    buf = bytearray(8 * MIB)
+    total = 0
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            total += n
+    return total
+
+
+def evict(
+    path: str | os.PathLike,
+    methods: list[str] | tuple[str, ...] | None = None,
+    *,
+    become_allowed: bool,
+    system: str | None = None,
+) -> dict:
+    """Make ``path`` cold: try each eviction method in order until one works.
+
+    A method works when it runs without error and mincore then finds at most
+    ``COLD_MAX_FRACTION`` of the file resident (when mincore can be trusted).
+    Methods, with their sources:
+
+    - ``fadvise_dontneed`` (Linux, no root): fsync, then posix_fadvise(2)
+      POSIX_FADV_DONTNEED over the whole file. Dirty pages are written first
+      because DONTNEED drops only clean ones.
+    - ``drop_caches`` (Linux; euid 0, or ``become_allowed`` through ``sudo -n``):
+      sync, then write 3 to /proc/sys/vm/drop_caches (proc(5)). Global: it
+      empties the page cache of the whole machine, not just this file.
+    - ``coldcopy_nocache`` (macOS): copy the file with F_NOCACHE, F_FULLFSYNC it,
+      rename the copy over ``path`` (the lesson's coldcopy.py).
+    - ``purge`` (macOS; euid 0, or ``become_allowed`` through ``sudo -n``).
+
+    Returns ``{"method": name or None, "attempts": [{"method", "ok", "error"}],
+    "fraction_after": float}``; ``method`` is None when every method failed.
+    Raises ValueError naming the rule for an unknown method.
+    """
+    system = system or os.uname().sysname
+    methods = list(methods if methods is not None else DEFAULT_METHODS.get(system, ()))
+    unknown = [m for m in methods if m not in EVICTION_METHODS]
+    if unknown:
+        raise ValueError(f"eviction methods must be among {list(EVICTION_METHODS)}, got {unknown}")
+    attempts = []
+    fraction = residency(path)["fraction"]
+    for method in methods:
+        try:
+            _METHODS[method](Path(path), become_allowed=become_allowed, system=system)
+            res = residency(path)
+            fraction = res["fraction"]
+            if res["trust"] == "ok" and fraction > COLD_MAX_FRACTION:
+                raise RuntimeError(f"{100 * fraction:.1f} % of the file still resident after {method}")
+        except Exception as exc:  # recorded; the next method is tried
+            attempts.append({"method": method, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            continue
+        attempts.append({"method": method, "ok": True, "error": None})
+        return {"method": method, "attempts": attempts, "fraction_after": fraction}
+    return {"method": None, "attempts": attempts, "fraction_after": fraction}
+
+
+def _require(system: str, wanted: str, method: str) -> None:
+    if system != wanted:
+        raise OSError(f"{method} works on {wanted} only, this host is {system}")
+
+
+def _may_become(become_allowed: bool, method: str) -> list[str]:
+    """The command prefix that runs as root: [] as root, sudo -n with become, else refuse."""
+    if os.geteuid() == 0:
+        return []
+    if not become_allowed:
+        raise PermissionError(f"{method} needs root: run as root or set become_allowed")
+    if shutil.which("sudo") is None:
+        raise PermissionError(f"{method} needs root and sudo is not installed")
+    return ["sudo", "-n"]
+
+
+def _fadvise_dontneed(path: Path, *, become_allowed: bool, system: str) -> None:
+    _require(system, "Linux", "fadvise_dontneed")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _drop_caches(path: Path, *, become_allowed: bool, system: str) -> None:
+    _require(system, "Linux", "drop_caches")
+    prefix = _may_become(become_allowed, "drop_caches")
+    os.sync()
+    if not prefix:
+        fd = os.open(DROP_CACHES, os.O_WRONLY)  # write-only: the file is not readable
+        try:
+            os.write(fd, b"3")
+        finally:
+            os.close(fd)
+        return
+    subprocess.run(prefix + ["tee", DROP_CACHES], input=b"3", capture_output=True, check=True, timeout=60)
+
+
+def _coldcopy_nocache(path: Path, *, become_allowed: bool, system: str) -> None:
+    _require(system, "Darwin", "coldcopy_nocache")
+    tmp = path.with_name(path.name + ".coldcopy.tmp")
+    try:
+        coldcopy.coldcopy(path, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
+def _purge(path: Path, *, become_allowed: bool, system: str) -> None:
+    _require(system, "Darwin", "purge")
+    prefix = _may_become(become_allowed, "purge")
+    os.sync()
+    subprocess.run(prefix + ["purge"], capture_output=True, check=True, timeout=300)
+
+
+_METHODS = {
+    "fadvise_dontneed": _fadvise_dontneed,
+    "drop_caches": _drop_caches,
+    "coldcopy_nocache": _coldcopy_nocache,
+    "purge": _purge,
+}

@@ -1,0 +1,293 @@
+"""Make the load lab's weight files once, and reuse them while nothing has changed.
+
+The lesson's prep.py writes the same weights as ``.pt`` and ``.safetensors``
+(the lesson, Build It). Here the weights are generated, seeded, on the host, so
+nothing is downloaded at run time:
+
+- ``small.pt`` / ``small.safetensors``: a :class:`model.DecoderLM` state dict,
+  config ``tiny`` when ``sizes["load_small_full_size"] == 0``, else ``small``
+  (SmolLM2-135M's shape), or a real model given by ``cfg["load_model_safetensors"]``;
+- ``big.pt`` / ``big.safetensors``: ``sizes["load_big_tensors"]`` tensors
+  ``w0``.. of shape 4096 x 4096, bf16, 32 MiB each (the lesson's big_src).
+
+``prep_manifest.json`` (written atomically, last) records the recipe and, per
+file, its size and the sha256 of its first and last MiB. A later call reuses
+the files only when the recipe (seed, configs, torch and safetensors versions,
+the user file's identity) is equal and every file still matches. Each weight
+file is written to a temp name, fsynced, renamed and its directory fsynced, so
+its pages are clean (evictable) when the loads start.
+
+Usage (for a manual run): python prep.py --workdir DIR [--profile quick] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import safetensors
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..common.facts import require_positive
+from ..common.fsio import atomic_write_json, fsync_dir
+from ..common.units import MIB
+from . import model
+
+MANIFEST = "prep_manifest.json"
+PREP_FORMAT = 1  # bump when the layout of the generated files changes
+FILES = {
+    "small_pt": "small.pt",
+    "small_safetensors": "small.safetensors",
+    "big_pt": "big.pt",
+    "big_safetensors": "big.safetensors",
+}
+BIG_SHAPE = (4096, 4096)
+BIG_DTYPE = torch.bfloat16
+SUM_BYTES = MIB  # head and tail hashed to recognise a file
+
+
+def recipe(cfg: dict) -> dict:
+    """What decides the files' bytes, from ``cfg``. Equal recipes give equal files.
+
+    Reads ``cfg["sizes"]["load_small_full_size"]`` (0 or 1), ``["load_big_tensors"]``
+    (> 0), ``cfg.get("prep_seed", 0)`` and ``cfg.get("load_model_safetensors")``.
+    Raises ValueError naming a bad setting.
+    """
+    sizes = cfg["sizes"]
+    big = sizes["load_big_tensors"]
+    if isinstance(big, bool) or not isinstance(big, int):
+        raise ValueError(f"load_big_tensors must be an integer > 0, got {big!r}")
+    require_positive("load_big_tensors", big)
+    seed = cfg.get("prep_seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ValueError(f"prep_seed must be an integer in [0, 2**32), got {seed!r}")
+    out = {
+        "prep_format": PREP_FORMAT,
+        "seed": seed,
+        "small_config": "small" if sizes["load_small_full_size"] else "tiny",
+        "big_tensors": big,
+        "big_shape": list(BIG_SHAPE),
+        "torch_version": torch.__version__,
+        "safetensors_version": safetensors.__version__,
+        "user_safetensors": None,
+        "source_reason": None,
+    }
+    user = cfg.get("load_model_safetensors")
+    if user:
+        path = Path(user).expanduser()
+        if path.is_file():
+            st = path.stat()
+            out["small_config"] = "user"
+            out["user_safetensors"] = {
+                "path": str(path),
+                "size_bytes": st.st_size,
+                "mtime_ns": st.st_mtime_ns,
+            }
+        else:
+            out["source_reason"] = (
+                f"load_model_safetensors={user} is not a file on this host; synthetic weights used"
+            )
+    return out
+
+
+def prepare(cfg: dict, workdir: Path) -> dict:
+    """Make (or reuse) the four weight files in ``workdir``; return the manifest.
+
+    The manifest is ``{"files": {"small_pt" | "small_safetensors" | "big_pt" |
+    "big_safetensors": {"path", "size_bytes", "format", "tensors", "dtype",
+    "params", "head_sha256", "tail_sha256"}}, "small_config": "tiny" | "small" |
+    "user", "source": "synthetic" | "user_safetensors", "source_reason": str |
+    None, "module_class": "DecoderLM" | None, "module_config": "tiny" | "small" |
+    None (the CONFIGS name the small files load into), "module_class_reason", "recipe",
+    "generate_s", "reused": bool, "prep_s": float}``. ``prep_s`` is this call's
+    wall time in seconds (checking only, when reused). Raises ValueError for a
+    bad setting (see :func:`recipe`).
+    """
+    start = time.perf_counter()
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    want = recipe(cfg)
+    old = _read_manifest(workdir / MANIFEST)
+    if old is not None and old.get("recipe") == want and _files_match(workdir, old["files"]):
+        for key, name in FILES.items():
+            old["files"][key]["path"] = str((workdir / name).resolve())
+        return dict(old, reused=True, prep_s=time.perf_counter() - start)
+    manifest = _generate(want, workdir)
+    manifest["generate_s"] = time.perf_counter() - start
+    manifest["reused"] = False
+    manifest["prep_s"] = manifest["generate_s"]
+    atomic_write_json(workdir / MANIFEST, manifest)
+    return manifest
+
+
+def _read_manifest(path: Path) -> dict | None:
+    try:
+        manifest = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+
+
+def head_tail_sha256(path: Path) -> tuple[str, str]:
+    """sha256 hex digests of the first and of the last MiB of ``path`` (the whole file if smaller)."""
+    with open(path, "rb") as f:
+        head = hashlib.sha256(f.read(SUM_BYTES)).hexdigest()
+        f.seek(max(0, os.fstat(f.fileno()).st_size - SUM_BYTES))
+        tail = hashlib.sha256(f.read(SUM_BYTES)).hexdigest()
+    return head, tail
+
+
+def _files_match(workdir: Path, files: dict) -> bool:
+    for key, name in FILES.items():
+        entry, path = files.get(key), workdir / name
+        if not entry or not path.is_file() or path.stat().st_size != entry.get("size_bytes"):
+            return False
+        if list(head_tail_sha256(path)) != [entry.get("head_sha256"), entry.get("tail_sha256")]:
+            return False
+    return True
+
+
+def big_weights(count: int, seed: int) -> dict[str, torch.Tensor]:
+    """``count`` tensors ``w0``.. of shape 4096 x 4096, bf16: N(0, 1) in fp32, then cast.
+
+    One ``torch.Generator`` per tensor, seeded from ``seed`` and the index, so
+    the same arguments give the same bytes on the same torch version.
+    """
+    out = {}
+    for i in range(count):
+        gen = torch.Generator().manual_seed(model.derived_seed(seed, f"big/w{i}"))
+        out[f"w{i}"] = torch.randn(BIG_SHAPE, generator=gen).to(BIG_DTYPE)
+    return out
+
+
+def _replace_into(path: Path, write) -> None:
+    """Call ``write(tmp_path)``, fsync the result, rename it over ``path``, fsync the directory."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def _torch_save(state: dict, path: Path) -> None:
+    # Saving through a file object names the zip's records "archive/...", whatever the
+    # file is called, so the bytes do not depend on the temp name.
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+
+    _replace_into(path, write)
+
+
+def _describe(path: Path, fmt: str, state: dict) -> dict:
+    head, tail = head_tail_sha256(path)
+    dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in state.values()})
+    return {
+        "path": str(path.resolve()),
+        "size_bytes": path.stat().st_size,
+        "format": fmt,
+        "tensors": len(state),
+        "dtype": ",".join(dtypes),
+        "params": sum(t.numel() for t in state.values()),
+        "head_sha256": head,
+        "tail_sha256": tail,
+    }
+
+
+def _module_match(state: dict) -> tuple[str | None, str | None]:
+    """The CONFIGS name whose DecoderLM state dict has exactly these names and shapes, else None."""
+    shapes = {name: tuple(t.shape) for name, t in state.items()}
+    for name, config in model.CONFIGS.items():
+        if model.state_shapes(config) == shapes:
+            return name, None
+    want = model.state_shapes(model.CONFIGS["small"])
+    missing, unexpected = len(want.keys() - shapes.keys()), len(shapes.keys() - want.keys())
+    wrong = sum(1 for k in want.keys() & shapes.keys() if want[k] != shapes[k])
+    return None, (
+        f"tensor names/shapes do not match DecoderLM('small'): {missing} missing, {unexpected} unexpected, "
+        f"{wrong} with another shape; module_populated is not measurable with this file"
+    )
+
+
+def _write_small(want: dict, workdir: Path) -> tuple[dict, str | None, str | None]:
+    """small.safetensors and small.pt; returns their descriptions, the matching config name and why not."""
+    user = want["user_safetensors"]
+    st_path, pt_path = workdir / FILES["small_safetensors"], workdir / FILES["small_pt"]
+    if user:
+        _replace_into(st_path, lambda tmp: shutil.copyfile(user["path"], tmp))
+        state = load_file(str(st_path))
+        module_config, reason = _module_match(state)
+    else:
+        state = model.build_weights(model.CONFIGS[want["small_config"]], seed=want["seed"])
+        module_config, reason = want["small_config"], None
+        _replace_into(st_path, lambda tmp: save_file(state, str(tmp)))
+    _torch_save(state, pt_path)
+    files = {
+        "small_pt": _describe(pt_path, "pt", state),
+        "small_safetensors": _describe(st_path, "safetensors", state),
+    }
+    return files, module_config, reason
+
+
+def _write_big(want: dict, workdir: Path) -> dict:
+    """big.pt and big.safetensors; returns their descriptions."""
+    state = big_weights(want["big_tensors"], want["seed"])
+    st_path, pt_path = workdir / FILES["big_safetensors"], workdir / FILES["big_pt"]
+    _torch_save(state, pt_path)
+    _replace_into(st_path, lambda tmp: save_file(state, str(tmp)))
+    return {
+        "big_pt": _describe(pt_path, "pt", state),
+        "big_safetensors": _describe(st_path, "safetensors", state),
+    }
+
+
+def _generate(want: dict, workdir: Path) -> dict:
+    """Write the four files for recipe ``want``; the old manifest goes first, so a crash leaves none."""
+    (workdir / MANIFEST).unlink(missing_ok=True)
+    fsync_dir(workdir)
+    files, module_config, reason = _write_small(want, workdir)  # its tensors are freed before the big ones
+    files.update(_write_big(want, workdir))
+    return {
+        "files": files,
+        "small_config": want["small_config"],
+        "source": "user_safetensors" if want["user_safetensors"] else "synthetic",
+        "source_reason": want["source_reason"],
+        "module_class": "DecoderLM" if module_config else None,
+        "module_config": module_config,
+        "module_class_reason": reason,
+        "recipe": want,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .. import profiles
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", type=Path, required=True)
+    ap.add_argument("--profile", default="quick", choices=sorted(profiles.PROFILES))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model-safetensors", default=None, help="a real .safetensors to use as the small model")
+    args = ap.parse_args(argv)
+    cfg = {
+        "sizes": profiles.resolve(args.profile),
+        "prep_seed": args.seed,
+        "load_model_safetensors": args.model_safetensors,
+    }
+    print(json.dumps(prepare(cfg, args.workdir), indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Preflight: refuse bad settings before any work starts on a host.
+
+Usage: python disklab_host.pyz preflight (--config CONFIG.json | --config-json JSON) [--check-mode]
+
+Checks, in order, each refusal naming the setting:
+- the profile and every size override (profiles.resolve);
+- the steps (lab.STEPS is not imported: it pulls torch; the names are checked here);
+- the workbench exists (or lab_run_workbench_create allows creating it) and is writable;
+- the free space on the workbench's filesystem covers the profile's peak need.
+
+Prints one JSON object. Exit status 0 when the host may run, 2 when refused
+(the message is in ``error``). Standard library only: it runs before the
+lab venv exists, with the host's own Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from . import profiles
+from .common.units import MIB
+
+KNOWN_STEPS = ("write_buffering", "fsync_bench", "big_write", "crash", "powercut", "load", "pickle_safety")
+
+
+class Refused(Exception):
+    """A setting that cannot run; the message names the setting and the numbers."""
+
+
+def check_workbench(path: str, create: bool, dry_run: bool = False) -> Path | None:
+    """Return the workbench as an absolute path, creating it only when allowed.
+
+    With ``dry_run`` (Ansible's --check) a missing workbench that may be
+    created is not created, and None is returned.
+
+    Raises Refused when it is missing (and may not be created), is not a
+    directory, or is not writable by this user.
+    """
+    wb = Path(path).expanduser()
+    if not wb.is_absolute():
+        raise Refused(f"lab_run_workbench must be an absolute path, got {path!r}")
+    if not wb.exists():
+        if not create:
+            raise Refused(
+                f"lab_run_workbench {str(wb)!r} does not exist; "
+                "create it, or set lab_run_workbench_create: true"
+            )
+        if dry_run:
+            return None
+        wb.mkdir(parents=True)
+    if not wb.is_dir():
+        raise Refused(f"lab_run_workbench {str(wb)!r} is not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=wb):
+            pass
+    except OSError as exc:
+        raise Refused(f"lab_run_workbench {str(wb)!r} is not writable: {exc.strerror}") from exc
+    return wb
+
+
+def check_space(wb: Path, needed: dict[str, int], profile: str = "quick") -> dict:
+    """Refuse when the workbench's free space is below the peak need, giving both in MiB.
+
+    Steps run one at a time and remove their files, except the load lab's
+    weights, which stay for reuse: the peak is the largest other step plus the
+    weights, less what the weights already occupy from an earlier run.
+    """
+    transient = max((v for k, v in needed.items() if k != "load"), default=0)
+    present = sum(f.stat().st_size for f in (wb / "load").glob("*") if f.is_file())
+    need_bytes = max(0, transient + needed.get("load", 0) - present)
+    free = shutil.disk_usage(wb).free
+    if free < need_bytes:
+        biggest = max((k for k in needed if k != "load"), key=needed.get, default=None)
+        raise Refused(
+            f"not enough free disk on the workbench {str(wb)!r} (lab_run_workbench, or disklab_workbench): "
+            f"the {profile} profile needs {need_bytes / MIB:,.0f} MiB, {free / MIB:,.0f} MiB free. "
+            f"Steps run one at a time, so the need is the largest step ({biggest}) plus the load lab's "
+            f"weights, which are kept (per step, MiB: "
+            f"{', '.join(f'{k} {v / MIB:,.0f}' for k, v in needed.items())})"
+        )
+    return {"needed_bytes": need_bytes, "free_bytes": free, "per_step_bytes": needed}
+
+
+def preflight(cfg: dict, dry_run: bool = False) -> dict:
+    """Run every check on a config dict; raise Refused or ValueError naming the setting."""
+    sizes = profiles.resolve(cfg["profile"], cfg.get("size_overrides") or {})
+    unknown = [s for s in cfg["steps"] if s not in KNOWN_STEPS]
+    if unknown:
+        raise Refused(f"lab_run_steps has unknown steps {unknown}; known: {list(KNOWN_STEPS)}")
+    wb = check_workbench(cfg["workbench"], bool(cfg.get("workbench_create")), dry_run)
+    if wb is None:
+        return {"ok": True, "workbench": cfg["workbench"], "sizes": sizes, "would_create_workbench": True}
+    space = check_space(wb, profiles.needed_bytes(sizes, cfg["steps"]), cfg["profile"])
+    return {"ok": True, "workbench": str(wb), "sizes": sizes, **space}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", type=Path, help="the run's config.json")
+    src.add_argument("--config-json", help="the same config, inline (nothing is written before preflight)")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check-mode", action="store_true", help="Ansible --check: create nothing")
+    mode.add_argument("--apply", action="store_true", help="the default: create the workbench if allowed")
+    args = ap.parse_args(argv)
+    try:
+        cfg = json.loads(args.config.read_text() if args.config else args.config_json)
+        verdict = preflight(cfg, dry_run=args.check_mode)
+    except (Refused, ValueError) as exc:
+        print(json.dumps({"ok": False, "error": str(exc)}))
+        print(f"disklab preflight refused: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(verdict))
+    return 0
+
+
+if __name__ == "__main__":
+    os.umask(0o022)
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Big write: one large write, then fsync, with the two parts timed apart.
+
+The write returns once the page cache holds the data as dirty pages; fsync then
+waits for whatever writeback has not yet sent to the drive (the lesson, "Layer
+2: the page cache" and Measure, "The big write"). How the time splits between
+the two tells how much writeback did while the write was still running.
+
+Each repeat writes a fresh file with ``os.write`` calls (one call unless the
+OS returns a short write), fsyncs it and deletes it. ``WARMUP_REPEATS`` repeats
+come first and are kept apart (the first large write of a process also pays
+for faulting in fresh page-cache pages), then ``REPEATS`` measured ones. The
+data is pseudo-random bytes, so no filesystem compression can shrink it.
+
+Run alone: ``python big_write.py --workdir DIR --mib N`` prints the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+from ..common.facts import require_positive
+from ..common.stats import spread
+from ..common.units import MIB
+
+WARMUP_REPEATS = 1
+REPEATS = 3
+SEED = 20240611
+
+
+def make_data(n_bytes: int, seed: int = SEED) -> bytes:
+    """``n_bytes`` pseudo-random bytes (random.Random(seed).randbytes): incompressible."""
+    return random.Random(seed).randbytes(n_bytes)
+
+
+def write_then_fsync(path: Path, data: bytes) -> dict:
+    """Write ``data`` to a fresh ``path``, then fsync; times in s. Deletes ``path``.
+
+    Returns ``{"write_s", "fsync_s", "write_calls"}``. ``os.write`` may write
+    less than asked (Linux caps one call at 0x7ffff000 bytes, write(2)), so it
+    loops until all is written.
+    """
+    view = memoryview(data)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        calls, done = 0, 0
+        t0 = time.perf_counter()
+        while done < len(view):
+            done += os.write(fd, view[done:])
+            calls += 1
+        t1 = time.perf_counter()
+        os.fsync(fd)
+        t2 = time.perf_counter()
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return {"write_s": t1 - t0, "fsync_s": t2 - t1, "write_calls": calls}
+
+
+def run(cfg: dict, workdir: Path) -> dict:
+    """Write ``cfg["sizes"]["big_write_mib"]`` MiB then fsync, repeatedly, in ``workdir``.
+
+    ``big_write_mib`` must be an integer > 0 (else ValueError naming it).
+    Returns the ``big_write`` section: raw per-repeat samples of write and
+    fsync time (s) and of the write's rate (MiB/s), each with median/min/max.
+    """
+    mib = cfg["sizes"]["big_write_mib"]
+    require_positive("big_write_mib", mib)
+    if not isinstance(mib, int):
+        raise ValueError(f"big_write_mib must be an integer, got {mib!r}")
+    data = make_data(mib * MIB)
+    path = Path(workdir) / "big_write.bin"
+    warmup = [write_then_fsync(path, data) for _ in range(WARMUP_REPEATS)]
+    runs = [write_then_fsync(path, data) for _ in range(REPEATS)]
+    write_s = [r["write_s"] for r in runs]
+    fsync_s = [r["fsync_s"] for r in runs]
+    rate = [mib / s for s in write_s]
+    return {
+        "status": "ok",
+        "size_bytes": mib * MIB,
+        "repeats": REPEATS,
+        "warmup_repeats": WARMUP_REPEATS,
+        "warmup_write_samples_s": [r["write_s"] for r in warmup],
+        "warmup_fsync_samples_s": [r["fsync_s"] for r in warmup],
+        "data": "random.Random(seed).randbytes: incompressible, a fresh file per repeat, deleted afterwards",
+        "write_calls": [r["write_calls"] for r in runs],
+        "write_samples_s": write_s,
+        "fsync_samples_s": fsync_s,
+        "write_rate_samples_mib_s": rate,
+        "write_s": spread(write_s),
+        "fsync_s": spread(fsync_s),
+        "write_rate_mib_s": spread(rate),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", type=Path, required=True)
+    ap.add_argument("--mib", type=int, default=64, help="size of the write in MiB")
+    args = ap.parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    cfg = {"sizes": {"big_write_mib": args.mib}, "system": platform.system()}
+    print(json.dumps(run(cfg, args.workdir), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""fsync bench: the latency of a block write followed by each kind of sync.
+
+For each mode, a fresh file gets ``fsync_blocks`` blocks of ``fsync_block_bytes``
+random bytes with ``os.write``; after each write comes:
+
+- ``none``: nothing; the write returns once the page cache has a copy;
+- ``fsync``: ``os.fsync`` (fsync(2): data and metadata to stable storage);
+- ``fdatasync``: ``os.fdatasync`` (fdatasync(2): skips metadata not needed to
+  read the data back; Python has no os.fdatasync on macOS);
+- ``f_fullfsync``: ``fcntl(fd, F_FULLFSYNC)`` (macOS fsync(2) man page: plain
+  fsync there does not ask the drive to flush its cache; F_FULLFSYNC does);
+- ``o_dsync``: no call, the file is opened with ``O_DSYNC`` (open(2)), so each
+  write returns only once its data is durable.
+
+One sample is the write plus its sync, in ns; for the modes with a separate
+sync call the write part alone is kept too. ``WARMUP_BLOCKS`` blocks are
+written first and kept apart. A mode this OS lacks is recorded as unsupported
+with the reason. F_FULLFSYNC fails with ENOTTY or ENOTSUP on some macOS
+volumes: then the bench falls back to ``os.fsync`` and records it. The
+F_FULLFSYNC path has only been run against a test double on Linux, not on
+real macOS hardware. Source of the design: the lesson, Build It (fsync_bench.py).
+
+Run alone: ``python fsync_bench.py --workdir DIR --blocks N`` prints the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from ..common.facts import require_positive
+from ..common.stats import latency_summary_us
+
+try:
+    import fcntl
+except ImportError:  # not a Unix host
+    fcntl = None
+
+MODE_ORDER = ["none", "fsync", "fdatasync", "f_fullfsync", "o_dsync"]
+WARMUP_BLOCKS = 5
+# errnos with which F_FULLFSYNC says "this volume cannot do it" (macOS fcntl(2)).
+FULLFSYNC_FALLBACK_ERRNOS = {errno.ENOTTY, errno.ENOTSUP, errno.EOPNOTSUPP}
+
+
+class FullFsync:
+    """``fcntl(fd, F_FULLFSYNC)``, falling back to ``os.fsync`` when the volume refuses.
+
+    A refusal is an OSError whose errno is in FULLFSYNC_FALLBACK_ERRNOS; it is
+    recorded in ``fallback`` and every later call uses ``os.fsync``. Any other
+    OSError (EIO, ...) propagates: a failed sync is never retried (the lesson,
+    Break It 3, fsyncgate). ``fcntl_mod`` is injectable for tests.
+    """
+
+    def __init__(self, fcntl_mod) -> None:
+        self._fcntl = fcntl_mod
+        self.calls = 0
+        self.fallback: dict | None = None
+
+    def __call__(self, fd: int) -> None:
+        if self.fallback is None:
+            try:
+                self._fcntl.fcntl(fd, self._fcntl.F_FULLFSYNC)
+                self.calls += 1
+                return
+            except OSError as exc:
+                if exc.errno not in FULLFSYNC_FALLBACK_ERRNOS:
+                    raise
+                self.fallback = {
+                    "to": "os.fsync",
+                    "errno": errno.errorcode.get(exc.errno, str(exc.errno)),
+                    "error": str(exc),
+                    "after_calls": self.calls,
+                }
+        os.fsync(fd)
+
+
+def unsupported_reason(mode: str, system: str, fcntl_mod=fcntl) -> str | None:
+    """Why ``mode`` cannot run on this OS, or None when it can.
+
+    Raises ValueError for a mode not in MODE_ORDER.
+    """
+    if mode not in MODE_ORDER:
+        raise ValueError(f"fsync_bench mode must be one of {MODE_ORDER}, got {mode!r}")
+    if mode == "fdatasync" and not hasattr(os, "fdatasync"):
+        return f"os has no fdatasync on {system}: Python exposes it on Linux, not on macOS"
+    if mode == "f_fullfsync" and not hasattr(fcntl_mod, "F_FULLFSYNC"):
+        return f"fcntl has no F_FULLFSYNC on {system}: it is a macOS call"
+    if mode == "o_dsync" and not hasattr(os, "O_DSYNC"):
+        return f"os has no O_DSYNC on {system}"
+    return None
+
+
+def _sync_call(mode: str, fcntl_mod):
+    """(name of the call, callable(fd) or None) run after each write in ``mode``."""
+    if mode == "fsync":
+        return "os.fsync", os.fsync
+    if mode == "fdatasync":
+        return "os.fdatasync", os.fdatasync
+    if mode == "f_fullfsync":
+        return "fcntl F_FULLFSYNC", FullFsync(fcntl_mod)
+    if mode == "o_dsync":
+        return "none: the file is opened with O_DSYNC", None
+    return "none", None
+
+
+def bench_mode(
+    mode: str, path: Path, blocks: int, block_bytes: int, *, system: str | None = None, fcntl_mod=fcntl
+) -> dict:
+    """Write ``blocks`` blocks to a fresh ``path`` in ``mode``; per-call latencies in ns.
+
+    Returns ``{"status": "ok", "call", "samples_ns", "latency", ...}`` (samples
+    and ``latency`` from labcommon.latency_summary_us, in µs) or
+    ``{"status": "unsupported", "reason"}``. The file is deleted afterwards.
+    Raises OSError on a short write or on a sync error other than an
+    F_FULLFSYNC refusal (a failed sync is never retried).
+    """
+    reason = unsupported_reason(mode, system or platform.system(), fcntl_mod)
+    if reason:
+        return {"status": "unsupported", "reason": reason}
+    call, sync = _sync_call(mode, fcntl_mod)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DSYNC if mode == "o_dsync" else 0)
+    data = memoryview(os.urandom((WARMUP_BLOCKS + blocks) * block_bytes))
+    total, write_only = [], []
+    fd = os.open(path, flags, 0o644)
+    try:
+        for i in range(WARMUP_BLOCKS + blocks):
+            block = data[i * block_bytes : (i + 1) * block_bytes]
+            t0 = time.perf_counter_ns()
+            if os.write(fd, block) != block_bytes:
+                raise OSError(f"short write of a {block_bytes}-byte block to {path}")
+            t1 = time.perf_counter_ns()
+            if sync is not None:
+                sync(fd)
+            t2 = time.perf_counter_ns()
+            total.append(t2 - t0)
+            write_only.append(t1 - t0)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    out = {
+        "status": "ok",
+        "call": call,
+        "warmup_samples_ns": total[:WARMUP_BLOCKS],
+        "samples_ns": total[WARMUP_BLOCKS:],
+        "latency": latency_summary_us(total[WARMUP_BLOCKS:]),
+    }
+    if sync is not None:
+        out["write_samples_ns"] = write_only[WARMUP_BLOCKS:]
+        out["write_latency"] = latency_summary_us(write_only[WARMUP_BLOCKS:])
+    if mode == "f_fullfsync":
+        out["fallback"] = sync.fallback
+    return out
+
+
+def run(cfg: dict, workdir: Path, *, fcntl_mod=fcntl) -> dict:
+    """Run every mode in MODE_ORDER in ``workdir``; the ``fsync_bench`` section.
+
+    Sizes: ``cfg["sizes"]["fsync_blocks"]`` and ``["fsync_block_bytes"]``,
+    integers > 0 (else ValueError naming the setting). ``modes`` maps each mode
+    to :func:`bench_mode`'s result. ``fcntl_mod`` is injectable for tests.
+    """
+    sizes = cfg["sizes"]
+    for name in ("fsync_blocks", "fsync_block_bytes"):
+        require_positive(name, sizes[name])
+        if not isinstance(sizes[name], int):
+            raise ValueError(f"{name} must be an integer, got {sizes[name]!r}")
+    blocks, block_bytes = sizes["fsync_blocks"], sizes["fsync_block_bytes"]
+    workdir = Path(workdir)
+    system = cfg.get("system") or platform.system()
+    return {
+        "status": "ok",
+        "system": system,
+        "blocks": blocks,
+        "block_bytes": block_bytes,
+        "warmup_blocks": WARMUP_BLOCKS,
+        "mode_order": MODE_ORDER,
+        "data": "os.urandom, a fresh file per mode, deleted afterwards",
+        "workdir_st_blksize_bytes": os.stat(workdir).st_blksize,
+        "modes": {
+            mode: bench_mode(
+                mode, workdir / f"fsync_{mode}.bin", blocks, block_bytes, system=system, fcntl_mod=fcntl_mod
+            )
+            for mode in MODE_ORDER
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", type=Path, required=True)
+    ap.add_argument("--blocks", type=int, default=1000)
+    ap.add_argument("--block-bytes", type=int, default=4096)
+    args = ap.parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    sizes = {"fsync_blocks": args.blocks, "fsync_block_bytes": args.block_bytes}
+    print(json.dumps(run({"sizes": sizes, "system": platform.system()}, args.workdir), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

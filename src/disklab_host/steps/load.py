@@ -1,0 +1,278 @@
+"""The load lab step: how fast weights load, cold and warm, at each readiness stage.
+
+For every cell (file, method, populate mode, cache state) and every repeat,
+the step sets the cache state of the file (cache.evict for cold, cache.warm
+for warm), then runs load_one.py in a fresh process with sys.executable, one
+measurement per process (the lesson, Build It). Repeats are interleaved
+across cells so slow drift on the host hits every cell alike.
+
+A cold run whose file was more than 1 % resident just before the load call
+(mincore, measured inside load_one.py) is recorded as ``cold_unverified`` and
+kept apart from cold: it is never reported as cold. So is a cold run whose
+residency cannot be trusted (cache.residency_trust).
+
+Cells: the big file with torch.load, torch.load-mmap (the .pt), load_file,
+one-tensor and load_file+willneed (the .safetensors); the small model with
+torch.load (.pt) and load_file (.safetensors), each populating a DecoderLM by
+copy and by assign. Raw samples are kept; cells summarise them as median, min
+and max (labcommon.spread).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+from ..cache import pagecache as cache
+from ..common.child import child_env, module_argv
+from ..common.facts import not_run, require_positive
+from ..common.stats import spread
+from ..loadlab import workers
+
+LOAD_ONE = "disklab_host.loadlab.load_one"
+CACHE_STATES = ("cold", "warm")
+STAGES = ("loader_return", "module_populated", "all_touched", "device_placed")
+# (manifest file key, load_one method) for the big file.
+BIG_CELLS = (
+    ("big_pt", "torch.load"),
+    ("big_pt", "torch.load-mmap"),
+    ("big_safetensors", "load_file"),
+    ("big_safetensors", "one-tensor"),
+    ("big_safetensors", "load_file+willneed"),
+)
+# (manifest file key, load_one method) for the small model, each run with both populate modes.
+SMALL_CELLS = (("small_pt", "torch.load"), ("small_safetensors", "load_file"))
+POPULATE = ("copy", "assign")
+RUN_TIMEOUT_S = 1800
+# The quick profile skips cells whose answer the lesson does not ask for, to stay within
+# about 3 minutes on 2 cores (each cell costs a fresh process that imports torch, ~1 s):
+# one-tensor and load_file+willneed are about cold residency and the cold mmap gap, and the
+# tiny model's 6 MiB fits in one readahead window, so only copy against assign matters there.
+QUICK_SKIPS = (
+    (
+        "one-tensor",
+        "warm",
+        "one-tensor is measured cold only in the quick profile: its question is cold residency",
+    ),
+    (
+        "load_file+willneed",
+        "warm",
+        "load_file+willneed is measured cold only in the quick profile: the hint targets the cold mmap gap",
+    ),
+    (
+        "module",
+        "cold",
+        "the small model is measured warm only in the quick profile: the tiny model fits in one readahead "
+        "window, so its question is copy against assign",
+    ),
+)
+
+
+def skipped(cell: dict, state: str, profile: str | None) -> str | None:
+    """The reason this cell × cache state is not measured in ``profile``, or None when it is."""
+    if profile != "quick":
+        return None
+    kind = "module" if cell["model"] else cell["method"]
+    for what, skip_state, reason in QUICK_SKIPS:
+        if what == kind and skip_state == state:
+            return reason
+    return None
+
+
+def run(cfg: dict, workdir: Path) -> dict:
+    """The lab step: prepare the weight files (prep.prepare), then :func:`measure`."""
+    system = cfg.get("system") or platform.system()
+    if system not in cache.DEFAULT_METHODS:
+        return not_run(
+            f"the load lab knows how to evict the page cache on Linux and macOS only, not {system}"
+        )
+    from ..loadlab import prep  # written by the prep step's owner; imports torch
+
+    manifest = prep.prepare(cfg, workdir)
+    return measure(cfg, manifest)
+
+
+def cell_plan(manifest: dict) -> tuple[list[dict], dict | None]:
+    """The cells to measure, and a not_run record for module_populated when it cannot run.
+
+    Each cell is ``{"file", "path", "method", "model", "populate"}``.
+    """
+    files = manifest["files"]
+    plan = [
+        {"file": key, "path": files[key]["path"], "method": m, "model": None, "populate": None}
+        for key, m in BIG_CELLS
+    ]
+    small = manifest.get("small_config")
+    # prep.py names the DecoderLM config the small files load into (None when none fits).
+    config = manifest.get("module_config", small if small in ("tiny", "small") else None)
+    if config is None:
+        reason = manifest.get("module_class_reason") or f"small model config is {small!r}"
+        return plan, not_run(f"no DecoderLM config to populate: {reason}")
+    for key, m in SMALL_CELLS:
+        for mode in POPULATE:
+            plan.append(
+                {"file": key, "path": files[key]["path"], "method": m, "model": config, "populate": mode}
+            )
+    return plan, None
+
+
+def measure_one(
+    cell: dict,
+    state: str,
+    *,
+    cfg: dict,
+    eviction_methods: list[str] | None = None,
+    skip_eviction: bool = False,
+    model_module: str = "disklab_host.loadlab.model",
+) -> dict:
+    """Set the cache state of the cell's file, run load_one.py once, return its record.
+
+    ``skip_eviction`` leaves a "cold" run's file as it is (tests use it to
+    cause cold_unverified for real). Adds ``cache_state_requested``,
+    ``cache_state`` (cold, cold_unverified or warm), ``eviction`` and the cell's
+    keys. Raises ValueError for an unknown state, RuntimeError with the
+    child's stderr when load_one.py fails.
+    """
+    if state not in CACHE_STATES:
+        raise ValueError(f"cache state must be one of {list(CACHE_STATES)}, got {state!r}")
+    path = cell["path"]
+    eviction = None
+    if state == "cold" and not skip_eviction:
+        eviction = cache.evict(
+            path,
+            eviction_methods,
+            become_allowed=bool(cfg.get("become_allowed")),
+            system=cfg.get("system"),
+        )
+    elif state == "warm":
+        cache.warm(path)
+    cmd = module_argv(LOAD_ONE, cell["method"], str(path), "--spawn-wall-ns", str(time.time_ns()))
+    if cell["model"]:
+        cmd += ["--model", cell["model"], "--populate", cell["populate"], "--model-module", model_module]
+    proc = subprocess.run(
+        workers.fresh_argv(cmd),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+        env=child_env(),
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"load_one.py {cell['method']} {path} failed: {proc.stderr[-2000:]}")
+    rec = json.loads(proc.stdout.strip().splitlines()[-1])
+    verified = (
+        rec["before"]["resident_fraction"] <= cache.COLD_MAX_FRACTION and rec["residency_trust"] == "ok"
+    )
+    actual = state if state == "warm" or verified else "cold_unverified"
+    return {
+        **rec,
+        "file": cell["file"],
+        "cache_state_requested": state,
+        "cache_state": actual,
+        "eviction": eviction,
+    }
+
+
+def summarise(samples: list[dict]) -> list[dict]:
+    """One cell per (file, method, populate, cache_state): median/min/max of each stage."""
+    groups: dict[tuple, list[dict]] = {}
+    for s in samples:
+        groups.setdefault((s["file"], s["method"], s["populate"], s["cache_state"]), []).append(s)
+    cells = []
+    for (file, method, populate, state), group in groups.items():
+        stages = {}
+        for stage in STAGES:
+            recs = [g["stages"][stage] for g in group if stage in g["stages"]]
+            if not recs:
+                continue
+            ok = [r for r in recs if r["status"] == "ok"]
+            if not ok:
+                stages[stage] = not_run(recs[0]["reason"])
+                continue
+            stages[stage] = {
+                "status": "ok",
+                "time_s": spread([r["time_s"] for r in ok]),
+                "resident_fraction": spread([r["resident_fraction"] for r in ok]),
+                "resident_bytes": spread([r["resident_bytes"] for r in ok]),
+                "peak_rss_bytes": spread([r["peak_rss_bytes"] for r in ok]),
+            }
+        cells.append(
+            {
+                "file": file,
+                "method": method,
+                "model": group[0]["model"],
+                "populate": populate,
+                "cache_state": state,
+                "n": len(group),
+                "file_size_bytes": group[0]["file_size_bytes"],
+                "before_resident_fraction": spread([g["before"]["resident_fraction"] for g in group]),
+                "before_peak_rss_bytes": spread([g["before"]["peak_rss_bytes"] for g in group]),
+                "import_s": spread([g["process"]["import_s"] for g in group]),
+                "stages": stages,
+            }
+        )
+    return cells
+
+
+def measure(
+    cfg: dict,
+    manifest: dict,
+    *,
+    eviction_methods: list[str] | None = None,
+    two_workers: bool = True,
+    model_module: str = "disklab_host.loadlab.model",
+) -> dict:
+    """Measure every cell ``sizes["load_repeats"]`` times, cold and warm; return the section.
+
+    Raises ValueError naming ``sizes.load_repeats`` when it is not > 0.
+    """
+    start = time.perf_counter()
+    repeats = require_positive("sizes.load_repeats", cfg["sizes"]["load_repeats"])
+    system = cfg.get("system") or platform.system()
+    plan, module_skip = cell_plan(manifest)
+    samples = []
+    skips = sorted({r for c in plan for st in CACHE_STATES if (r := skipped(c, st, cfg.get("profile")))})
+    for rep in range(repeats):
+        for cell in plan:
+            for state in CACHE_STATES:
+                if skipped(cell, state, cfg.get("profile")):
+                    continue
+                s = measure_one(
+                    cell, state, cfg=cfg, eviction_methods=eviction_methods, model_module=model_module
+                )
+                s["repeat"] = rep
+                samples.append(s)
+    big_pt = manifest["files"]["big_pt"]["path"]
+    if two_workers:
+        cache.warm(big_pt)  # both workers then share one warm page cache
+        workers_result = workers.run(big_pt, system)
+    else:
+        workers_result = not_run("two-worker memory was switched off for this run")
+    used = sorted({s["eviction"]["method"] for s in samples if s["eviction"] and s["eviction"]["method"]})
+    device = next(s["stages"]["device_placed"] for s in samples)
+    return {
+        "status": "ok",
+        "system": system,
+        "page_size_bytes": cache.page_size(),
+        "repeats": repeats,
+        "small_config": manifest.get("small_config"),
+        "files": {
+            k: {"path": str(v["path"]), "size_bytes": v["size_bytes"], "format": v["format"]}
+            for k, v in manifest["files"].items()
+        },
+        "module_populated": module_skip or {"status": "ok"},
+        "cells_skipped": skips,
+        "device_placed": {"status": "ok"} if device["status"] == "ok" else device,
+        "eviction_methods_used": used,
+        "drop_caches_used": "drop_caches" in used,
+        "become_allowed": bool(cfg.get("become_allowed")),
+        "n_cold_unverified": sum(s["cache_state"] == "cold_unverified" for s in samples),
+        "residency_trust": sorted({s["residency_trust"] for s in samples}),
+        "samples": samples,
+        "cells": summarise(samples),
+        "two_workers": workers_result,
+        "measure_wall_s": time.perf_counter() - start,
+    }

@@ -1,0 +1,161 @@
+"""Write buffering: what one 1-byte write costs with and without Python's buffer.
+
+``unbuffered`` calls ``os.write(fd, b"x")``: every call is a write(2) syscall.
+``buffered`` calls ``f.write(b"x")`` on a file opened ``"wb"`` with Python's
+default buffering: the byte is copied into a buffer in this process, and one
+write(2) carries the whole buffer when it fills (the lesson, "Layer 1: the
+buffer inside your process"; Python docs, ``open()`` and ``io``).
+
+Each mode runs ``WARMUP_REPEATS`` repeats that are kept apart, then ``REPEATS``
+measured repeats of ``write_buffering_calls`` calls each, on a fresh file per
+repeat. A sample is the wall time of one repeat divided by its calls, in ns per
+call; the buffered time includes the final flush and close.
+
+Run alone: ``python write_buffering.py --workdir DIR --calls N`` prints the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from ..common.facts import require_positive
+from ..common.stats import spread
+
+WARMUP_REPEATS = 1
+REPEATS = 5
+# Stop looking for the first flush after this many 1-byte writes (Python caps
+# its buffer at 8 MiB, Python docs for open(); twice that is always enough).
+_PROBE_LIMIT_BYTES = 16 * 1024 * 1024
+
+
+def _unbuffered_ns(path: Path, calls: int) -> int:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write, one = os.write, b"x"
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            write(fd, one)
+        return time.perf_counter_ns() - t0
+    finally:
+        os.close(fd)
+
+
+def _buffered_ns(path: Path, calls: int) -> int:
+    t0 = time.perf_counter_ns()
+    with open(path, "wb") as f:
+        write, one = f.write, b"x"
+        for _ in range(calls):
+            write(one)
+    return time.perf_counter_ns() - t0
+
+
+MODES = {
+    "unbuffered": ("os.write(fd, b'x')", _unbuffered_ns),
+    "buffered": ("f.write(b'x') on open(path, 'wb')", _buffered_ns),
+}
+
+
+def observed_buffer_bytes(path: Path) -> int:
+    """Bytes Python's default ``open(path, "wb")`` buffers before its first write(2).
+
+    Writes 1 byte at a time and reads the file size with fstat after 1, 2, 4, ...
+    writes in total. BufferedWriter keeps bytes until its buffer is full and
+    writes the whole buffer on the next call (CPython's Modules/_io/bufferedio.c),
+    so the first non-zero size is the buffer size. Raises RuntimeError when no
+    flush happens within 16 MiB.
+    """
+    with open(path, "wb") as f:
+        fd, write, one = f.fileno(), f.write, b"x"
+        written, batch = 0, 1
+        while written < _PROBE_LIMIT_BYTES:
+            for _ in range(batch):
+                write(one)
+            written += batch
+            size = os.fstat(fd).st_size
+            if size:
+                return size
+            batch = written  # doubles the total each round
+    raise RuntimeError(f"no flush from Python's buffer within {_PROBE_LIMIT_BYTES} one-byte writes")
+
+
+def buffer_facts(path: Path) -> dict:
+    """The buffer size Python uses for ``open(path, "wb")``, three ways, in bytes.
+
+    ``default_buffer_size_bytes`` is ``io.DEFAULT_BUFFER_SIZE``; ``st_blksize_bytes``
+    is ``os.fstat().st_blksize`` of a file there, which the Python docs say
+    open() prefers when it is known; ``observed_buffer_bytes`` is what the
+    running Python actually used (:func:`observed_buffer_bytes`).
+    """
+    observed = observed_buffer_bytes(path)
+    st_blksize = os.stat(path).st_blksize
+    os.unlink(path)
+    return {
+        "default_buffer_size_bytes": io.DEFAULT_BUFFER_SIZE,
+        "st_blksize_bytes": st_blksize,
+        "observed_buffer_bytes": observed,
+        "observed_method": "size of the file at the first flush of 1-byte f.write calls (os.fstat)",
+    }
+
+
+def measure(mode: str, path: Path, calls: int) -> dict:
+    """Warm-up and measured repeats of one mode; per-call times in ns.
+
+    Raises KeyError for an unknown mode.
+    """
+    call, timed = MODES[mode]
+    warmup = [timed(path, calls) / calls for _ in range(WARMUP_REPEATS)]
+    samples = [timed(path, calls) / calls for _ in range(REPEATS)]
+    os.unlink(path)
+    return {
+        "call": call,
+        "warmup_per_call_ns": warmup,
+        "per_call_samples_ns": samples,
+        "per_call_ns": spread(samples),
+    }
+
+
+def run(cfg: dict, workdir: Path) -> dict:
+    """Time 1-byte unbuffered and buffered writes in ``workdir``.
+
+    ``cfg["sizes"]["write_buffering_calls"]`` is the calls per repeat (int > 0,
+    else ValueError naming it). Returns the ``write_buffering`` section:
+    ``buffer`` facts in bytes and, per mode, per-call samples in ns with their
+    median/min/max. Files are deleted afterwards.
+    """
+    calls = cfg["sizes"]["write_buffering_calls"]
+    require_positive("write_buffering_calls", calls)
+    if not isinstance(calls, int):
+        raise ValueError(f"write_buffering_calls must be an integer, got {calls!r}")
+    workdir = Path(workdir)
+    path = workdir / "write_buffering.bin"
+    return {
+        "status": "ok",
+        "python_version": platform.python_version(),
+        "calls_per_repeat": calls,
+        "warmup_repeats": WARMUP_REPEATS,
+        "repeats": REPEATS,
+        "buffer": buffer_facts(path),
+        "modes": {mode: measure(mode, path, calls) for mode in MODES},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", type=Path, required=True)
+    ap.add_argument("--calls", type=int, default=200_000, help="1-byte calls per repeat")
+    args = ap.parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    cfg = {"sizes": {"write_buffering_calls": args.calls}, "system": platform.system()}
+    print(json.dumps(run(cfg, args.workdir), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
