@@ -3,7 +3,7 @@
 The hosts are synthetic: one real results document (the newest valid run
 under reports/, or a fresh lab.py run at tiny sizes) copied once per host,
 with a new host name and every timing and rate scaled by a per-host factor.
-Each copy is validated with disklab.results.validate before it is stored, so
+Each copy is validated against the results schema before it is stored, so
 the renderer sees only documents the schema allows.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from common import REPO, summary, target_met
 
-from disklab import results, store
+from disklab import schemas, store, stored
 
 # Fields (or lists of samples) whose values are scaled: timings and rates.
 SCALED_SUFFIXES = ("_s", "_us", "_ns", "_mib_s")
@@ -37,8 +37,8 @@ def newest_valid_run(reports: Path) -> Path | None:
     runs = sorted(reports.glob("*/runs/*.json"), key=store.run_key, reverse=True)
     for path in runs:
         try:
-            results.load(path)
-        except results.ResultsError:
+            stored.read(path, "results")
+        except stored.StoredFileError:
             continue
         return path
     return None
@@ -105,7 +105,7 @@ def _scale(node, factor: float, scaled: bool = False):
 def synthetic_hosts(base: dict, n: int, seed: int = 0) -> list[dict]:
     """``n`` copies of ``base``, host ``synth-NNN``, timings scaled by a factor in [0.8, 1.25].
 
-    Raises disklab.results.ResultsError when a copy fails schema validation.
+    Raises disklab.stored.StoredFileError when a copy fails schema validation.
     """
     rng = random.Random(seed)
     docs = []
@@ -113,7 +113,9 @@ def synthetic_hosts(base: dict, n: int, seed: int = 0) -> list[dict]:
         doc = copy.deepcopy(base)
         doc["host"] = f"synth-{i:03d}"
         doc["experiments"] = _scale(doc["experiments"], rng.uniform(0.8, 1.25))
-        results.validate(doc)
+        error = schemas.first_error("results", doc)
+        if error:
+            raise stored.StoredFileError(f"synthetic host {doc['host']}: {error}")
         docs.append(doc)
     return docs
 
@@ -134,7 +136,7 @@ def report_rendering(hosts: int, repeats: int, reports: Path, timeout_s: float =
 
 def _render_timed(work: Path, hosts: int, repeats: int, reports: Path, timeout_s: float) -> dict:
     base_path = newest_valid_run(reports)
-    base = results.load(base_path) if base_path else fresh_tiny_run(work / "base")
+    base = stored.read(base_path, "results") if base_path else fresh_tiny_run(work / "base")
     out = work / "reports"
     for doc in synthetic_hosts(base, hosts):
         path = out / doc["host"] / "runs" / f"{doc['run_id']}.json"

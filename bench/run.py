@@ -34,7 +34,7 @@ from common import PART_ORDER, REPO, not_run
 
 from disklab_host.common.fsio import atomic_write_json
 from disklab_host.common.units import MIB
-from disklab_host.profiles import BIG_TENSOR_BYTES, PROFILES
+from disklab_host.registry import BIG_TENSOR_BYTES, profile_sizes
 
 # Bumped when the results document changes; 1: first version.
 BENCH_SCHEMA_VERSION = 1
@@ -42,7 +42,7 @@ BENCH_SCHEMA_VERSION = 1
 
 def _settings(tiny: bool, repeats: int | None) -> dict:
     """Sizes and repeat counts: the quick profile's sizes, or tiny ones for the smoke test."""
-    quick = PROFILES["quick"]
+    quick = profile_sizes("quick")
     if tiny:
         return {"fsync_blocks": 30, "read_bytes": 4 * MIB, "io_repeats": repeats or 2,
                 "other_repeats": repeats or 1, "report_hosts": 5}  # fmt: skip

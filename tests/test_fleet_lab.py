@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from conftest import REPO, TINY_SIZES, run_disklab
-from disklab import compare, results, store
+from disklab import compare, store, stored
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
 import fleet as fleetmod  # noqa: E402
@@ -190,7 +190,7 @@ def test_quick_lab_on_two_hosts_writes_both_reports(fleet, reports, first_run):
     for name, fs in zip(LAB_HOSTS, ("ext4", "xfs"), strict=True):
         runs = list((reports / name / "runs").glob("*.json"))
         assert len(runs) == 1
-        doc = results.load(runs[0])  # schema-validated
+        doc = stored.read(runs[0], "results")  # schema-validated
         assert doc["host"] == name and doc["facts"]["workbench"]["fstype"] == fs
         assert sorted(doc["experiments"]) == ["crash", "fsync_bench"]
         assert all(s["status"] == "ok" for s in doc["experiments"].values()), doc["experiments"]
@@ -212,7 +212,10 @@ def test_a_host_lost_mid_run_is_marked_and_the_other_keeps_its_results(reports, 
     run_id = last["run_id"]
     assert last["hosts"]["host0"] == "ok" and last["hosts"]["host1"] in ("unreachable", "failed")
     assert (
-        results.load(reports / "host0" / "runs" / f"{run_id}.json")["experiments"]["crash"]["status"] == "ok"
+        stored.read(reports / "host0" / "runs" / f"{run_id}.json", "results")["experiments"]["crash"][
+            "status"
+        ]
+        == "ok"
     )
     assert not (reports / "host1" / "runs" / f"{run_id}.json").exists()
     failure = json.loads((reports / "host1" / "failures" / f"{run_id}.json").read_text())
@@ -257,7 +260,7 @@ def test_compare_flags_the_changed_dirty_expire_and_keeps_identical_figures_with
     old, new = cut_run["old_expire"], cut_run["new_expire"]
     line = next(ln for ln in proc.stdout.splitlines() if "facts.writeback.dirty_expire_centisecs" in ln)
     assert line.split(":", 1)[1].split() == [str(old), "->", str(new)]
-    cmp = compare.compare_runs(results.load(runs[-2]), results.load(runs[-1]))
+    cmp = compare.compare_runs(stored.read(runs[-2], "results"), stored.read(runs[-1], "results"))
     changed = {c["path"]: (c["old"], c["new"]) for c in cmp["fact_changes"]}
     assert changed["facts.writeback.dirty_expire_centisecs"] == (old, new)
     assert "facts.workbench.fstype" not in changed

@@ -353,9 +353,9 @@ def test_peak_rss_covers_current_rss_here():
 @pytest.mark.slow
 def test_step_runs_with_prep_and_the_real_model(workbench):
     """The step end to end: prep.prepare's files, model.DecoderLM populated by copy and by assign."""
-    from disklab_host import profiles
+    from disklab_host import registry
 
-    sizes = profiles.resolve("quick", {"load_big_tensors": 1, "load_repeats": 1})
+    sizes = registry.resolve("quick", {"load_big_tensors": 1, "load_repeats": 1})
     cfg = {"sizes": sizes, "system": "Linux", "become_allowed": False, "profile": "quick"}
     section = load.run(cfg, workbench)
     jsonschema.validate(json.loads(json.dumps(section)), json.loads(SCHEMA.read_text()))

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import run_disklab, write_local_inventory
-from disklab import results
+from disklab import stored
 
 
 def _pip_freeze(venv):
@@ -34,7 +34,7 @@ def test_two_local_runs_write_reports_and_leave_the_venv_unchanged(tmp_path, lab
     assert "fsync p50 is" in report and "µs" in report
     runs = sorted((reports / "localhost" / "runs").glob("*.json"))
     assert len(runs) == 1
-    doc = results.load(runs[0])  # validates against the schema
+    doc = stored.read(runs[0], "results")  # validates against the schema
     assert doc["facts"]["workbench"]["fstype"] == df_type
     runs_table = (reports / "index.md").read_text().split("## Filesystem audit")[0]
     assert runs_table.count(f"| localhost | ok | {df_type} |") == 1

@@ -12,7 +12,7 @@ import pytest
 
 from disklab import report
 from disklab.sections import powercut as section_mod
-from disklab_host import profiles
+from disklab_host import registry
 from disklab_host.checkpoint import saver
 from disklab_host.powercut import check as pc_check
 from disklab_host.powercut import recipes as pc_recipes
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(pc_record.find_strace() is None, reason="strace 
 @pytest.fixture(scope="module")
 def section(tmp_path_factory) -> dict:
     """The quick-profile step, once for the module (every recipe recorded for real)."""
-    cfg = {"sizes": profiles.resolve("quick"), "system": "Linux"}
+    cfg = {"sizes": registry.resolve("quick"), "system": "Linux"}
     return powercut_step.run(cfg, tmp_path_factory.mktemp("powercut"))
 
 
@@ -183,12 +183,12 @@ def test_half_written_state_fails_like_a_real_sigkill(tmp_path):
 
 def test_step_not_run_without_strace(monkeypatch, workbench):
     monkeypatch.setenv("PATH", str(workbench))  # a PATH with no strace on it
-    out = powercut_step.run({"sizes": profiles.resolve("quick"), "system": "Linux"}, workbench)
+    out = powercut_step.run({"sizes": registry.resolve("quick"), "system": "Linux"}, workbench)
     assert out == {
         "status": "not_run",
         "reason": "not available (no strace): strace is not installed on this host",
     }
-    mac = powercut_step.run({"sizes": profiles.resolve("quick"), "system": "Darwin"}, workbench)
+    mac = powercut_step.run({"sizes": registry.resolve("quick"), "system": "Darwin"}, workbench)
     assert mac["status"] == "not_run" and mac["reason"].startswith("not available (no strace)")
 
 

@@ -59,7 +59,7 @@ def test_param_count_matches_the_module_and_the_lesson_size():
     small = model.param_count(model.CONFIGS["small"])
     assert 130_000_000 <= small <= 140_000_000
     tiny_bytes = 2 * model.param_count(model.CONFIGS["tiny"])
-    assert 1 << 20 <= tiny_bytes <= 16 << 20  # a few MiB in bf16, within profiles.SMALL_TINY_BYTES
+    assert 1 << 20 <= tiny_bytes <= 16 << 20  # a few MiB in bf16, within registry.SMALL_TINY_BYTES
 
 
 def test_tied_embedding_is_stored_once_and_used_as_output_projection():

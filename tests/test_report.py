@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from disklab import report, results, store, units
+from disklab import report, schemas, store, stored, units
 from disklab.fsio import atomic_write_json
 from disklab_host.audit import collect as audit
 from disklab_host.steps import big_write, fsync_bench, write_buffering
@@ -20,21 +20,25 @@ SIZES = {"write_buffering_calls": 3000, "fsync_blocks": 30, "fsync_block_bytes":
 
 
 def _doc(host: str, run_id: str, facts: dict, experiments: dict) -> dict:
-    from disklab_host.common.facts import RESULTS_SCHEMA_VERSION
+    from disklab_host import codeinfo
+    from disklab_host.common.formats import stamp
 
-    return {
-        "schema_version": RESULTS_SCHEMA_VERSION,
-        "run_id": run_id,
-        "host": host,
-        "profile": "quick",
-        "sizes": SIZES,
-        "started_utc": "2026-11-29T10:00:00Z",
-        "finished_utc": "2026-11-29T10:01:00Z",
-        "lab_python": "3.11.7",
-        "lab_platform": "test",
-        "facts": facts,
-        "experiments": experiments,
-    }
+    return stamp(
+        "results",
+        {
+            "run_id": run_id,
+            "host": host,
+            "profile": "quick",
+            "sizes": SIZES,
+            "started_utc": "2026-11-29T10:00:00Z",
+            "finished_utc": "2026-11-29T10:01:00Z",
+            "lab_python": "3.11.7",
+            "lab_platform": "test",
+            "lab_code": codeinfo.lab_code(list(experiments)),
+            "facts": facts,
+            "experiments": experiments,
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +51,7 @@ def linux_doc(tmp_path_factory) -> dict:
         exps[mod.__name__.rsplit(".", 1)[-1]] = {**mod.run(cfg, wb), "step_wall_s": 0.1}
     facts = audit.collect_all(str(wb), sys.executable)
     doc = _doc("linuxbox", "20261129T100000Z", facts, exps)
-    results.validate(doc)
+    assert schemas.first_error("results", doc) is None
     return doc
 
 
@@ -64,12 +68,12 @@ def darwin_doc(linux_doc, tmp_path) -> dict:
     full["fallback"] = None
     fs["modes"]["f_fullfsync"] = full
     doc = _doc("mac-mini", "20261129T100000Z", facts, exps)
-    results.validate(doc)
+    assert schemas.first_error("results", doc) is None
     return doc
 
 
 def _store(reports, doc):
-    atomic_write_json(reports / doc["host"] / "runs" / f"{doc['run_id']}.json", doc, overwrite=False)
+    stored.write(reports / doc["host"] / "runs" / f"{doc['run_id']}.json", "results", doc)
 
 
 def test_linux_report_shows_this_hosts_facts_and_numbers(tmp_path, linux_doc):
@@ -143,7 +147,7 @@ def test_report_command_rerenders_from_stored_runs_only(tmp_path, linux_doc):
 def test_a_failed_invocation_is_shown_above_the_last_good_run(tmp_path, linux_doc):
     reports = tmp_path / "reports"
     _store(reports, linux_doc)
-    atomic_write_json(
+    atomic_write_json(  # a failure file as disklab 0.1 wrote it (no version): read through its upgrade
         reports / "linuxbox" / "failures" / "20261129T120000Z.json",
         {
             "run_id": "20261129T120000Z",

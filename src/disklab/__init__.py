@@ -1,3 +1,5 @@
 """disklab: an Ansible-driven, reproducible storage lab for a fleet of hosts (controller side)."""
 
-__version__ = "0.1.0"
+from disklab_host import __version__
+
+__all__ = ["__version__"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from disklab import store
 from disklab.runner import repo_path
+from disklab_host import registry
 
 DEFAULT_INVENTORY = repo_path("inventory", "local.yml")
 DEFAULT_REPORTS = repo_path("reports")
@@ -108,7 +109,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from disklab import compare, results
+    from disklab import compare, stored
 
     if len(args.targets) == 1:
         host_dir = Path(args.reports) / args.targets[0]
@@ -124,8 +125,8 @@ def cmd_compare(args) -> int:
     else:
         raise UsageError("compare takes HOST or two run files")
     try:
-        cmp = compare.compare_runs(results.load(old), results.load(new))
-    except results.ResultsError as exc:
+        cmp = compare.compare_runs(stored.read(old, "results"), stored.read(new, "results"))
+    except stored.StoredFileError as exc:
         raise UsageError(str(exc)) from exc
     print(compare.render_compare_text(cmp))
     return 0
@@ -142,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="provision, audit and run the lab on every host, then render reports")
     run.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY))
-    run.add_argument("--profile", choices=["quick", "full"], help="override lab_run_profile for every host")
+    run.add_argument("--profile", choices=registry.PROFILES, help="override lab_run_profile for every host")
     run.add_argument("--limit", help="only these hosts (Ansible --limit pattern)")
     run.add_argument(
         "--retry-failed", action="store_true", help="re-run only the hosts that failed last time"

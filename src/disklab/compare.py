@@ -313,6 +313,23 @@ def section_changes(old: dict, new: dict) -> list[dict]:
     return out
 
 
+def lab_code_changes(old: dict, new: dict) -> dict:
+    """Whether the lab itself changed between two runs: disklab's version and each step's code digest.
+
+    Returns ``{"known": bool, "disklab_version": {"old", "new"} | None, "steps": [name, ...]}``;
+    ``steps`` lists the steps present in both runs whose code digest differs. ``known`` is False
+    when either run predates the record (results version 1), and then nothing can be said.
+    """
+    lo, ln = old.get("lab_code"), new.get("lab_code")
+    if not (isinstance(lo, dict) and isinstance(ln, dict) and "steps" in lo and "steps" in ln):
+        return {"known": False, "disklab_version": None, "steps": []}
+    version = None
+    if lo["disklab_version"] != ln["disklab_version"]:
+        version = {"old": lo["disklab_version"], "new": ln["disklab_version"]}
+    steps = sorted(n for n in set(lo["steps"]) & set(ln["steps"]) if lo["steps"][n] != ln["steps"][n])
+    return {"known": True, "disklab_version": version, "steps": steps}
+
+
 def compare_runs(old: dict, new: dict) -> dict:
     """Compare two results documents of the same schema version (old first).
 
@@ -323,19 +340,20 @@ def compare_runs(old: dict, new: dict) -> dict:
          "rank_test_min_samples": RANK_TEST_MIN_SAMPLES, "alpha": ALPHA, "min_effect": MIN_EFFECT,
          "fact_changes": [{"path", "old", "new"}],
          "section_changes": [{"name", "old", "new"}],
+         "lab_code_changes": {"known", "disklab_version", "steps"},
          "figures": [{"path", "label", "unit", "old": {"n", "median", "min", "max"[, "p90", "p99"]},
                       "new": {...}, "ratio", "direction", "verdict", "test", "p_value", "judged_by"}],
          "figures_only_old": [path], "figures_only_new": [path]}
 
     Raises ValueError when either is not a results document or their
-    schema_version differ (load both with disklab.results first, which migrates).
+    schema_version differ (read both with disklab.stored first, which upgrades them).
     """
     for name, doc in (("old", old), ("new", new)):
         if not isinstance(doc, dict) or "schema_version" not in doc or "experiments" not in doc:
             raise ValueError(f"{name} must be a results document with schema_version and experiments")
     if old["schema_version"] != new["schema_version"]:
         raise ValueError(
-            f"old and new must have the same schema_version (migrate both with disklab.results), "
+            f"old and new must have the same schema_version (read both with disklab.stored), "
             f"got {old['schema_version']} and {new['schema_version']}"
         )
     figures, only_old, only_new = compare_figures(old, new)
@@ -352,6 +370,7 @@ def compare_runs(old: dict, new: dict) -> dict:
         "min_effect": MIN_EFFECT,
         "fact_changes": fact_changes(old, new),
         "section_changes": section_changes(old, new),
+        "lab_code_changes": lab_code_changes(old, new),
         "figures": figures,
         "figures_only_old": only_old,
         "figures_only_new": only_new,
@@ -391,6 +410,18 @@ def _fact_text(value: object) -> str:
     return units.fact(value)
 
 
+def _lab_code_text(lc: dict) -> str:
+    """One line: did the lab's own code change between the runs (so a moved figure may be the lab's)?"""
+    if not lc["known"]:
+        return "Lab code: not recorded in both runs, so a change of the lab itself cannot be ruled out"
+    parts = []
+    if lc["disklab_version"]:
+        parts.append(f"disklab {lc['disklab_version']['old']} -> {lc['disklab_version']['new']}")
+    if lc["steps"]:
+        parts.append(f"code of {', '.join(lc['steps'])} changed")
+    return "Lab code: " + ("; ".join(parts) if parts else "unchanged (same disklab version and step code)")
+
+
 def render_compare_text(cmp: dict) -> str:
     """Plain-text rendering of :func:`compare_runs` for the terminal (one figure per line)."""
     head = f"Run {cmp['old_run_id']} -> {cmp['new_run_id']}"
@@ -402,6 +433,7 @@ def render_compare_text(cmp: dict) -> str:
     lines.append(f"Facts that changed: {len(cmp['fact_changes'])}")
     for c in cmp["fact_changes"]:
         lines.append(f"  {c['path']}: {_fact_text(c['old'])} -> {_fact_text(c['new'])}")
+    lines += ["", _lab_code_text(cmp["lab_code_changes"])]
     if cmp["section_changes"]:
         lines += ["", "Experiments whose status changed:"]
     for s in cmp["section_changes"]:

@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import json
 from pathlib import Path
 
 import jinja2
 
-from disklab import __version__, compare, store
-from disklab.fsio import atomic_write_json, atomic_write_text
-from disklab.results import SCHEMA_VERSION
+from disklab import __version__, compare, store, stored
+from disklab.fsio import atomic_write_text
 from disklab.units import FILTERS
+from disklab_host import registry
+from disklab_host.common.formats import VERSIONS
 
 # Per host: the input stamp of the last render and the index row it produced.
 STAMP_FILE = ".rendered.json"
 
-# Report sections, in the order they appear; each has sections/NAME.py and templates/sections/NAME.md.j2.
-SECTION_ORDER = ["write_buffering", "fsync_bench", "big_write", "crash", "powercut", "load", "pickle_safety"]
+# Report sections, in the registry's step order; each has sections/NAME.py and templates/sections/NAME.md.j2.
+SECTION_ORDER = list(registry.STEP_NAMES)
 
 
 def environment() -> jinja2.Environment:
@@ -51,16 +51,14 @@ def build_section(name: str, section: dict, doc: dict, plot_dir: Path) -> dict:
 
 def host_context(host_dir: Path) -> dict | None:
     """Everything the host template needs, from the host's stored files; None without any."""
-    from disklab import results
-
     run_files = store.files(host_dir, "runs")
     audit_path = store.latest(host_dir, "audits")
     failure_path = store.latest(host_dir, "failures")
     if not run_files and audit_path is None and failure_path is None:
         return None
-    doc = results.load(run_files[-1]) if run_files else None
-    audit = json.loads(audit_path.read_text()) if audit_path else None
-    failure = json.loads(failure_path.read_text()) if failure_path else None
+    doc = stored.read(run_files[-1], "results") if run_files else None
+    audit = stored.read(audit_path, "audit") if audit_path else None
+    failure = stored.read(failure_path, "failure") if failure_path else None
     if failure and doc and store.run_key(failure_path) < store.run_key(run_files[-1]):
         failure = None  # a later run succeeded
     sections = []
@@ -74,12 +72,12 @@ def host_context(host_dir: Path) -> dict | None:
     # experiments an earlier run had and this one did not (a run with fewer lab_run_steps)
     not_in_latest: dict[str, str] = {}
     for path in reversed(run_files[-6:-1]) if doc else []:
-        for name in json.loads(path.read_text())["experiments"]:
+        for name in stored.read(path, "results")["experiments"]:
             if name not in doc["experiments"]:
                 not_in_latest.setdefault(name, path.stem)
     since = None
     if len(run_files) >= 2:
-        since = compare.compare_runs(results.load(run_files[-2]), doc)
+        since = compare.compare_runs(stored.read(run_files[-2], "results"), doc)
     return {
         "host": host_dir.name,
         "doc": doc,
@@ -170,25 +168,28 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
     stamp_path = host_dir / STAMP_FILE
     stamp = input_stamp(host_dir, renderer)
     if not force and stamp_path.is_file() and (host_dir / "report.md").is_file():
-        cached = json.loads(stamp_path.read_text())
+        try:
+            cached = stored.read(stamp_path, "render_stamp")
+        except stored.StoredFileError:
+            cached = {}  # an unreadable stamp only means: render again
         if cached.get("stamp") == stamp:
             return cached["index_row"]
     ctx = host_context(host_dir)
     if ctx is None:
         return None
     text = env.get_template("host_report.md.j2").render(
-        disklab_version=__version__, schema_version=SCHEMA_VERSION, **ctx
+        disklab_version=__version__, schema_version=VERSIONS["results"], **ctx
     )
     atomic_write_text(host_dir / "report.md", tidy_markdown(text))
     row = index_row(ctx)
-    atomic_write_json(stamp_path, {"stamp": stamp, "index_row": row})
+    stored.write(stamp_path, "render_stamp", {"stamp": stamp, "index_row": row}, overwrite=True)
     return row
 
 
 def render_index(reports: Path, rows: list[dict], env: jinja2.Environment) -> Path:
     """Write ``reports/index.md``: one row per host."""
     text = env.get_template("index.md.j2").render(
-        disklab_version=__version__, schema_version=SCHEMA_VERSION, rows=rows
+        disklab_version=__version__, schema_version=VERSIONS["results"], rows=rows
     )
     return atomic_write_text(reports / "index.md", tidy_markdown(text))
 
@@ -200,8 +201,6 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     that could not be rendered). A host whose stored files cannot be read is
     left out of the index and named in the errors; the other hosts render.
     """
-    from disklab.results import ResultsError
-
     env = environment()
     renderer = renderer_stamp()
     rows, written, errors = [], [], []
@@ -210,7 +209,7 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
         before = report_md.stat().st_mtime_ns if report_md.exists() else None
         try:
             row = render_host(reports / host, env, renderer, force)
-        except (ResultsError, json.JSONDecodeError) as exc:
+        except stored.StoredFileError as exc:
             errors.append(f"{host}: not rendered: {exc}")
             continue
         if row is None:

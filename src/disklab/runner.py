@@ -16,7 +16,6 @@ from pathlib import Path
 from disklab.progress import Progress
 
 REPO = Path(__file__).resolve().parents[2]
-MAX_FORKS = 32
 
 
 def repo_path(*parts: str) -> Path:
@@ -109,9 +108,10 @@ def run_playbook(
 ) -> PlaybookRun:
     """Run ``playbooks/<playbook>`` against ``inventory`` and return each host's outcome.
 
-    ``forks`` defaults to MAX_FORKS: Ansible never uses more forks than there
-    are hosts, so every host of a fleet up to that cap runs in parallel. ansible-runner's working files go to
-    a temporary directory that is removed afterwards.
+    ``forks`` defaults to ansible.cfg's (the one place it is set): Ansible never
+    uses more forks than there are hosts, so every host up to that cap runs in
+    parallel. ansible-runner's working files go to a temporary directory that
+    is removed afterwards.
     """
     import ansible_runner  # imported here: it is slow, and `disklab report` never needs it
 
@@ -135,7 +135,7 @@ def run_playbook(
                 extravars=extravars,
                 envvars=env,
                 limit=limit,
-                forks=forks or MAX_FORKS,
+                forks=forks,
                 quiet=True,
                 event_handler=tracker,
                 suppress_env_files=True,

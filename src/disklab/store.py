@@ -1,6 +1,6 @@
 """The reports directory: where fetched runs, audits and failures are kept.
 
-Layout (every file written atomically, none ever overwritten)::
+Layout (every file written atomically through disklab.stored, none ever overwritten)::
 
     reports/<host>/runs/<run_id>.json       results of one lab run (schema-validated)
     reports/<host>/audits/<run_id>.json     facts of one `disklab audit`
@@ -12,11 +12,10 @@ Layout (every file written atomically, none ever overwritten)::
 from __future__ import annotations
 
 import datetime as dt
-import json
+import sys
 from pathlib import Path
 
-from disklab import results
-from disklab.fsio import atomic_write_json
+from disklab import stored
 from disklab.runner import HostOutcome
 
 
@@ -42,7 +41,7 @@ def incoming_dir(reports: Path, run_id: str) -> Path:
 def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, HostOutcome]) -> dict[str, str]:
     """Move each host's fetched file into ``<host>/<kind>/<run_id>.json``.
 
-    ``kind`` is ``runs`` (validated against the results schema) or ``audits``.
+    ``kind`` is ``runs`` (results files) or ``audits`` (facts, kept as audit files).
     A host whose file is missing or invalid is marked failed in ``outcomes``
     with the reason; the other hosts keep their results. Returns host -> status.
     """
@@ -50,28 +49,32 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
     for path in sorted(staging.glob("*.json")) if staging.is_dir() else []:
         host = path.stem
         outcome = outcomes.setdefault(host, HostOutcome(host=host))
+        dest = reports / host / kind / f"{run_id}.json"
         try:
-            doc = results.load(path) if kind == "runs" else results.load_audit(path, run_id, host)
-        except results.ResultsError as exc:
+            if kind == "runs":
+                stored.write(dest, "results", stored.read(path, "results"))
+            else:
+                facts = stored.read(path, "facts")
+                stored.write(dest, "audit", {"run_id": run_id, "host": host, "facts": facts})
+        except stored.StoredFileError as exc:
             outcome.status, outcome.task, outcome.message = "failed", "Store the fetched results", str(exc)
             continue
-        atomic_write_json(reports / host / kind / f"{run_id}.json", doc, overwrite=False)
         path.unlink()
     for host, outcome in outcomes.items():
         if outcome.status == "ok" and not (reports / host / kind / f"{run_id}.json").exists():
             outcome.status, outcome.message = "failed", "no results file was fetched from this host"
         if outcome.status != "ok":
-            atomic_write_json(
+            stored.write(
                 reports / host / "failures" / f"{run_id}.json",
+                "failure",
                 {
                     "run_id": run_id,
-                    "kind": kind,
+                    "run_kind": kind,
                     "status": outcome.status,
                     "task": outcome.task,
                     "role": outcome.role,
                     "message": outcome.message,
                 },
-                overwrite=False,
             )
     for packed in ("disklab_host.pyz",):  # packed for this run only
         (staging / packed).unlink(missing_ok=True)
@@ -85,18 +88,22 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
 
 def record_invocation(reports: Path, run_id: str, kind: str, inventory: Path, status: dict[str, str]) -> Path:
     """Write ``.runs/<run_id>.json``: which hosts succeeded, for ``--retry-failed``."""
-    return atomic_write_json(
+    return stored.write(
         reports / ".runs" / f"{run_id}.json",
-        {"run_id": run_id, "kind": kind, "inventory": str(inventory.resolve()), "hosts": status},
-        overwrite=False,
+        "run_record",
+        {"run_id": run_id, "run_kind": kind, "inventory": str(inventory.resolve()), "hosts": status},
     )
 
 
 def failed_hosts_of_last_run(reports: Path, inventory: Path) -> tuple[str, list[str]] | None:
     """(run_id, hosts that failed or were unreachable) of the newest `disklab run` on ``inventory``."""
     for path in sorted((reports / ".runs").glob("*.json"), key=run_key, reverse=True):
-        doc = json.loads(path.read_text())
-        if doc.get("kind") == "runs" and doc.get("inventory") == str(inventory.resolve()):
+        try:
+            doc = stored.read(path, "run_record")
+        except stored.StoredFileError as exc:
+            print(f"disklab: skipped an unreadable run record: {exc}", file=sys.stderr)
+            continue
+        if doc["run_kind"] == "runs" and doc["inventory"] == str(inventory.resolve()):
             return doc["run_id"], [h for h, s in doc["hosts"].items() if s != "ok"]
     return None
 

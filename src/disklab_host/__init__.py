@@ -12,8 +12,11 @@ Subpackages, one per subsystem (imports run downwards, never in a circle)::
     common/      standard-library helpers shared with the controller (atomic writes,
                  percentiles, units, how a missing fact is stored, child processes)
 
-Top level: ``lab`` (the runner), ``preflight`` and ``profiles``; ``__main__`` is the
+Top level: ``registry`` (every step and size, the profiles), ``lab`` (the runner) and
+``preflight``; ``__main__`` is the
 entry point of the shipped zipapp (``python disklab_host.pyz lab|preflight|audit|powercut``).
 Only ``steps``, ``loadlab``, ``checkpoint`` and ``powercut`` import torch, and only in
 the modules that need it (ruff's banned-api rule keeps it out of the rest).
 """
+
+__version__ = "0.2.0"

@@ -17,26 +17,16 @@ import argparse
 import datetime as dt
 import importlib
 import json
+import os
 import platform
 import sys
 import time
 import traceback
 from pathlib import Path
 
-from . import profiles
-from .common.facts import RESULTS_SCHEMA_VERSION
+from . import codeinfo, registry
+from .common.formats import stamp
 from .common.fsio import atomic_write_json
-
-# Step name -> module name, in the order they run.
-STEPS: dict[str, str] = {
-    "write_buffering": "write_buffering",
-    "fsync_bench": "fsync_bench",
-    "big_write": "big_write",
-    "crash": "crash",
-    "powercut": "powercut",
-    "load": "load",
-    "pickle_safety": "pickle_safety",
-}
 
 
 def utc_now() -> str:
@@ -46,11 +36,12 @@ def utc_now() -> str:
 def load_config(path: Path) -> dict:
     """Read CONFIG and resolve its sizes. Raises ValueError naming a bad setting."""
     cfg = json.loads(path.read_text())
-    cfg["sizes"] = profiles.resolve(cfg["profile"], cfg.get("size_overrides") or {})
+    for key in ("workbench", "lab_root"):  # the role leaves ~ for the host to expand
+        if key in cfg:
+            cfg[key] = os.path.expanduser(cfg[key])
+    cfg["sizes"] = registry.resolve(cfg["profile"], cfg.get("size_overrides") or {}, strict=False)
     cfg.setdefault("system", platform.system())
-    unknown = [s for s in cfg["steps"] if s not in STEPS]
-    if unknown:
-        raise ValueError(f"lab_run_steps has unknown steps {unknown}; known: {list(STEPS)}")
+    registry.check_steps(cfg["steps"])
     return cfg
 
 
@@ -60,7 +51,7 @@ def run_step(name: str, cfg: dict) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
-        module = importlib.import_module(f"disklab_host.steps.{STEPS[name]}")
+        module = importlib.import_module(registry.step(name).module)
         section = module.run(cfg, workdir)
     except Exception as exc:  # recorded, so the other steps keep their results
         section = {
@@ -82,18 +73,21 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = load_config(args.config)
     steps = [s for s in cfg["steps"] if not args.only or s in args.only]
-    results = {
-        "schema_version": RESULTS_SCHEMA_VERSION,
-        "run_id": cfg["run_id"],
-        "host": cfg["host"],
-        "profile": cfg["profile"],
-        "sizes": cfg["sizes"],
-        "started_utc": utc_now(),
-        "lab_python": sys.version.split()[0],
-        "lab_platform": platform.platform(),
-        "facts": json.loads(args.facts.read_text()),
-        "experiments": {},
-    }
+    results = stamp(
+        "results",
+        {
+            "run_id": cfg["run_id"],
+            "host": cfg["host"],
+            "profile": cfg["profile"],
+            "sizes": cfg["sizes"],
+            "started_utc": utc_now(),
+            "lab_python": sys.version.split()[0],
+            "lab_platform": platform.platform(),
+            "lab_code": codeinfo.lab_code(steps),
+            "facts": json.loads(args.facts.read_text()),
+            "experiments": {},
+        },
+    )
     for name in steps:
         print(f"disklab-step {name}", flush=True)
         results["experiments"][name] = run_step(name, cfg)

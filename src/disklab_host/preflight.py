@@ -3,8 +3,8 @@
 Usage: python disklab_host.pyz preflight (--config CONFIG.json | --config-json JSON) [--check-mode]
 
 Checks, in order, each refusal naming the setting:
-- the profile and every size override (profiles.resolve);
-- the steps (lab.STEPS is not imported: it pulls torch; the names are checked here);
+- the profile and every size override, with each size's rules (registry.resolve);
+- the steps (registry.check_steps);
 - the workbench exists (or lab_run_workbench_create allows creating it) and is writable;
 - the free space on the workbench's filesystem covers the profile's peak need.
 
@@ -23,10 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import profiles
+from . import registry
 from .common.units import MIB
-
-KNOWN_STEPS = ("write_buffering", "fsync_bench", "big_write", "crash", "powercut", "load", "pickle_safety")
 
 
 class Refused(Exception):
@@ -89,14 +87,15 @@ def check_space(wb: Path, needed: dict[str, int], profile: str = "quick") -> dic
 
 def preflight(cfg: dict, dry_run: bool = False) -> dict:
     """Run every check on a config dict; raise Refused or ValueError naming the setting."""
-    sizes = profiles.resolve(cfg["profile"], cfg.get("size_overrides") or {})
-    unknown = [s for s in cfg["steps"] if s not in KNOWN_STEPS]
-    if unknown:
-        raise Refused(f"lab_run_steps has unknown steps {unknown}; known: {list(KNOWN_STEPS)}")
+    sizes = registry.resolve(cfg["profile"], cfg.get("size_overrides") or {}, strict=False)
+    try:
+        registry.check_steps(cfg["steps"])
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
     wb = check_workbench(cfg["workbench"], bool(cfg.get("workbench_create")), dry_run)
     if wb is None:
         return {"ok": True, "workbench": cfg["workbench"], "sizes": sizes, "would_create_workbench": True}
-    space = check_space(wb, profiles.needed_bytes(sizes, cfg["steps"]), cfg["profile"])
+    space = check_space(wb, registry.needed_bytes(sizes, cfg["steps"]), cfg["profile"])
     return {"ok": True, "workbench": str(wb), "sizes": sizes, **space}
 
 

@@ -57,7 +57,7 @@ MKFS = {
     "btrfs": ["mkfs.btrfs", "-q", "-f"],
 }
 # mkfs.xfs refuses images under 300 MiB (xfsprogs 6.x); the quick profile's
-# load step needs ~800 MiB on the workbench (disklab_host.profiles.needed_bytes).
+# load step needs ~800 MiB on the workbench (disklab_host.registry.needed_bytes).
 MIN_SIZE_MIB = 300
 DEFAULT_SIZE_MIB = 2048
 MAX_HOSTS = 200

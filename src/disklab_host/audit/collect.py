@@ -37,12 +37,9 @@ from pathlib import Path
 from ..common.facts import is_unavailable, unavailable
 
 # Version of the facts object's shape; the controller's facts.schema.json pins it.
+from ..common.formats import stamp
 from ..common.fsio import atomic_write_json
 from . import parse as ap
-
-# Version of the facts object's shape; the controller's facts.schema.json pins it.
-# 1: first version.
-FACTS_SCHEMA_VERSION = 1
 
 NO_VENV = "no lab venv on this host yet"
 NOT_ON_MACOS = "not exposed on macOS"
@@ -521,8 +518,8 @@ def _caveats(probe: Probe, host: dict, gpu: dict) -> list[str]:
 def collect_all(workbench: str, venv_python: str | None, probe: Probe | None = None) -> dict:
     """Every fact about this host and ``workbench`` as one JSON-able dict.
 
-    Top-level keys: facts_schema_version, collected_utc, audit_python, host,
-    versions, gpu, workbench, writeback, memory, caveats. Raises ValueError
+    Top-level keys: file_kind, schema_version (disklab_host.common.formats),
+    collected_utc, audit_python, host, versions, gpu, workbench, writeback, memory, caveats. Raises ValueError
     when ``workbench`` is not an existing directory on this host (only checked
     for the real probe).
     """
@@ -534,18 +531,20 @@ def collect_all(workbench: str, venv_python: str | None, probe: Probe | None = N
     host = collect_host(probe)
     versions = collect_versions(probe, venv_python)
     gpu = collect_gpu(probe, versions)
-    return {
-        "facts_schema_version": FACTS_SCHEMA_VERSION,
-        "collected_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "audit_python": platform.python_version(),
-        "host": host,
-        "versions": versions,
-        "gpu": gpu,
-        "workbench": collect_workbench(probe, workbench),
-        "writeback": collect_writeback(probe),
-        "memory": collect_memory(probe),
-        "caveats": _caveats(probe, host, gpu),
-    }
+    return stamp(
+        "facts",
+        {
+            "collected_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "audit_python": platform.python_version(),
+            "host": host,
+            "versions": versions,
+            "gpu": gpu,
+            "workbench": collect_workbench(probe, workbench),
+            "writeback": collect_writeback(probe),
+            "memory": collect_memory(probe),
+            "caveats": _caveats(probe, host, gpu),
+        },
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

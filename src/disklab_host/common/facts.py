@@ -6,10 +6,6 @@ import sys
 
 from .units import KIB
 
-# The results format written by the lab runner and read by the controller's
-# disklab.results. It must equal disklab.results.SCHEMA_VERSION (a test checks).
-RESULTS_SCHEMA_VERSION = 1
-
 
 def unavailable(reason: str) -> dict:
     """A fact that could not be read or does not apply, with the reason.

@@ -272,16 +272,16 @@ def _generate(want: dict, workdir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .. import profiles
+    from .. import registry
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", type=Path, required=True)
-    ap.add_argument("--profile", default="quick", choices=sorted(profiles.PROFILES))
+    ap.add_argument("--profile", default="quick", choices=sorted(registry.PROFILES))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model-safetensors", default=None, help="a real .safetensors to use as the small model")
     args = ap.parse_args(argv)
     cfg = {
-        "sizes": profiles.resolve(args.profile),
+        "sizes": registry.resolve(args.profile),
         "prep_seed": args.seed,
         "load_model_safetensors": args.model_safetensors,
     }

@@ -1,0 +1,150 @@
+"""Every file the controller stores, read and written through one path.
+
+Kinds and their current versions are in disklab_host.common.formats (shared
+with the host, which writes results and facts). :func:`read` parses a file,
+upgrades it one version at a time through :data:`UPDATES` (``update_to_N``
+functions), refuses a version newer than this disklab reads, and validates it
+against its kind's JSON Schema; :func:`write` stamps the kind and version,
+validates, and writes atomically (temp file, fsync, rename, directory fsync).
+Any file that is not what its kind says raises :class:`StoredFileError`, whose
+message starts with the file's path and says what is wrong in one line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from disklab import schemas
+from disklab_host.common.formats import VERSIONS, stamp
+from disklab_host.common.fsio import atomic_write_json
+
+KINDS = tuple(VERSIONS)
+
+
+class StoredFileError(ValueError):
+    """A stored file that cannot be read as its kind: not JSON, not an object, the wrong kind, a newer
+    version, or a schema violation. The message names the file."""
+
+
+# --- update_to_N: each upgrades a version N-1 document of its kind in place ----------------------
+
+
+def _results_update_to_2(doc: dict) -> None:
+    doc["lab_code"] = {"unavailable": "written before results recorded the lab code, at results version 1"}
+
+
+def _audit_update_to_2(doc: dict) -> None:
+    doc.pop("kind", None)
+
+
+def _run_kind_update_to_2(doc: dict) -> None:
+    if "kind" in doc:
+        doc["run_kind"] = doc.pop("kind")
+
+
+def _facts_update_to_2(doc: dict) -> None:
+    doc.pop("facts_schema_version", None)
+
+
+def _nothing(doc: dict) -> None:
+    """An update that only stamps the kind and version (the kind had none before)."""
+
+
+UPDATES: dict[str, dict[int, Callable[[dict], None]]] = {
+    "results": {2: _results_update_to_2},
+    "facts": {2: _facts_update_to_2},
+    "audit": {2: _audit_update_to_2},
+    "failure": {2: _run_kind_update_to_2},
+    "run_record": {2: _run_kind_update_to_2},
+    "render_stamp": {2: _nothing},
+}
+
+# Kinds that hold facts: their facts carry a version of their own and are upgraded by the facts chain.
+_HOLDS_FACTS = ("results", "audit")
+
+
+def version_of(doc: dict, kind: str) -> int:
+    """The version a document of ``kind`` was written at (1 for a file from before its kind had one).
+
+    Raises StoredFileError (without a path) for another kind's file or a version that is not an integer.
+    """
+    found = doc.get("file_kind")
+    if found is not None and found != kind:
+        raise StoredFileError(f"is a {found!r} file, not {kind!r}")
+    if "schema_version" in doc:
+        version = doc["schema_version"]
+    elif kind == "facts" and "facts_schema_version" in doc:
+        version = doc["facts_schema_version"]
+    else:
+        version = 1
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise StoredFileError(f"schema_version must be an integer >= 1, got {version!r}")
+    return version
+
+
+def upgrade(doc: dict, kind: str) -> dict:
+    """Bring ``doc`` (in place) to the current version of ``kind``; returns it.
+
+    Raises StoredFileError (without a path) for a newer version than this disklab reads.
+    """
+    if kind not in VERSIONS:
+        raise ValueError(f"file kind must be one of {sorted(VERSIONS)}, got {kind!r}")
+    version, current = version_of(doc, kind), VERSIONS[kind]
+    if version > current:
+        raise StoredFileError(
+            f"{kind} version {version} is newer than this disklab reads ({current}): upgrade disklab"
+        )
+    while version < current:
+        version += 1
+        UPDATES[kind][version](doc)  # update_to_<version>
+        doc["file_kind"], doc["schema_version"] = kind, version
+    doc["file_kind"] = kind
+    if kind in _HOLDS_FACTS and isinstance(doc.get("facts"), dict):
+        upgrade(doc["facts"], "facts")
+    return doc
+
+
+def parse(data: bytes, kind: str) -> dict:
+    """A stored file's bytes as an upgraded, validated ``kind`` document; StoredFileError, no path."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise StoredFileError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise StoredFileError(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(doc, dict):
+        raise StoredFileError(f"holds a JSON {type(doc).__name__}, not a {kind} object")
+    upgrade(doc, kind)
+    error = schemas.first_error(kind, doc)
+    if error:
+        raise StoredFileError(error)
+    return doc
+
+
+def read(path: str | Path, kind: str) -> dict:
+    """Read, upgrade and validate one stored file of ``kind``. Raises StoredFileError naming ``path``."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise StoredFileError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        return parse(data, kind)
+    except StoredFileError as exc:
+        raise StoredFileError(f"{path}: {kind} file {exc}") from None
+
+
+def write(path: str | Path, kind: str, doc: dict, *, overwrite: bool = False) -> Path:
+    """Stamp ``doc`` with ``kind`` and its version, validate it, and write it atomically.
+
+    With ``overwrite=False`` (stored runs, audits, failures, run records) an
+    existing file is never replaced: FileExistsError. Raises StoredFileError
+    when the document does not match its kind's schema.
+    """
+    doc = stamp(kind, doc)
+    error = schemas.first_error(kind, doc)
+    if error:
+        raise StoredFileError(f"{path}: refusing to write a {kind} file that {error}")
+    return atomic_write_json(path, doc, overwrite=overwrite)

@@ -1,0 +1,53 @@
+"""The kinds of file disklab stores, and the version each is written at now.
+
+Every stored JSON file carries ``file_kind`` (one of :data:`VERSIONS`) and an
+integer ``schema_version``. The controller reads every kind through one path
+(``disklab.stored.read``), which upgrades an older file one version at a time
+(``update_to_N``) and refuses a newer one; it writes every kind through
+``disklab.stored.write``. The host writes two kinds itself (results and facts)
+with :func:`stamp`, so the numbers live here, once, for both sides.
+
+Version history (a file written before its kind carried a version is version 1):
+
+results
+  1: facts, sizes, experiments keyed by step name, each with status and step_wall_s.
+  2: file_kind; lab_code (the disklab version and a digest of each step's code);
+     facts at their version 2.
+facts (a host's audit; host.json on the host, inside every results and audit file)
+  1: facts_schema_version 1.
+  2: file_kind and schema_version replace facts_schema_version.
+audit (reports/<host>/audits/<run_id>.json)
+  1: schema_version 1 (the results' number) and kind "audit".
+  2: file_kind replaces kind; its own version.
+failure (reports/<host>/failures/<run_id>.json)
+  1: no version; kind was the run's kind ("runs" or "audits").
+  2: file_kind, schema_version; kind renamed run_kind.
+run_record (reports/.runs/<run_id>.json)
+  1: no version; kind was the run's kind.
+  2: file_kind, schema_version; kind renamed run_kind.
+render_stamp (reports/<host>/.rendered.json)
+  1: no version.
+  2: file_kind, schema_version.
+"""
+
+from __future__ import annotations
+
+VERSIONS: dict[str, int] = {
+    "results": 2,
+    "facts": 2,
+    "audit": 2,
+    "failure": 2,
+    "run_record": 2,
+    "render_stamp": 2,
+}
+
+
+def stamp(kind: str, doc: dict) -> dict:
+    """``doc`` with ``file_kind`` and the current ``schema_version`` of ``kind`` first.
+
+    Raises ValueError for a kind not in :data:`VERSIONS`.
+    """
+    if kind not in VERSIONS:
+        raise ValueError(f"file kind must be one of {sorted(VERSIONS)}, got {kind!r}")
+    rest = {k: v for k, v in doc.items() if k not in ("file_kind", "schema_version")}
+    return {"file_kind": kind, "schema_version": VERSIONS[kind], **rest}

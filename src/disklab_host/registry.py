@@ -1,0 +1,226 @@
+"""The one registry of lab steps and their sizes. Everything else reads it.
+
+Each :class:`Step` names the step, its module under ``disklab_host.steps``, its
+sizes (name, quick value, full value, unit, one line of meaning, and the rules
+a value must follow), whether it needs torch, the platforms it runs on, the
+helper subpackages whose code it uses (for the code digest in every results
+file) and how much disk it needs at once. The runner's order, the profiles,
+preflight, the role's settings (checked by tests/test_registry.py) and the
+report's section order all come from :data:`STEPS`.
+
+Profiles: ``quick`` fits a 2-core machine in minutes; ``full`` uses the lesson's
+sizes (the lesson, Build It section). Standard library only: the preflight
+imports this with the host's own Python, before the lab venv exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .common.units import MIB
+
+PROFILES = ("quick", "full")
+PLATFORMS = ("Linux", "Darwin")
+
+# One big-file tensor of the load lab: 4096 x 4096 bf16 (the lesson's big_src).
+BIG_TENSOR_BYTES = 4096 * 4096 * 2
+# The ~135M-parameter small model in bf16, and its tiny config, rounded up.
+SMALL_FULL_BYTES = 300 * MIB
+SMALL_TINY_BYTES = 16 * MIB
+
+
+@dataclass(frozen=True)
+class Size:
+    """One size setting of a step: ``lab_run_<name>`` in the inventory."""
+
+    name: str
+    quick: int
+    full: int
+    unit: str  # count, bytes, MiB or flag
+    meaning: str
+    minimum: int = 1
+    multiple_of: int = 1
+
+    def describe(self) -> str:
+        """One line for the role's defaults and specs: meaning (unit, rules; quick and full values)."""
+        rules = f", a multiple of {self.multiple_of}" if self.multiple_of > 1 else ""
+        return f"{self.meaning} ({self.unit}{rules}; quick {self.quick}, full {self.full})"
+
+    def check(self, value: object) -> int:
+        """Return ``value`` when it follows this size's rules; raise ValueError naming the setting."""
+        rule = f">= {self.minimum}" + (
+            f" and a multiple of {self.multiple_of}" if self.multiple_of > 1 else ""
+        )
+        if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
+            raise ValueError(f"lab_run_{self.name} must be an integer {rule}, got {value!r}")
+        if value % self.multiple_of:
+            raise ValueError(f"lab_run_{self.name} must be an integer {rule}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Step:
+    """One experiment of the lab."""
+
+    name: str
+    title: str
+    sizes: tuple[Size, ...]
+    needs_torch: bool
+    platforms: tuple[str, ...]
+    needed_bytes: Callable[[dict[str, int]], int]
+    uses: tuple[str, ...] = field(default=())  # helper subpackages of disklab_host besides common
+    module: str = ""  # the module with run(cfg, workdir); disklab_host.steps.<name> when left empty
+
+    def __post_init__(self) -> None:
+        if not self.module:
+            object.__setattr__(self, "module", f"disklab_host.steps.{self.name}")
+
+
+def _load_weights_bytes(s: dict[str, int]) -> int:
+    """The load lab's weights, kept on the workbench for reuse: .pt and .safetensors of both files."""
+    small = SMALL_FULL_BYTES if s["load_small_full_size"] else SMALL_TINY_BYTES
+    return 2 * (small + s["load_big_tensors"] * BIG_TENSOR_BYTES)
+
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        name="write_buffering",
+        title="unbuffered 1-byte os.write against a buffered f.write",
+        sizes=(Size("write_buffering_calls", 200_000, 1_000_000, "count", "1-byte calls timed per mode"),),
+        needs_torch=False,
+        platforms=PLATFORMS,
+        needed_bytes=lambda s: 1 * MIB,
+    ),
+    Step(
+        name="fsync_bench",
+        title="latency of 4 KiB writes followed by nothing, fsync, fdatasync, F_FULLFSYNC or O_DSYNC",
+        sizes=(
+            Size("fsync_blocks", 1000, 1000, "count", "blocks written per mode"),
+            Size("fsync_block_bytes", 4096, 4096, "bytes", "size of each block"),
+        ),
+        needs_torch=False,
+        platforms=PLATFORMS,
+        needed_bytes=lambda s: (s["fsync_blocks"] + 5) * s["fsync_block_bytes"],  # + 5 warm-up blocks
+    ),
+    Step(
+        name="big_write",
+        title="one large write, then fsync, each timed",
+        sizes=(Size("big_write_mib", 64, 512, "MiB", "size of the one large write"),),
+        needs_torch=False,
+        platforms=PLATFORMS,
+        needed_bytes=lambda s: s["big_write_mib"] * MIB,
+    ),
+    Step(
+        name="crash",
+        title="SIGKILL during naive, atomic and safetensors saves, and the lesson's Break It cases",
+        sizes=(
+            Size("crash_state_mib", 128, 1024, "MiB", "state dict saved and killed, in 4 MiB tensors", 4, 4),
+            Size("crash_time_points", 5, 8, "count", "kill delays in the time sweep"),
+            Size("crash_repeats", 2, 3, "count", "repeats of each time-sweep kill"),
+        ),
+        needs_torch=True,
+        platforms=PLATFORMS,
+        needed_bytes=lambda s: 3 * s["crash_state_mib"] * MIB,  # good checkpoint + the killed save, per mode
+        uses=("checkpoint",),
+    ),
+    Step(
+        name="powercut",
+        title="every crash state of each save recipe under process-kill and power-cut models",
+        sizes=(
+            Size("powercut_state_mib", 4, 8, "MiB", "state dict saved under strace, in 4 MiB tensors", 4, 4),
+        ),
+        needs_torch=True,
+        platforms=("Linux",),
+        # old and new checkpoint, temp file, and the strace text (data as hex, ~4.2x the state)
+        needed_bytes=lambda s: 8 * s["powercut_state_mib"] * MIB,
+        uses=("powercut", "checkpoint"),
+    ),
+    Step(
+        name="load",
+        title="torch.load, mmap, safetensors and one tensor, cold and warm, at named readiness stages",
+        sizes=(
+            Size(
+                "load_small_full_size",
+                0,
+                1,
+                "flag",
+                "1 = the ~135M-parameter small model, 0 = tiny",
+                0,
+            ),
+            Size(
+                "load_big_tensors",
+                8,
+                64,
+                "count",
+                "4096x4096 bf16 tensors of 32 MiB in the big file",
+            ),
+            Size("load_repeats", 3, 5, "count", "repeats of each load measurement"),
+        ),
+        needs_torch=True,
+        platforms=PLATFORMS,
+        # the kept weights, plus one cold copy of the big file
+        needed_bytes=lambda s: _load_weights_bytes(s) + s["load_big_tensors"] * BIG_TENSOR_BYTES,
+        uses=("loadlab", "cache"),
+    ),
+    Step(
+        name="pickle_safety",
+        title="a crafted malicious .pt that torch.load must refuse",
+        sizes=(),
+        needs_torch=True,
+        platforms=PLATFORMS,
+        needed_bytes=lambda s: 1 * MIB,
+    ),
+)
+
+BY_NAME: dict[str, Step] = {step.name: step for step in STEPS}
+STEP_NAMES: tuple[str, ...] = tuple(BY_NAME)
+SIZES: dict[str, Size] = {size.name: size for step in STEPS for size in step.sizes}
+# Steps whose files stay on the workbench between runs (reused through a manifest).
+KEPT = {"load": _load_weights_bytes}
+
+
+def step(name: str) -> Step:
+    """The registered step ``name``; raises ValueError naming lab_run_steps and the known steps."""
+    if name not in BY_NAME:
+        raise ValueError(f"lab_run_steps has unknown step {name!r}; known: {list(STEP_NAMES)}")
+    return BY_NAME[name]
+
+
+def check_steps(steps: list[str]) -> list[str]:
+    """``steps`` when every one is registered; raise ValueError naming the unknown ones."""
+    unknown = [s for s in steps if s not in BY_NAME]
+    if unknown:
+        raise ValueError(f"lab_run_steps has unknown steps {unknown}; known: {list(STEP_NAMES)}")
+    return steps
+
+
+def profile_sizes(profile: str) -> dict[str, int]:
+    """Every size at ``profile``'s value; raises ValueError naming lab_run_profile."""
+    if profile not in PROFILES:
+        raise ValueError(f"lab_run_profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    return {name: getattr(size, profile) for name, size in SIZES.items()}
+
+
+def resolve(profile: str, overrides: dict | None = None, *, strict: bool = True) -> dict[str, int]:
+    """Sizes for ``profile`` with ``overrides`` applied, each checked against its rules.
+
+    ``overrides`` maps a size name (``lab_run_`` left off) to its value. With
+    ``strict=False`` names that are not sizes are passed over: the lab_run role
+    sends every lab_run_* setting that is set, and picks no names itself.
+    Raises ValueError naming the setting for an unknown profile, an unknown
+    size name (strict), or a value that breaks its size's rules.
+    """
+    sizes = profile_sizes(profile)
+    for name, value in (overrides or {}).items():
+        if name not in SIZES:
+            if strict:
+                raise ValueError(f"lab_run_{name} is not a known size setting; known: {sorted(SIZES)}")
+            continue
+        sizes[name] = SIZES[name].check(value)
+    return sizes
+
+
+def needed_bytes(sizes: dict[str, int], steps: list[str]) -> dict[str, int]:
+    """Peak bytes each enabled step writes to the workbench at once (its own files, while it runs)."""
+    return {name: BY_NAME[name].needed_bytes(sizes) for name in steps if name in BY_NAME}

@@ -1,0 +1,185 @@
+"""Every stored file kind: one read and one write path, step-wise upgrades, refusal of newer versions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import FIXTURES
+from disklab import report, stored
+from disklab_host.audit import collect as audit
+from disklab_host.common.formats import VERSIONS, stamp
+
+V1 = FIXTURES / "stored" / "v1"  # written by disklab 0.1.0 (commit 343925a), before every kind had a version
+FACTS = audit.collect_all("/tmp", None)
+
+
+def _results(**extra) -> dict:
+    doc = {
+        "run_id": "20261129T100000Z",
+        "host": "h",
+        "profile": "quick",
+        "sizes": {"fsync_blocks": 10},
+        "started_utc": "x",
+        "finished_utc": "y",
+        "lab_code": {"unavailable": "test"},
+        "facts": FACTS,
+        "experiments": {"fsync_bench": {"status": "not_run", "reason": "test", "step_wall_s": 0}},
+    }
+    return stamp("results", {**doc, **extra})
+
+
+def test_the_host_stamps_what_the_controller_reads():
+    assert FACTS["file_kind"] == "facts" and FACTS["schema_version"] == VERSIONS["facts"]
+    assert stored.parse(json.dumps(_results()).encode(), "results")["schema_version"] == VERSIONS["results"]
+
+
+def test_every_kind_has_an_update_for_every_version_after_the_first():
+    for kind, version in VERSIONS.items():
+        assert sorted(stored.UPDATES[kind]) == list(range(2, version + 1)), kind
+
+
+@pytest.mark.parametrize("kind", sorted(VERSIONS))
+def test_a_newer_version_is_refused_naming_the_file(tmp_path, kind):
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps({"file_kind": kind, "schema_version": VERSIONS[kind] + 1}))
+    with pytest.raises(stored.StoredFileError, match=f"{path}: {kind} file {kind} version .* newer"):
+        stored.read(path, kind)
+
+
+def test_another_kinds_file_is_refused(tmp_path):
+    path = stored.write(tmp_path / "r.json", "results", _results())
+    with pytest.raises(stored.StoredFileError, match="is a 'results' file, not 'failure'"):
+        stored.read(path, "failure")
+
+
+def test_older_versions_are_upgraded_one_step_at_a_time(monkeypatch):
+    seen = []
+
+    def update_to_3(doc):
+        seen.append(doc["schema_version"])
+        doc["sizes"] = doc.pop("sizes_v2")
+
+    monkeypatch.setitem(VERSIONS, "results", 3)
+    monkeypatch.setitem(stored.UPDATES, "results", {**stored.UPDATES["results"], 3: update_to_3})
+    old = _results()
+    old["schema_version"] = 2
+    old["sizes_v2"] = old.pop("sizes")
+    doc = stored.upgrade(old, "results")
+    assert seen == [2]
+    assert doc["schema_version"] == 3 and doc["sizes"] == {"fsync_blocks": 10}
+
+
+def test_a_schema_violation_is_refused_on_write_and_on_read_with_its_path(tmp_path):
+    bad = _results(profile="medium")
+    with pytest.raises(stored.StoredFileError, match="at profile"):
+        stored.write(tmp_path / "r.json", "results", bad)
+    (tmp_path / "r.json").write_text(json.dumps(bad))
+    with pytest.raises(
+        stored.StoredFileError, match=r"r\.json: results file does not match the schema at profile"
+    ):
+        stored.read(tmp_path / "r.json", "results")
+    doc = _results()
+    doc["experiments"]["fsync_bench"] = {"status": "failed", "step_wall_s": 1}
+    with pytest.raises(stored.StoredFileError, match="experiments.fsync_bench"):
+        stored.write(tmp_path / "r2.json", "results", doc)
+
+
+def test_write_never_overwrites_a_stored_run(tmp_path):
+    path = stored.write(tmp_path / "r.json", "results", _results())
+    before = path.read_bytes()
+    with pytest.raises(FileExistsError):
+        stored.write(path, "results", _results(host="other"))
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (b"[]", "holds a JSON list, not a results object"),
+        (b"\xff\xfe", "not UTF-8 text"),
+        (b'{"run_id": ', "not JSON"),
+    ],
+)
+def test_damaged_bytes_get_one_line(tmp_path, data, said):
+    path = tmp_path / "r.json"
+    path.write_bytes(data)
+    with pytest.raises(stored.StoredFileError, match=said) as err:
+        stored.read(path, "results")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("rel", "kind"),
+    [
+        ("oldhost/runs/20261130T090000Z.json", "results"),
+        ("oldhost/audits/20261130T100000Z.json", "audit"),
+        ("deadhost/failures/20261130T090000Z.json", "failure"),
+        (".runs/20261130T090000Z.json", "run_record"),
+        ("oldhost/.rendered.json", "render_stamp"),
+    ],
+)
+def test_every_kind_written_by_disklab_0_1_is_read_and_upgraded(rel, kind):
+    doc = stored.read(V1 / rel, kind)
+    assert doc["file_kind"] == kind and doc["schema_version"] == VERSIONS[kind]
+    assert "kind" not in doc  # the run's kind is run_kind now, and the file's kind is file_kind
+    if kind in ("results", "audit"):
+        assert (
+            doc["facts"]["schema_version"] == VERSIONS["facts"] and "facts_schema_version" not in doc["facts"]
+        )
+    if kind == "results":
+        assert "unavailable" in doc["lab_code"]
+
+
+def test_a_reports_tree_from_disklab_0_1_renders(tmp_path):
+    reports = tmp_path / "reports"
+    shutil.copytree(V1, reports)
+    written, errors = report.render_all(reports, force=True)
+    assert errors == []
+    text = (reports / "oldhost" / "report.md").read_text()
+    assert "## fsync: the cost of durability" in text and "## Crash: does a checkpoint survive" in text
+    assert "## Since the previous run" in text
+    assert "cannot be ruled out" in text  # lab code not recorded in version-1 runs
+    assert "deadhost" in (reports / "index.md").read_text()
+    # the stored files themselves are never rewritten by a render
+    for path in V1.rglob("*.json"):
+        if path.name != ".rendered.json":
+            assert (reports / path.relative_to(V1)).read_bytes() == path.read_bytes()
+
+
+def test_a_lab_run_records_its_code():
+    from disklab_host import codeinfo
+
+    code = codeinfo.lab_code(["fsync_bench", "crash"])
+    assert set(code["steps"]) == {"fsync_bench", "crash"}
+    assert len(code["host_package_sha256"]) == 64
+    assert "disklab_host.checkpoint.saver" in codeinfo.step_modules(codeinfo.registry.step("crash"))
+    assert "disklab_host.checkpoint.saver" not in codeinfo.step_modules(codeinfo.registry.step("fsync_bench"))
+
+
+def test_compare_says_when_the_lab_code_changed():
+    from disklab import compare
+
+    a = _results(
+        lab_code={"disklab_version": "0.2.0", "host_package_sha256": "a" * 64, "steps": {"x": "1" * 64}}
+    )
+    b = _results(
+        lab_code={"disklab_version": "0.3.0", "host_package_sha256": "b" * 64, "steps": {"x": "2" * 64}}
+    )
+    lc = compare.compare_runs(a, b)["lab_code_changes"]
+    assert lc == {"known": True, "disklab_version": {"old": "0.2.0", "new": "0.3.0"}, "steps": ["x"]}
+    assert "code of x changed" in compare.render_compare_text(compare.compare_runs(a, b))
+    same = compare.compare_runs(a, a)["lab_code_changes"]
+    assert same == {"known": True, "disklab_version": None, "steps": []}
+    assert not compare.compare_runs(_results(), a)["lab_code_changes"]["known"]
+
+
+def test_fixture_is_what_disklab_0_1_wrote():
+    """Guard the fixture itself: it must stay in the old shapes, or the upgrade tests prove nothing."""
+    results = json.loads((V1 / "oldhost/runs/20261130T090000Z.json").read_text())
+    assert results["schema_version"] == 1 and "file_kind" not in results and "lab_code" not in results
+    assert results["facts"]["facts_schema_version"] == 1
+    assert json.loads((V1 / "deadhost/failures/20261130T090000Z.json").read_text())["kind"] == "runs"
+    assert "schema_version" not in json.loads((V1 / "oldhost/.rendered.json").read_text())
