@@ -35,11 +35,11 @@ def role_disagreements(steps=registry.STEPS) -> list[str]:
         )
     if options["lab_run_profile"]["choices"] != list(registry.PROFILES):
         problems.append("argument_specs lab_run_profile choices differ from registry.PROFILES")
-    spec_sizes = {k[8:] for k, v in options.items() if v.get("description", "").startswith("Override of")}
+    spec_sizes = {k[8:] for k, v in options.items() if v.get("description", "").startswith("Size (null")}
     for name in sorted(set(sizes) ^ spec_sizes):
         problems.append(f"lab_run_{name}: in {'the registry' if name in sizes else 'argument_specs'} only")
     for name, size in sizes.items():
-        want = f"Override of the profile size: {size.describe()}; null keeps the profile's value."
+        want = f"Size (null keeps the profile's): {size.describe()}"
         got = options.get(f"lab_run_{name}", {})
         if got and (got.get("type") != "int" or got.get("description") != want):
             problems.append(f"argument_specs lab_run_{name} should be type int, description {want!r}")
