@@ -1,7 +1,7 @@
 """Entry point of the shipped zipapp: ``python disklab_host.pyz COMMAND [ARGS]``.
 
-Commands: ``lab`` (the lab runner), ``preflight``, ``audit`` and ``powercut``
-(the simulator's command line). Each is the ``main(argv)`` of its module.
+Commands: ``lab`` (the lab runner), ``preflight``, ``audit``, ``powercut`` (the
+simulator's command line) and ``provision`` (the lab venv). Each is the ``main(argv)`` of its module.
 The archive's own path goes first on PYTHONPATH for every child process.
 """
 
@@ -16,6 +16,7 @@ COMMANDS = {
     "preflight": "disklab_host.preflight",
     "audit": "disklab_host.audit.collect",
     "powercut": "disklab_host.powercut.simulate",
+    "provision": "disklab_host.provision",
 }
 
 
