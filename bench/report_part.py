@@ -59,7 +59,7 @@ def fresh_tiny_run(work: Path) -> dict:
         "profile": "quick",
         "workbench": str(wb),
         "steps": TINY_STEPS,
-        "size_overrides": TINY_SIZES,
+        "settings": TINY_SIZES,
         "become_allowed": False,
         "system": "Linux",
     }

@@ -16,7 +16,7 @@ def _cfg(workbench, **kw):
         "profile": "quick",
         "steps": ["fsync_bench", "big_write"],
         "workbench": str(workbench),
-        "size_overrides": {},
+        "settings": {},
     }
     cfg.update(kw)
     return cfg
@@ -37,7 +37,7 @@ def test_refuses_an_unknown_profile(workbench):
 @pytest.mark.parametrize("value", [0, -3])
 def test_refuses_zero_and_negative_sizes_naming_the_setting(workbench, value):
     with pytest.raises(ValueError, match=rf"lab_run_fsync_blocks must be an integer > 0, got {value}"):
-        preflight.preflight(_cfg(workbench, size_overrides={"fsync_blocks": value}))
+        preflight.preflight(_cfg(workbench, settings={"fsync_blocks": value}))
 
 
 def test_refuses_a_missing_workbench_unless_creation_is_allowed(tmp_path):

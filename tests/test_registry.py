@@ -188,7 +188,7 @@ def test_a_new_step_added_as_docs_contributing_says(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "SIZES", {z.name: z for s in steps for z in s.sizes})
     wb = tmp_path / "wb"
     cfg = {"run_id": "20261201T000000Z", "host": "h", "profile": "quick", "workbench": str(wb),
-           "workbench_create": True, "steps": ["dummy"], "size_overrides": {"dummy_bytes": 12}}  # fmt: skip
+           "workbench_create": True, "steps": ["dummy"], "settings": {"dummy_bytes": 12}}  # fmt: skip
     verdict = preflight.preflight(cfg)
     assert verdict["sizes"]["dummy_bytes"] == 12 and verdict["per_step_bytes"] == {"dummy": 12}
     (tmp_path / "config.json").write_text(json.dumps(cfg))

@@ -3,7 +3,7 @@
 Usage: python disklab_host.pyz lab --config CONFIG.json --facts HOST.json --out RESULTS.json
 
 CONFIG (written by the lab_run role) holds run_id, host, profile, workbench,
-steps and size overrides. Each step is registered in disklab_host.registry and
+steps and settings (every lab_run_* set in the inventory, sizes among them). Each step is registered in disklab_host.registry and
 is a module of disklab_host.steps with
 ``run(cfg: dict, workdir: pathlib.Path) -> dict``; it gets its own directory
 under the workbench. A step that raises is recorded as failed with its error
@@ -39,7 +39,7 @@ def load_config(path: Path) -> dict:
     for key in ("workbench", "lab_root"):  # the role leaves ~ for the host to expand
         if key in cfg:
             cfg[key] = os.path.expanduser(cfg[key])
-    cfg["sizes"] = registry.resolve(cfg["profile"], cfg.get("size_overrides") or {}, strict=False)
+    cfg["sizes"] = registry.resolve(cfg["profile"], cfg.get("settings") or {}, strict=False)
     cfg.setdefault("system", platform.system())
     registry.check_steps(cfg["steps"])
     return cfg

@@ -87,7 +87,7 @@ def check_space(wb: Path, needed: dict[str, int], profile: str = "quick") -> dic
 
 def preflight(cfg: dict, dry_run: bool = False) -> dict:
     """Run every check on a config dict; raise Refused or ValueError naming the setting."""
-    sizes = registry.resolve(cfg["profile"], cfg.get("size_overrides") or {}, strict=False)
+    sizes = registry.resolve(cfg["profile"], cfg.get("settings") or {}, strict=False)
     try:
         registry.check_steps(cfg["steps"])
     except ValueError as exc:
