@@ -80,7 +80,7 @@ def test_size_rules_are_enforced_with_the_setting_named():
         ValueError, match=r"lab_run_crash_state_mib must be an integer >= 4 and a multiple of 4, got 6"
     ):
         registry.resolve("quick", {"crash_state_mib": 6})
-    with pytest.raises(ValueError, match="lab_run_fsync_blocks must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="lab_run_fsync_blocks must be an integer > 0, got 0"):
         registry.resolve("quick", {"fsync_blocks": 0})
     assert registry.resolve("quick", {"load_small_full_size": 0})["load_small_full_size"] == 0
     with pytest.raises(ValueError, match="lab_run_nope is not a known size setting"):
@@ -200,7 +200,7 @@ def test_a_new_step_added_as_docs_contributing_says(tmp_path, monkeypatch):
         doc["experiments"]["dummy"]["status"] == "ok" and doc["experiments"]["dummy"]["written_bytes"] == 12
     )
     assert doc["lab_code"]["steps"]["dummy"] == codeinfo.digest(codeinfo.step_modules(dummy))
-    with pytest.raises(ValueError, match="lab_run_dummy_bytes must be an integer >= 1"):
+    with pytest.raises(ValueError, match="lab_run_dummy_bytes must be an integer > 0"):
         registry.resolve("quick", {"dummy_bytes": 0})
     # until the role lists the new size and step, the agreement test names what is missing
     problems = role_disagreements(steps)

@@ -49,9 +49,9 @@ class Size:
 
     def check(self, value: object) -> int:
         """Return ``value`` when it follows this size's rules; raise ValueError naming the setting."""
-        rule = f">= {self.minimum}" + (
-            f" and a multiple of {self.multiple_of}" if self.multiple_of > 1 else ""
-        )
+        rule = "> 0" if self.minimum == 1 else f">= {self.minimum}"
+        if self.multiple_of > 1:
+            rule += f" and a multiple of {self.multiple_of}"
         if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
             raise ValueError(f"lab_run_{self.name} must be an integer {rule}, got {value!r}")
         if value % self.multiple_of:
