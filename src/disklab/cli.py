@@ -19,6 +19,7 @@ from pathlib import Path
 from disklab import store
 from disklab.runner import repo_path
 from disklab_host import registry
+from disklab_host.common.lock import LockHeld, RunLock
 
 DEFAULT_INVENTORY = repo_path("inventory", "local.yml")
 DEFAULT_REPORTS = repo_path("reports")
@@ -37,19 +38,43 @@ def _parse_extra(pairs: list[str]) -> dict:
         name, sep, value = pair.partition("=")
         if not sep or not name:
             raise UsageError(f"-e expects name=value, got {pair!r}")
-        out[name] = yaml.safe_load(value)
+        try:
+            out[name] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise UsageError(f"-e {name}={value}: the value is not valid YAML ({problem})") from None
     return out
 
 
-def _playbook(args, playbook: str, kind: str) -> int:
-    """Run a playbook on the inventory, store what came back, render the reports."""
-    from disklab import report
-    from disklab.progress import Progress
-    from disklab.runner import run_playbook
+def _check_inventory(inventory: Path) -> None:
+    """Refuse a YAML inventory that does not parse, with the YAML error (Ansible blames its ini plugin)."""
+    import yaml
 
-    inventory = Path(args.inventory)
     if not inventory.is_file():
         raise UsageError(f"inventory {inventory} does not exist")
+    if inventory.suffix not in (".yml", ".yaml"):
+        return
+    try:
+        yaml.safe_load(inventory.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"inventory {inventory} is not UTF-8 text: {exc.reason} at byte {exc.start}"
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"inventory {inventory} is not valid YAML{where}: {problem}") from None
+
+
+def _playbook(args, playbook: str, kind: str) -> int:
+    """Run a playbook on the inventory, store what came back, render the reports.
+
+    One invocation at a time per reports directory (``<reports>/.lock``); a
+    second is refused naming the run that holds it.
+    """
+    inventory = Path(args.inventory)
+    _check_inventory(inventory)
     reports = Path(args.reports)
     extravars = _parse_extra(args.extra or [])
     if getattr(args, "profile", None):
@@ -68,12 +93,42 @@ def _playbook(args, playbook: str, kind: str) -> int:
             return 0
         limit = ",".join(last[1])
         print(f"--retry-failed: re-running {limit} (failed in run {last[0]})")
+    reports.mkdir(parents=True, exist_ok=True)
     run_id = store.new_run_id(reports)
+    try:
+        with RunLock(reports / ".lock", run_id, what=f"the reports directory {reports}") as lock:
+            if lock.took_over:
+                print(f"disklab: {lock.took_over}", file=sys.stderr)
+            return _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, limit)
+    except LockHeld as exc:
+        raise UsageError(f"refused: {exc}") from None
+
+
+def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, limit) -> int:
+    """The body of :func:`_playbook`, holding the reports directory's lock."""
+    from disklab import report
+    from disklab.progress import Progress
+    from disklab.runner import run_playbook
+
     incoming = store.incoming_dir(reports, run_id)
     incoming.mkdir(parents=True)
     extravars.update({"disklab_run_id": run_id, "disklab_incoming_dir": str(incoming.resolve())})
     progress = Progress()
-    run = run_playbook(playbook, inventory, extravars, limit=limit, progress=progress)
+    interrupted: list[str] = []
+
+    def on_signal(signum, frame) -> None:
+        interrupted.append(signal.Signals(signum).name)
+
+    before = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        run = run_playbook(
+            playbook, inventory, extravars, limit=limit, progress=progress, cancel=lambda: bool(interrupted)
+        )
+        if interrupted:
+            return _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, interrupted[0])
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
     status = store.store_fetched(reports, run_id, kind, run.hosts)
     progress.finish(status)
     if not status:
@@ -92,6 +147,41 @@ def _playbook(args, playbook: str, kind: str) -> int:
     what = "lab run" if kind == "runs" else "audit"
     print(f"{what} {run_id}: fleet index in {reports}/index.md")
     return 0 if all(s == "ok" for s in status.values()) and not failed else 1
+
+
+def _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, why: str) -> int:
+    """After Ctrl-C or SIGTERM: stop the lab on every host, store nothing half-made, say where each stopped.
+
+    Every host of the run gets ``playbooks/stop.yml`` (``disklab_host stop``),
+    which ends its lab runner and the runner's children; the runner removes the
+    files of the step it was in. Nothing fetched is stored: the run's incoming
+    directory is removed. The run record marks each host interrupted, so
+    ``--retry-failed`` runs it again. Returns 130.
+    """
+    import shutil
+
+    from disklab.progress import Progress
+    from disklab.runner import run_playbook
+
+    print(f"disklab: {why}: stopping the lab on every host of run {run_id} ...", file=sys.stderr)
+    stopped = run_playbook("stop.yml", inventory, extravars, limit=limit, progress=Progress(live=False)).hosts
+    status = {}
+    for host in sorted(set(run.hosts) | set(stopped)):
+        report_ = stopped[host].stop_report if host in stopped else None
+        task = run.hosts[host].task if host in run.hosts else None
+        if report_ and report_.get("stopped"):
+            where = f"step {report_.get('step')}" + (
+                " (killed after the grace period)" if report_["forced"] else ""
+            )
+        else:
+            where = f"task '{task}'" if task else "the start"
+        print(f"interrupted at {where} on {host}")
+        status[host] = "interrupted"
+    shutil.rmtree(store.incoming_dir(reports, run_id), ignore_errors=True)
+    if status:
+        store.record_invocation(reports, run_id, kind, inventory, status)
+    print(f"run {run_id} interrupted: nothing from it was stored", file=sys.stderr)
+    return 130
 
 
 def cmd_report(args) -> int:

@@ -7,9 +7,11 @@ runner_on_failed, runner_on_unreachable), not by parsing terminal output.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,10 +30,12 @@ class HostOutcome:
     """What one host did in one playbook run."""
 
     host: str
-    status: str = "ok"  # ok | failed | unreachable
+    status: str = "ok"  # ok | partial (steps failed, results stored) | failed | unreachable | interrupted
     task: str | None = None  # the task that failed, or the last one started
     message: str | None = None
     role: str | None = None
+    failed_steps: dict[str, str] = field(default_factory=dict)  # step -> its error, for partial
+    stop_report: dict | None = None  # what `disklab_host stop` said on this host (after an interrupt)
 
 
 @dataclass
@@ -90,6 +94,11 @@ class EventTracker:
             host.status, host.task, host.role = "failed", task, data.get("role")
             host.message = _failure_message(data.get("res", {}))
             self.progress.update(name, task, "failed")
+        elif kind == "runner_on_ok" and str(task).startswith("stop |"):
+            try:
+                host.stop_report = json.loads(data.get("res", {}).get("stdout", ""))
+            except ValueError:
+                host.stop_report = None
         elif kind == "runner_on_unreachable":
             host.status, host.task = "unreachable", task
             host.message = _failure_message(data.get("res", {}))
@@ -105,13 +114,15 @@ def run_playbook(
     limit: str | None = None,
     forks: int | None = None,
     progress: Progress | None = None,
+    cancel: Callable[[], bool] | None = None,
 ) -> PlaybookRun:
     """Run ``playbooks/<playbook>`` against ``inventory`` and return each host's outcome.
 
     ``forks`` defaults to ansible.cfg's (the one place it is set): Ansible never
     uses more forks than there are hosts, so every host up to that cap runs in
     parallel. ansible-runner's working files go to a temporary directory that
-    is removed afterwards.
+    is removed afterwards. ``cancel`` is polled while the playbook runs; when it
+    returns True, ansible-runner stops ansible-playbook (status "canceled").
     """
     import ansible_runner  # imported here: it is slow, and `disklab report` never needs it
 
@@ -139,6 +150,7 @@ def run_playbook(
                 quiet=True,
                 event_handler=tracker,
                 suppress_env_files=True,
+                cancel_callback=cancel,
             )
         stats = r.stats or {}
         try:

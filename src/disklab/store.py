@@ -43,7 +43,9 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
 
     ``kind`` is ``runs`` (results files) or ``audits`` (facts, kept as audit files).
     A host whose file is missing or invalid is marked failed in ``outcomes``
-    with the reason; the other hosts keep their results. Returns host -> status.
+    with the reason; the other hosts keep their results. A host whose run was
+    stored but whose steps failed is ``partial``, with each failed step and its
+    error in ``outcome.failed_steps``. Returns host -> status.
     """
     staging = incoming_dir(reports, run_id)
     for path in sorted(staging.glob("*.json")) if staging.is_dir() else []:
@@ -52,7 +54,15 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
         dest = reports / host / kind / f"{run_id}.json"
         try:
             if kind == "runs":
-                stored.write(dest, "results", stored.read(path, "results"))
+                doc = stored.read(path, "results")
+                stored.write(dest, "results", doc)
+                failed = {
+                    n: s.get("error", "") for n, s in doc["experiments"].items() if s["status"] == "failed"
+                }
+                if failed and outcome.status == "ok":
+                    outcome.status, outcome.failed_steps = "partial", failed
+                    outcome.task = "Run the storage lab experiments on the host"
+                    outcome.message = "failed steps: " + "; ".join(f"{n} ({e})" for n, e in failed.items())
             else:
                 facts = stored.read(path, "facts")
                 stored.write(dest, "audit", {"run_id": run_id, "host": host, "facts": facts})
@@ -74,6 +84,7 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
                     "task": outcome.task,
                     "role": outcome.role,
                     "message": outcome.message,
+                    "failed_steps": outcome.failed_steps,
                 },
             )
     for packed in ("disklab_host.pyz",):  # packed for this run only

@@ -3,12 +3,14 @@
 Usage: python disklab_host.pyz lab --config CONFIG.json --facts HOST.json --out RESULTS.json
 
 CONFIG (written by the lab_run role) holds run_id, host, profile, workbench,
-steps and settings (every lab_run_* set in the inventory, sizes among them). Each step is registered in disklab_host.registry and
-is a module of disklab_host.steps with
-``run(cfg: dict, workdir: pathlib.Path) -> dict``; it gets its own directory
-under the workbench. A step that raises is recorded as failed with its error
-and the next step still runs, so one broken experiment never costs the others
-their results. The results file is written atomically, once, at the end.
+steps and settings (every lab_run_* set in the inventory, sizes among them).
+Each step is registered in disklab_host.registry and is a module of
+disklab_host.steps with ``run(cfg: dict, workdir: pathlib.Path) -> dict``; it
+gets its own directory under the workbench. A step that raises is recorded as
+failed with its error, its partial files are removed, and the next step still
+runs, so one broken experiment never costs the others their results. The
+results file is written atomically, once, at the end. One run at a time per
+lab root: a second run is refused (exit 3) naming the run that holds it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import importlib
 import json
 import os
 import platform
+import shutil
+import signal
 import sys
 import time
 import traceback
@@ -27,6 +31,22 @@ from pathlib import Path
 from . import codeinfo, registry
 from .common.formats import stamp
 from .common.fsio import atomic_write_json
+from .common.lock import LockHeld, RunLock
+
+# The lock file under the lab root: one run at a time per lab root (its workbench, its venv).
+LOCK_NAME = "lab.lock"
+# Exit status when another run holds the lab root.
+EXIT_LOCKED = 3
+# Exit status of a run stopped by SIGTERM or SIGINT (128 + SIGINT, as a shell reports Ctrl-C).
+EXIT_INTERRUPTED = 130
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT reached the runner (``disklab_host.stop``, or Ctrl-C); not a step failure."""
+
+
+def _interrupt(signum, frame) -> None:
+    raise Interrupted(signal.Signals(signum).name)
 
 
 def utc_now() -> str:
@@ -59,6 +79,8 @@ def run_step(name: str, cfg: dict) -> dict:
             "error": f"{type(exc).__name__}: {exc}",
             "traceback": traceback.format_exc(limit=8),
         }
+        if name not in registry.KEPT:  # a failed step leaves no partial files (a 54 MiB checkpoint, say)
+            shutil.rmtree(workdir, ignore_errors=True)
     section["step_wall_s"] = time.perf_counter() - start
     return section
 
@@ -72,6 +94,34 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     cfg = load_config(args.config)
+    lab_root = Path(cfg.get("lab_root") or Path(cfg["workbench"]).parent)
+    # Lead a process group of its own, so `stop` ends the runner with its savers and loaders, and
+    # outlive a dropped SSH session (SIGHUP); SIGTERM and SIGINT end the run cleanly.
+    if os.getpgrp() != os.getpid():
+        os.setpgrp()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+    try:
+        with RunLock(lab_root / LOCK_NAME, cfg["run_id"], what=f"the lab root {lab_root}") as lock:
+            if lock.took_over:
+                print(f"disklab lab: {lock.took_over}", file=sys.stderr)
+            return _run(cfg, args, lock)
+    except LockHeld as exc:
+        print(f"disklab lab: refused: {exc}", file=sys.stderr)
+        return EXIT_LOCKED
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def _run(cfg: dict, args: argparse.Namespace, lock: RunLock) -> int:
+    """Run the steps and write the results file; holds the lab root's lock (see main).
+
+    On SIGTERM or SIGINT the step that was running has its files removed and
+    no results file is written: exit EXIT_INTERRUPTED, naming the step.
+    """
     steps = [s for s in cfg["steps"] if not args.only or s in args.only]
     results = stamp(
         "results",
@@ -84,13 +134,22 @@ def main(argv: list[str] | None = None) -> int:
             "lab_python": sys.version.split()[0],
             "lab_platform": platform.platform(),
             "lab_code": codeinfo.lab_code(steps),
+            "lock_takeover": lock.took_over,
             "facts": json.loads(args.facts.read_text()),
             "experiments": {},
         },
     )
-    for name in steps:
-        print(f"disklab-step {name}", flush=True)
-        results["experiments"][name] = run_step(name, cfg)
+    name = None
+    try:
+        for i, name in enumerate(steps, 1):
+            lock.note(step=name, step_index=i, steps=len(steps))
+            print(f"disklab-step {name}", flush=True)
+            results["experiments"][name] = run_step(name, cfg)
+    except Interrupted as why:
+        if name and name not in registry.KEPT:
+            shutil.rmtree(Path(cfg["workbench"]) / name, ignore_errors=True)
+        print(f"disklab lab: interrupted ({why}) at step {name}; no results written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     results["finished_utc"] = utc_now()
     atomic_write_json(args.out, results)
     failed = [n for n, s in results["experiments"].items() if s.get("status") == "failed"]

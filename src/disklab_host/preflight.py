@@ -62,15 +62,49 @@ def check_workbench(path: str, create: bool, dry_run: bool = False) -> Path | No
     return wb
 
 
-def check_space(wb: Path, needed: dict[str, int], profile: str = "quick") -> dict:
+# The load step's manifest of the weights it made (disklab_host.loadlab.prep.MANIFEST; prep imports torch).
+LOAD_MANIFEST = "prep_manifest.json"
+
+
+def reusable_weights_bytes(load_dir: Path, sizes: dict[str, int]) -> int:
+    """Bytes of weight files in ``load_dir`` that the load step will reuse, by its manifest alone.
+
+    A file counts only when the manifest lists it, was made for these sizes
+    (``recipe``: big_tensors and the small config), exists at its recorded size,
+    and is fully allocated (st_blocks): a sparse or truncated leftover, or any
+    file the manifest does not name, counts as nothing, so preflight never
+    mistakes it for weights already made.
+    """
+    try:
+        manifest = json.loads((load_dir / LOAD_MANIFEST).read_text())
+        recipe, files = manifest["recipe"], manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+    want = {"big_tensors": sizes.get("load_big_tensors"),
+            "small_config": "small" if sizes.get("load_small_full_size") else "tiny"}  # fmt: skip
+    if not isinstance(recipe, dict) or any(recipe.get(k) != v for k, v in want.items()):
+        return 0
+    total = 0
+    for entry in files.values() if isinstance(files, dict) else ():
+        path = Path(str(entry.get("path", ""))) if isinstance(entry, dict) else None
+        if path is None or not path.is_file() or path.resolve().parent != load_dir.resolve():
+            continue  # the user's own model lives elsewhere and is never counted or written
+        st = path.stat()
+        if st.st_size == entry.get("size_bytes") and st.st_blocks * 512 >= st.st_size:
+            total += st.st_size
+    return total
+
+
+def check_space(wb: Path, needed: dict[str, int], profile: str = "quick", sizes: dict | None = None) -> dict:
     """Refuse when the workbench's free space is below the peak need, giving both in MiB.
 
     Steps run one at a time and remove their files, except the load lab's
     weights, which stay for reuse: the peak is the largest other step plus the
-    weights, less what the weights already occupy from an earlier run.
+    weights, less what reusable weights (:func:`reusable_weights_bytes`) already
+    occupy from an earlier run.
     """
     transient = max((v for k, v in needed.items() if k != "load"), default=0)
-    present = sum(f.stat().st_size for f in (wb / "load").glob("*") if f.is_file())
+    present = reusable_weights_bytes(wb / "load", sizes) if sizes else 0
     need_bytes = max(0, transient + needed.get("load", 0) - present)
     free = shutil.disk_usage(wb).free
     if free < need_bytes:
@@ -95,7 +129,7 @@ def preflight(cfg: dict, dry_run: bool = False) -> dict:
     wb = check_workbench(cfg["workbench"], bool(cfg.get("workbench_create")), dry_run)
     if wb is None:
         return {"ok": True, "workbench": cfg["workbench"], "sizes": sizes, "would_create_workbench": True}
-    space = check_space(wb, registry.needed_bytes(sizes, cfg["steps"]), cfg["profile"])
+    space = check_space(wb, registry.needed_bytes(sizes, cfg["steps"]), cfg["profile"], sizes)
     return {"ok": True, "workbench": str(wb), "sizes": sizes, **space}
 
 

@@ -94,7 +94,7 @@ STEPS: tuple[Step, ...] = (
     ),
     Step(
         name="fsync_bench",
-        title="latency of 4 KiB writes followed by nothing, fsync, fdatasync, F_FULLFSYNC or O_DSYNC",
+        title="latency of 4 KiB writes then nothing, fsync, fdatasync, F_FULLFSYNC, F_BARRIERFSYNC, O_DSYNC",
         sizes=(
             Size("fsync_blocks", 1000, 1000, "count", "blocks written per mode"),
             Size("fsync_block_bytes", 4096, 4096, "bytes", "size of each block"),

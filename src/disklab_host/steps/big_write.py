@@ -34,9 +34,23 @@ REPEATS = 3
 SEED = 20240611
 
 
+# randbytes(n) asks getrandbits for n * 8 bits, which must fit a C int: 512 MiB at once overflows.
+DATA_CHUNK_BYTES = 64 * MIB
+
+
 def make_data(n_bytes: int, seed: int = SEED) -> bytes:
-    """``n_bytes`` pseudo-random bytes (random.Random(seed).randbytes): incompressible."""
-    return random.Random(seed).randbytes(n_bytes)
+    """``n_bytes`` pseudo-random bytes, incompressible: random.Random(seed).randbytes in 64 MiB chunks.
+
+    Any size works (one randbytes call is limited to 2**31 - 1 bits). Raises
+    ValueError for a negative size.
+    """
+    if n_bytes < 0:
+        raise ValueError(f"n_bytes must be >= 0, got {n_bytes}")
+    rng = random.Random(seed)
+    out = bytearray()
+    while len(out) < n_bytes:
+        out += rng.randbytes(min(DATA_CHUNK_BYTES, n_bytes - len(out)))
+    return bytes(out)
 
 
 def write_then_fsync(path: Path, data: bytes) -> dict:
@@ -88,7 +102,10 @@ def run(cfg: dict, workdir: Path) -> dict:
         "warmup_repeats": WARMUP_REPEATS,
         "warmup_write_samples_s": [r["write_s"] for r in warmup],
         "warmup_fsync_samples_s": [r["fsync_s"] for r in warmup],
-        "data": "random.Random(seed).randbytes: incompressible, a fresh file per repeat, deleted afterwards",
+        "data": (
+            "random.Random(seed).randbytes in 64 MiB chunks: incompressible, "
+            "a fresh file per repeat, deleted afterwards"
+        ),
         "write_calls": [r["write_calls"] for r in runs],
         "write_samples_s": write_s,
         "fsync_samples_s": fsync_s,

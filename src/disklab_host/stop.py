@@ -1,0 +1,70 @@
+"""Stop the lab run that holds a lab root: ``python disklab_host.pyz stop --lab-root DIR``.
+
+The controller runs this on every host after Ctrl-C (or SIGTERM). It reads the
+holder of ``<lab root>/lab.lock`` (disklab_host.lab), sends SIGTERM to its
+process group (the lab runner leads its own group, so its savers and loaders
+stop with it), waits for the lock to be released, and falls back to SIGKILL.
+The runner cleans the files of the step it was in and writes no results.
+Prints one JSON object: {"stopped": bool, "run_id", "step", "forced", "reason"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from .common.lock import holder_of
+from .lab import LOCK_NAME
+
+GRACE_S = 30.0
+
+
+def _wait_free(path: Path, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if holder_of(path) is None:
+            return True
+        time.sleep(0.1)
+    return holder_of(path) is None
+
+
+def stop(lab_root: Path, grace_s: float = GRACE_S) -> dict:
+    """Stop the run holding ``lab_root``; see the module docstring for the record returned."""
+    path = lab_root / LOCK_NAME
+    holder = holder_of(path)
+    if holder is None:
+        return {"stopped": False, "run_id": None, "step": None, "forced": False,
+                "reason": f"no lab run holds {lab_root}"}  # fmt: skip
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid <= 1:
+        return {"stopped": False, "run_id": holder.get("run_id"), "step": holder.get("step"), "forced": False,
+                "reason": f"the lock on {lab_root} names no process id"}  # fmt: skip
+    forced = False
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            break
+        if _wait_free(path, wait_s):
+            break
+        forced = True
+    return {"stopped": True, "run_id": holder.get("run_id"), "step": holder.get("step"), "forced": forced,
+            "reason": None}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lab-root", required=True)
+    ap.add_argument("--grace-s", type=float, default=GRACE_S)
+    args = ap.parse_args(argv)
+    print(json.dumps(stop(Path(os.path.expanduser(args.lab_root)), args.grace_s)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""A run is one owned thing: locked, interruptible, truthful in its status, robust to damaged files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_disklab, write_local_inventory
+from disklab import report, store, stored
+from disklab.runner import HostOutcome
+from disklab_host import lab, preflight, registry, stop
+from disklab_host.common.lock import LockHeld, RunLock, holder_of
+
+HOLD = "import sys, time; from disklab_host.common.lock import RunLock\n" \
+       "with RunLock(sys.argv[1], 'R-HOLDER', what='the lab root X'):\n" \
+       "    print('held', flush=True); time.sleep(60)\n"  # fmt: skip
+
+
+def _holder(path: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_run_is_refused_naming_the_holder_and_a_dead_holders_lock_is_taken_over(tmp_path):
+    path = tmp_path / "lab.lock"
+    proc = _holder(path)
+    try:
+        with (
+            pytest.raises(
+                LockHeld, match=r"the lab root Y is in use by run R-HOLDER \(pid \d+ on .*started .* UTC\)"
+            ),
+            RunLock(path, "R-SECOND", what="the lab root Y"),
+        ):
+            pass
+        assert holder_of(path)["run_id"] == "R-HOLDER"
+    finally:
+        proc.kill()
+        proc.wait()
+    # SIGKILL left the holder's record behind, but the kernel dropped its flock
+    assert json.loads(path.read_text())["run_id"] == "R-HOLDER" and holder_of(path) is None
+    with RunLock(path, "R-THIRD", what="the lab root Y") as lock:
+        assert "took over the stale lock of run R-HOLDER" in lock.took_over
+        assert "no longer running" in lock.took_over
+    with RunLock(path, "R-FOURTH", what="the lab root Y") as lock:
+        assert lock.took_over is None  # a cleanly ended run leaves no stale lock
+
+
+def _config(tmp_path: Path, steps: list[str], **settings) -> Path:
+    wb = tmp_path / "root" / "workbench"
+    wb.mkdir(parents=True, exist_ok=True)
+    cfg = {"run_id": "20261201T000000Z", "host": "h", "profile": "quick", "workbench": str(wb),
+           "lab_root": str(tmp_path / "root"), "steps": steps, "settings": settings,
+           "system": "Linux"}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "host.json").write_text("{}")
+    return tmp_path / "config.json"
+
+
+def _lab(tmp_path: Path, config: Path, **kw) -> subprocess.Popen:
+    argv = [
+        "--config",
+        str(config),
+        "--facts",
+        str(tmp_path / "host.json"),
+        "--out",
+        str(tmp_path / "r.json"),
+    ]
+    return subprocess.Popen([sys.executable, "-m", "disklab_host", "lab", *argv], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)  # fmt: skip
+
+
+def test_the_lab_runner_refuses_a_lab_root_in_use(tmp_path):
+    config = _config(tmp_path, ["write_buffering"], write_buffering_calls=100)
+    holder = _holder(tmp_path / "root" / lab.LOCK_NAME)
+    try:
+        proc = _lab(tmp_path, config)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == lab.EXIT_LOCKED
+    assert "refused: the lab root" in err and "is in use by run R-HOLDER" in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_stop_ends_the_runner_and_its_step_cleans_up_and_writes_nothing(tmp_path):
+    config = _config(tmp_path, ["fsync_bench", "big_write"], fsync_blocks=200_000, big_write_mib=1)
+    proc = _lab(tmp_path, config)
+    lock_path = tmp_path / "root" / lab.LOCK_NAME
+    deadline = time.monotonic() + 60
+    while (holder_of(lock_path) or {}).get("step") != "fsync_bench":
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+        time.sleep(0.05)
+    assert (tmp_path / "root" / "workbench" / "fsync_bench").is_dir()
+    said = stop.stop(tmp_path / "root", grace_s=20)
+    out, err = proc.communicate(timeout=30)
+    assert said["stopped"] and said["step"] == "fsync_bench" and not said["forced"]
+    assert proc.returncode == lab.EXIT_INTERRUPTED
+    assert "interrupted (SIGTERM) at step fsync_bench; no results written" in err
+    assert not (tmp_path / "r.json").exists()
+    assert not (tmp_path / "root" / "workbench" / "fsync_bench").exists()
+    assert holder_of(lock_path) is None
+    assert stop.stop(tmp_path / "root")["stopped"] is False
+
+
+def test_a_failed_step_cleans_its_files_and_the_next_step_still_runs(tmp_path):
+    config = _config(tmp_path, ["big_write", "write_buffering"], write_buffering_calls=100, big_write_mib=1)
+    step_dir = tmp_path / "root" / "workbench" / "big_write"
+    (step_dir / "big_write.bin").mkdir(parents=True)  # a directory where the step writes its file: EISDIR
+    (step_dir / "partial.bin").write_bytes(b"x" * 4096)
+    proc = _lab(tmp_path, config)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["experiments"]["big_write"]["status"] == "failed"
+    assert "IsADirectoryError" in doc["experiments"]["big_write"]["error"]
+    assert doc["experiments"]["write_buffering"]["status"] == "ok"
+    assert not step_dir.exists()  # its partial files are gone
+    assert '"failed_steps": ["big_write"]' in out
+
+
+def _results_doc(**experiments) -> dict:
+    from disklab_host.audit import collect
+    from disklab_host.common.formats import stamp
+
+    doc = {"run_id": "20261201T000000Z", "host": "h1", "profile": "quick", "sizes": {},
+           "started_utc": "x", "finished_utc": "y", "lab_code": {"unavailable": "test"},
+           "facts": collect.collect_all("/tmp", None), "experiments": experiments}  # fmt: skip
+    return stamp("results", doc)
+
+
+def test_store_marks_a_host_with_failed_steps_partial_and_retry_picks_it(tmp_path):
+    reports = tmp_path / "reports"
+    run_id = "20261201T000000Z"
+    incoming = store.incoming_dir(reports, run_id)
+    incoming.mkdir(parents=True)
+    doc = _results_doc(
+        big_write={
+            "status": "failed",
+            "step_wall_s": 0.1,
+            "error": "OSError: [Errno 28] No space left on device",
+        },
+        fsync_bench={"status": "not_run", "reason": "test", "step_wall_s": 0},
+    )
+    (incoming / "h1.json").write_text(json.dumps(doc))
+    outcomes = {"h1": HostOutcome(host="h1")}
+    status = store.store_fetched(reports, run_id, "runs", outcomes)
+    assert status == {"h1": "partial"}
+    assert "big_write (OSError: [Errno 28] No space left on device)" in outcomes["h1"].message
+    assert (reports / "h1" / "runs" / f"{run_id}.json").is_file()  # the run is kept
+    failure = stored.read(reports / "h1" / "failures" / f"{run_id}.json", "failure")
+    assert failure["status"] == "partial" and "big_write" in failure["failed_steps"]
+    inv = tmp_path / "inv.yml"
+    inv.write_text("all: {hosts: {h1: {}}}\n")
+    store.record_invocation(reports, run_id, "runs", inv, status)
+    assert store.failed_hosts_of_last_run(reports, inv) == (run_id, ["h1"])
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (b"[]", "holds a JSON list"),
+        (b"{}", "does not match the schema"),
+        (b'{"file_kind": "results", "schema_version": 2, "experiments": null}', "does not match the schema"),
+        (b"\xff\xfe\x00", "not UTF-8 text"),
+    ],
+)
+def test_a_damaged_run_is_named_in_one_line_and_every_other_host_renders(tmp_path, data, said):
+    reports = tmp_path / "reports"
+    good = _results_doc(fsync_bench={"status": "not_run", "reason": "test", "step_wall_s": 0})
+    stored.write(reports / "h1" / "runs" / "20261201T000000Z.json", "results", good)
+    bad = reports / "h2" / "runs" / "20261201T000000Z.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(data)
+    before = bad.read_bytes()
+    written, errors = report.render_all(reports, force=True)
+    assert len(errors) == 1 and str(bad) in errors[0] and said in errors[0] and "\n" not in errors[0]
+    assert (reports / "h1" / "report.md").is_file() and "| h1 |" in (reports / "index.md").read_text()
+    assert bad.read_bytes() == before
+    proc = run_disklab("compare", str(reports / "h1/runs/20261201T000000Z.json"), str(bad), reports=reports)
+    assert proc.returncode == 2 and str(bad) in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_damaged_failure_file_and_run_record_are_named_not_raised(tmp_path):
+    reports = tmp_path / "reports"
+    (reports / "h3" / "failures").mkdir(parents=True)
+    (reports / "h3" / "failures" / "20261201T000000Z.json").write_text("[]")
+    (reports / ".runs").mkdir()
+    (reports / ".runs" / "20261201T000000Z.json").write_text("{not json")
+    written, errors = report.render_all(reports, force=True)
+    assert any("h3" in e and "holds a JSON list" in e for e in errors)
+    assert "| h3 | ok" not in (reports / "index.md").read_text()  # never shown as ok
+    inv = tmp_path / "inv.yml"
+    inv.write_text("all: {hosts: {h3: {}}}\n")
+    proc = run_disklab("run", "-i", str(inv), "--retry-failed", reports=reports)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "skipped an unreadable run record" in proc.stderr and "not JSON" in proc.stderr
+
+
+def test_bad_extra_values_and_a_broken_inventory_get_one_line(tmp_path):
+    inv = write_local_inventory(tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb")
+    proc = run_disklab("run", "-i", str(inv), "-e", "lab_run_steps=[load", reports=tmp_path / "r")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "-e lab_run_steps=[load: the value is not valid YAML" in proc.stderr
+    broken = tmp_path / "broken.yml"
+    broken.write_text("all:\n  hosts:\n    a: {x: 1\n  vars: {}\n")
+    proc = run_disklab("audit", "-i", str(broken), reports=tmp_path / "r")
+    assert proc.returncode == 2 and f"inventory {broken} is not valid YAML at line" in proc.stderr
+    assert "ini" not in proc.stderr
+
+
+def test_preflight_counts_only_weights_its_manifest_vouches_for(tmp_path):
+    load = tmp_path / "load"
+    load.mkdir()
+    sparse = load / "big.safetensors"
+    with sparse.open("wb") as f:
+        f.truncate(2 << 30)  # a 2 GiB sparse leftover
+    sizes = registry.profile_sizes("quick")
+    assert preflight.reusable_weights_bytes(load, sizes) == 0  # no manifest: nothing is reused
+    manifest = {"recipe": {"big_tensors": sizes["load_big_tensors"], "small_config": "tiny"},
+                "files": {"big_safetensors": {"path": str(sparse), "size_bytes": 2 << 30}}}  # fmt: skip
+    (load / preflight.LOAD_MANIFEST).write_text(json.dumps(manifest))
+    assert preflight.reusable_weights_bytes(load, sizes) == 0  # listed, but sparse: not real weights
+    real = load / "small.pt"
+    real.write_bytes(os.urandom(4096))
+    manifest["files"]["small_pt"] = {"path": str(real), "size_bytes": 4096}
+    (load / preflight.LOAD_MANIFEST).write_text(json.dumps(manifest))
+    assert preflight.reusable_weights_bytes(load, sizes) == 4096
+    assert preflight.reusable_weights_bytes(load, {**sizes, "load_big_tensors": 9}) == 0  # other sizes
+
+
+@pytest.mark.slow
+def test_every_steps_data_is_made_at_the_full_profiles_sizes():
+    """The full profile's sizes through the size-dependent code that broke before (big_write at 512 MiB)."""
+    from disklab_host.checkpoint import saver
+    from disklab_host.steps import big_write
+
+    full = registry.profile_sizes("full")
+    data = big_write.make_data(full["big_write_mib"] << 20)
+    assert len(data) == full["big_write_mib"] << 20 and data[:64] != data[64:128]
+    del data
+    state = saver.make_state(full["crash_state_mib"], 1)
+    assert (
+        sum(t.numel() * t.element_size() for k, t in state.items() if k != "step")
+        == full["crash_state_mib"] << 20
+    )
+    del state
+    assert len(saver.make_state(full["powercut_state_mib"], 1)) == full["powercut_state_mib"] // 4 + 1
+    assert registry.resolve("full") == full
+    assert set(registry.needed_bytes(full, list(registry.STEP_NAMES))) == set(registry.STEP_NAMES)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_whole_run_and_stores_nothing(tmp_path, lab_root):
+    """SIGINT to a running `disklab run`: every lab process ends, nothing is stored, exit 130."""
+    workbench = tmp_path / "wb"
+    workbench.mkdir()
+    reports = tmp_path / "reports"
+    inv = write_local_inventory(tmp_path / "inv.yml", lab_root, workbench,
+                                lab_run_steps=["fsync_bench"], lab_run_fsync_blocks=400_000)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "disklab.cli", "--reports", str(reports), "run", "-i", str(inv)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lock_path = lab_root / lab.LOCK_NAME
+    deadline = time.monotonic() + 600
+    while (holder_of(lock_path) or {}).get("step") != "fsync_bench":
+        assert time.monotonic() < deadline and proc.poll() is None, "the lab never started"
+        time.sleep(0.2)
+    runner_pid = holder_of(lock_path)["pid"]
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, out + err
+    assert "interrupted at step fsync_bench on localhost" in out
+    assert holder_of(lock_path) is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(runner_pid, 0)
+    assert not list(reports.glob("localhost/runs/*.json")) and not (reports / ".incoming").exists()
+    assert not (workbench / "fsync_bench").exists()
+    record = stored.read(next((reports / ".runs").glob("*.json")), "run_record")
+    assert record["hosts"] == {"localhost": "interrupted"}
