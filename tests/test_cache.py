@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -16,6 +18,7 @@ from disklab_host.cache import pagecache as cache
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MIB = 1 << 20
+REPO = Path(__file__).resolve().parent.parent
 
 
 def write_file(path: Path, nbytes: int) -> Path:
@@ -49,7 +52,18 @@ def test_evict_then_warm_agrees_with_fincore(workbench):
     ev = cache.evict(path, ["fadvise_dontneed"], become_allowed=False)
     cold = cache.residency(path)
     assert ev["method"] == "fadvise_dontneed"
-    assert ev["attempts"] == [{"method": "fadvise_dontneed", "ok": True, "error": None}]
+    assert ev["attempts"] == [
+        {
+            "method": "fadvise_dontneed",
+            "ok": True,
+            "error": None,
+            "fraction_after": ev["fraction_after"],
+            "residency_path": str(path),
+            "residency_trust": "ok",
+        }
+    ]
+    assert ev["timed_path"] == str(path)  # in place: the original is the file to time
+    assert ev["fraction_after"] <= cache.COLD_MAX_FRACTION
     assert cold["fraction"] <= cache.COLD_MAX_FRACTION
     assert cold["resident_bytes"] == fincore_bytes(path)
 
@@ -124,6 +138,10 @@ def test_falls_back_to_next_method_and_records_why(workbench):
     assert [a["ok"] for a in ev["attempts"]] == [False, False, True]
     assert "Darwin only" in ev["attempts"][0]["error"]
     assert cache.residency(path)["fraction"] <= cache.COLD_MAX_FRACTION
+    # residency after each attempt: warm after the two refusals, cold after the method that worked
+    fractions = [a["fraction_after"] for a in ev["attempts"]]
+    assert fractions[0] > 0.99 and fractions[1] > 0.99 and fractions[2] <= cache.COLD_MAX_FRACTION
+    assert {a["residency_path"] for a in ev["attempts"]} == {str(path)}
 
 
 def test_drop_caches_refused_without_root_or_become(workbench, monkeypatch):
@@ -132,6 +150,7 @@ def test_drop_caches_refused_without_root_or_become(workbench, monkeypatch):
     monkeypatch.setattr(cache.os, "geteuid", lambda: 1000)
     ev = cache.evict(path, ["drop_caches", "fadvise_dontneed"], become_allowed=False, system="Linux")
     assert "needs root" in ev["attempts"][0]["error"]
+    assert ev["attempts"][0]["fraction_after"] > 0.99  # refused before it ran: still warm
     assert ev["method"] == "fadvise_dontneed"
 
 
@@ -150,6 +169,7 @@ def test_all_methods_fail_gives_none(workbench):
     ev = cache.evict(path, ["purge"], become_allowed=False, system="Linux")
     assert ev["method"] is None
     assert ev["fraction_after"] > cache.COLD_MAX_FRACTION  # still warm, and says so
+    assert ev["timed_path"] == str(path)
 
 
 def test_unknown_method_is_refused(workbench):
@@ -218,3 +238,163 @@ def test_coldcopy_refuses_without_f_nocache(workbench):
     src = write_file(workbench / "s.bin", PAGE)
     with pytest.raises(OSError, match="macOS only"):
         coldcopy.coldcopy(src, workbench / "d.bin", fcntl_mod=object())
+
+
+# the documented eviction order
+
+
+def _documented_order() -> dict[str, tuple[str, ...]]:
+    """The per-OS table under "## Making a file cold" in docs/fleet.md: OS -> methods in order."""
+    text = (REPO / "docs" / "fleet.md").read_text()
+    section = text.split("## Making a file cold", 1)[1].split("\n## ", 1)[0]
+    order = {}
+    for line in section.splitlines():
+        m = re.match(r"\| (\w+) \| (`.*`) \|$", line)
+        if m:
+            order[m.group(1)] = tuple(re.findall(r"`(\w+)`", m.group(2)))
+    return order
+
+
+def test_default_methods_follow_the_documented_order():
+    documented = _documented_order()
+    assert documented, "docs/fleet.md has no eviction order table"
+    assert documented == {system: tuple(m) for system, m in cache.DEFAULT_METHODS.items()}
+
+
+def test_evict_tries_the_default_order_when_none_is_named(workbench, monkeypatch):
+    path = write_file(workbench / "d.bin", PAGE)
+    monkeypatch.setattr(cache.os, "geteuid", lambda: 1000)  # purge is refused without root or become
+    ev = cache.evict(path, become_allowed=False, system="Darwin")  # no scratch_dir: the copy is refused
+    assert [a["method"] for a in ev["attempts"]] == list(cache.DEFAULT_METHODS["Darwin"])
+    assert ev["method"] is None
+
+
+# copying methods never change the user's file
+
+
+class DarwinLikeFcntl(FakeFcntl):
+    """macOS fcntl on Linux: F_FULLFSYNC on an F_NOCACHE fd flushes it and drops its pages."""
+
+    def __init__(self, nocache_works: bool = True):
+        super().__init__()
+        self.nocache_works, self.nocache = nocache_works, set()
+
+    def fcntl(self, fd, cmd, arg=0):
+        super().fcntl(fd, cmd, arg)
+        if cmd == self.F_NOCACHE:
+            self.nocache.add(fd)
+        elif cmd == self.F_FULLFSYNC:
+            os.fsync(fd)
+            if self.nocache_works and fd in self.nocache:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return 0
+
+
+def _fingerprint(path: Path) -> tuple:
+    """What must not change about a user's file: link or not, its target, the bytes, inode and mtime."""
+    st = os.stat(path)
+    target = os.readlink(path) if path.is_symlink() else None
+    return path.is_symlink(), target, path.read_bytes(), st.st_ino, st.st_mtime_ns, st.st_size
+
+
+@pytest.fixture
+def hf_snapshot(workbench) -> Path:
+    """A Hugging Face cache layout: the snapshot's file is a relative symlink to a blob."""
+    blobs, snap = workbench / "hub" / "blobs", workbench / "hub" / "snapshots" / "abc123"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    write_file(blobs / "9f86d08", 2 * MIB + 5)
+    (snap / "model.safetensors").symlink_to("../../blobs/9f86d08")
+    return snap / "model.safetensors"
+
+
+def test_coldcopy_writes_the_cold_copy_to_scratch_and_times_it(workbench, hf_snapshot):
+    scratch = workbench / "scratch"
+    scratch.mkdir()
+    before, blob_before = _fingerprint(hf_snapshot), _fingerprint(hf_snapshot.resolve())
+    ev = cache.evict(
+        hf_snapshot,
+        ["coldcopy_nocache"],
+        become_allowed=False,
+        system="Darwin",
+        scratch_dir=scratch,
+        fcntl_mod=DarwinLikeFcntl(),
+    )
+    copy = scratch / "model.safetensors.coldcopy"
+    assert ev["method"] == "coldcopy_nocache", ev
+    assert ev["timed_path"] == str(copy)
+    assert ev["attempts"][0]["residency_path"] == str(copy)
+    assert ev["attempts"][0]["fraction_after"] == ev["fraction_after"] <= cache.COLD_MAX_FRACTION
+    assert cache.residency(copy)["fraction"] <= cache.COLD_MAX_FRACTION
+    assert not copy.is_symlink() and copy.read_bytes() == hf_snapshot.read_bytes()
+    # the snapshot is still a symlink to the same blob, and the blob is untouched
+    assert _fingerprint(hf_snapshot) == before and _fingerprint(hf_snapshot.resolve()) == blob_before
+    assert sorted(p.name for p in hf_snapshot.parent.iterdir()) == ["model.safetensors"]
+
+
+def test_a_warm_cold_copy_is_recorded_deleted_and_the_original_timed(workbench):
+    # F_NOCACHE that does not work (here: a stand-in that only records it): the copy ends warm
+    path = write_file(workbench / "w.bin", 1 * MIB)
+    scratch = workbench / "scratch"
+    scratch.mkdir()
+    before = _fingerprint(path)
+    ev = cache.evict(
+        path,
+        ["coldcopy_nocache"],
+        become_allowed=False,
+        system="Darwin",
+        scratch_dir=scratch,
+        fcntl_mod=DarwinLikeFcntl(nocache_works=False),
+    )
+    (attempt,) = ev["attempts"]
+    assert attempt["ok"] is False and "still resident after coldcopy_nocache" in attempt["error"]
+    assert attempt["residency_path"] == str(scratch / "w.bin.coldcopy")
+    assert attempt["fraction_after"] > 0.99  # the evidence: the copy did not end cold
+    assert ev["method"] is None and ev["timed_path"] == str(path)
+    assert list(scratch.iterdir()) == []
+    assert _fingerprint(path) == before
+
+
+def test_copying_method_without_scratch_dir_is_refused(workbench, hf_snapshot):
+    before, blob_before = _fingerprint(hf_snapshot), _fingerprint(hf_snapshot.resolve())
+    ev = cache.evict(
+        hf_snapshot, ["coldcopy_nocache"], become_allowed=False, system="Darwin", fcntl_mod=DarwinLikeFcntl()
+    )
+    (attempt,) = ev["attempts"]
+    assert attempt["ok"] is False and "needs scratch_dir" in attempt["error"]
+    assert attempt["residency_path"] == str(hf_snapshot) and attempt["fraction_after"] > 0.99
+    assert ev["method"] is None and ev["timed_path"] == str(hf_snapshot)
+    assert _fingerprint(hf_snapshot) == before and _fingerprint(hf_snapshot.resolve()) == blob_before
+    assert sorted(p.name for p in hf_snapshot.parent.iterdir()) == ["model.safetensors"]
+
+
+def test_cold_copy_that_would_be_the_original_is_refused(workbench):
+    # a hard link to the original already sits where the copy would go: writing there would empty it
+    path = write_file(workbench / "h.bin", PAGE * 3)
+    scratch = workbench / "scratch"
+    scratch.mkdir()
+    os.link(path, cache.cold_copy_path(path, scratch))
+    before = _fingerprint(path)
+    ev = cache.evict(
+        path,
+        ["coldcopy_nocache"],
+        become_allowed=False,
+        system="Darwin",
+        scratch_dir=scratch,
+        fcntl_mod=DarwinLikeFcntl(),
+    )
+    assert ev["method"] is None and "would be the original file itself" in ev["attempts"][0]["error"]
+    assert _fingerprint(path) == before
+
+
+def test_coldcopy_refuses_to_truncate_its_source(workbench):
+    src = write_file(workbench / "s.bin", PAGE + 1)
+    data = src.read_bytes()
+    (workbench / "alias").symlink_to(src)
+    with pytest.raises(ValueError, match="would truncate the source"):
+        coldcopy.coldcopy(src, workbench / "alias", fcntl_mod=FakeFcntl())
+    (workbench / "elsewhere").symlink_to(workbench / "other.bin")
+    with pytest.raises(OSError) as exc:  # never written through a symlink
+        coldcopy.coldcopy(src, workbench / "elsewhere", fcntl_mod=FakeFcntl())
+    assert exc.value.errno == errno.ELOOP
+    assert src.read_bytes() == data and not (workbench / "other.bin").exists()

@@ -76,7 +76,7 @@ def test_write_buffering_rejects_bad_calls(workbench):
 def test_fsync_bench_structure(fsync_section):
     s, wd = fsync_section
     assert s["status"] == "ok"
-    assert s["mode_order"] == ["none", "fsync", "fdatasync", "f_fullfsync", "o_dsync"]
+    assert s["mode_order"] == ["none", "fsync", "fdatasync", "f_fullfsync", "f_barrierfsync", "o_dsync"]
     assert list(s["modes"]) == s["mode_order"]
     assert s["blocks"] == BLOCKS and s["block_bytes"] == 4096
     for name in ("none", "fsync", "fdatasync", "o_dsync"):
@@ -101,11 +101,14 @@ def test_fsync_costs_at_least_a_plain_write(fsync_section):
     assert s["modes"]["fdatasync"]["latency"]["p50_us"] >= none
 
 
-def test_f_fullfsync_unsupported_on_linux_with_reason(fsync_section):
+@pytest.mark.parametrize(
+    ("mode", "call"), [("f_fullfsync", "F_FULLFSYNC"), ("f_barrierfsync", "F_BARRIERFSYNC")]
+)
+def test_fcntl_syncs_unsupported_on_linux_with_reason(fsync_section, mode, call):
     s, _ = fsync_section
-    m = s["modes"]["f_fullfsync"]
+    m = s["modes"][mode]
     assert m == {"status": "unsupported", "reason": m["reason"]}
-    assert "F_FULLFSYNC" in m["reason"] and "macOS" in m["reason"]
+    assert call in m["reason"] and "macOS" in m["reason"]
 
 
 @pytest.mark.parametrize("mode", ["fsync", "fdatasync"])
@@ -128,51 +131,112 @@ def test_o_dsync_mode_opens_with_o_dsync(workbench, monkeypatch):
 
 
 class _FakeFcntl:
-    """fcntl for macOS: F_FULLFSYNC exists; each call raises ``fail_errno`` after ``ok_calls`` successes."""
+    """fcntl for macOS: F_FULLFSYNC exists; each call raises ``fail_errno`` after ``ok_calls`` successes.
+
+    ``barrier_name`` adds F_BARRIERFSYNC as a module attribute, as a Python that names it would;
+    without it only the raw command 85 reaches :meth:`fcntl`, as on Pythons whose module lacks it.
+    """
 
     F_FULLFSYNC = 51  # its value in macOS <sys/fcntl.h>
+    BARRIER = 85  # F_BARRIERFSYNC in macOS <sys/fcntl.h>
 
-    def __init__(self, fail_errno: int | None, ok_calls: int = 0):
-        self.fail_errno, self.ok_calls, self.seen = fail_errno, ok_calls, []
+    def __init__(self, fail_errno: int | None, ok_calls: int = 0, *, barrier_name: bool = False):
+        self.fail_errno, self.ok_calls, self.seen, self.cmds = fail_errno, ok_calls, [], []
+        if barrier_name:
+            self.F_BARRIERFSYNC = self.BARRIER
 
     def fcntl(self, fd, cmd):
-        assert cmd == self.F_FULLFSYNC
+        assert cmd in (self.F_FULLFSYNC, self.BARRIER)
         self.seen.append(fd)
+        self.cmds.append(cmd)
         if self.fail_errno is not None and len(self.seen) > self.ok_calls:
             raise OSError(self.fail_errno, os.strerror(self.fail_errno))
         return 0
 
 
-@pytest.mark.parametrize("err", [errno.ENOTTY, errno.ENOTSUP])
-def test_f_fullfsync_falls_back_to_fsync(workbench, monkeypatch, err):
+FCNTL_MODES = [("f_fullfsync", _FakeFcntl.F_FULLFSYNC), ("f_barrierfsync", _FakeFcntl.BARRIER)]
+
+
+@pytest.mark.parametrize(("mode", "cmd"), FCNTL_MODES)
+@pytest.mark.parametrize(
+    ("err", "kind"),
+    [(errno.ENOTTY, "refusal"), (errno.ENOTSUP, "refusal"), (errno.EIO, "error"), (errno.EINVAL, "error")],
+)
+def test_fcntl_sync_falls_back_to_fsync_on_any_errno(workbench, monkeypatch, mode, cmd, err, kind):
     fake = _FakeFcntl(err, ok_calls=2)
     real_fsync, fsyncs = os.fsync, []
     monkeypatch.setattr(fsync_bench.os, "fsync", lambda fd: (fsyncs.append(fd), real_fsync(fd))[1])
-    m = fsync_bench.bench_mode(
-        "f_fullfsync", workbench / "f.bin", BLOCKS, 4096, system="Darwin", fcntl_mod=fake
-    )
+    m = fsync_bench.bench_mode(mode, workbench / "f.bin", BLOCKS, 4096, system="Darwin", fcntl_mod=fake)
     assert m["status"] == "ok"
     assert len(m["samples_ns"]) == BLOCKS
     total_calls = BLOCKS + fsync_bench.WARMUP_BLOCKS
-    assert len(fake.seen) == 3  # two successes, then the refusal; never tried again
-    assert len(fsyncs) == total_calls - 2  # the refused call and every later one used os.fsync
-    assert m["fallback"]["to"] == "os.fsync"
-    assert m["fallback"]["errno"] == errno.errorcode[err]
-    assert m["fallback"]["after_calls"] == 2
+    assert len(fake.seen) == 3 and set(fake.cmds) == {cmd}  # two successes, the failure; never again
+    assert len(fsyncs) == total_calls - 2  # the failed call and every later one used os.fsync
+    assert m["fallback"] == {
+        "to": "os.fsync",
+        "errno": errno.errorcode[err],
+        "error": f"[Errno {err}] {os.strerror(err)}",
+        "after_calls": 2,
+        "kind": kind,
+    }
     assert not (workbench / "f.bin").exists()
 
 
-def test_f_fullfsync_without_refusal_records_no_fallback(workbench):
+@pytest.mark.parametrize(("mode", "cmd"), FCNTL_MODES)
+def test_fcntl_sync_without_error_records_no_fallback(workbench, mode, cmd):
     fake = _FakeFcntl(None)
-    m = fsync_bench.bench_mode(
-        "f_fullfsync", workbench / "f.bin", BLOCKS, 4096, system="Darwin", fcntl_mod=fake
-    )
+    m = fsync_bench.bench_mode(mode, workbench / "f.bin", BLOCKS, 4096, system="Darwin", fcntl_mod=fake)
     assert m["status"] == "ok" and m["fallback"] is None
-    assert len(fake.seen) == BLOCKS + fsync_bench.WARMUP_BLOCKS
+    assert m["call"] == f"fcntl {fsync_bench.FCNTL_MODES[mode]}"
+    assert fake.cmds == [cmd] * (BLOCKS + fsync_bench.WARMUP_BLOCKS)
+    assert m["fcntl_command"] == cmd
+    assert "not yet validated on real macOS hardware" in m["validation"]
 
 
-def test_f_fullfsync_io_error_is_raised_not_hidden(workbench):
-    # fsyncgate: an EIO from a sync means the data may be lost; it must not turn into a fallback
+@pytest.mark.parametrize(
+    ("system", "barrier_name", "expected"),
+    [
+        ("Darwin", False, (85, "macOS <sys/fcntl.h>")),  # the module lacks the name: 85 on Darwin
+        ("Darwin", True, (85, "fcntl.F_BARRIERFSYNC")),
+        ("Linux", False, None),
+        ("Linux", True, (85, "fcntl.F_BARRIERFSYNC")),  # the module's own name always wins
+    ],
+)
+def test_barrierfsync_command_per_platform(system, barrier_name, expected):
+    got = fsync_bench.barrierfsync_command(system, _FakeFcntl(None, barrier_name=barrier_name))
+    if expected is None:
+        assert got is None
+    else:
+        assert got[0] == expected[0] and expected[1] in got[1]
+
+
+def test_barrierfsync_uses_the_modules_own_number(workbench):
+    fake = _FakeFcntl(None, barrier_name=True)
+    fake.F_BARRIERFSYNC = fake.BARRIER = 4085  # whatever the module says, not the hard-coded 85
+    path = workbench / "b.bin"
+    m = fsync_bench.bench_mode("f_barrierfsync", path, 2, 4096, system="Darwin", fcntl_mod=fake)
+    assert set(fake.cmds) == {4085} and m["fcntl_command"] == 4085
+    assert m["fcntl_command_source"] == "fcntl.F_BARRIERFSYNC"
+
+
+def test_darwin_run_measures_every_fcntl_mode(workbench):
+    s = fsync_bench.run(
+        {"sizes": {"fsync_blocks": 3, "fsync_block_bytes": 4096}, "system": "Darwin"},
+        workbench,
+        fcntl_mod=_FakeFcntl(None),
+    )
+    for mode, cmd in FCNTL_MODES:
+        m = s["modes"][mode]
+        assert m["status"] == "ok" and m["fcntl_command"] == cmd and len(m["samples_ns"]) == 3
+    assert list(workbench.iterdir()) == []
+
+
+def test_fsync_error_after_a_fallback_is_raised_not_hidden(workbench, monkeypatch):
+    # fsyncgate: an error from os.fsync itself means the data may be lost; the step fails
+    def failing_fsync(fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(fsync_bench.os, "fsync", failing_fsync)
     with pytest.raises(OSError) as exc:
         fsync_bench.bench_mode(
             "f_fullfsync", workbench / "f.bin", BLOCKS, 4096, system="Darwin", fcntl_mod=_FakeFcntl(errno.EIO)

@@ -8,6 +8,7 @@ supported, no fdatasync) and a volume that refuses F_FULLFSYNC.
 from __future__ import annotations
 
 import copy
+import errno
 import importlib
 import json
 import tempfile
@@ -55,18 +56,29 @@ def sections(tmp_path_factory) -> dict:
     return out
 
 
+def _scaled(mode: dict, call: str, factor: int, command: int) -> dict:
+    """A copy of a real mode's figures, ``factor`` times slower, as an fcntl mode records them."""
+    m = copy.deepcopy(mode)
+    m["call"] = call
+    m["samples_ns"] = [v * factor for v in m["samples_ns"]]
+    m["latency"] = {k: v if k == "n" else v * factor for k, v in m["latency"].items()}
+    m["fcntl_command"] = command
+    m["fcntl_command_source"] = (
+        "fcntl.F_FULLFSYNC" if command == 51 else "85, its value in macOS <sys/fcntl.h>"
+    )
+    m["fallback"] = None
+    m["validation"] = fsync_bench.NOT_ON_REAL_HARDWARE
+    return m
+
+
 @pytest.fixture
 def darwin_fsync(sections) -> dict:
-    """A macOS-shaped fsync_bench section (we cannot run macOS here): F_FULLFSYNC 20× fsync."""
+    """A macOS-shaped section (we cannot run macOS here): F_FULLFSYNC 20× fsync, F_BARRIERFSYNC 3×."""
     s = copy.deepcopy(sections["fsync_bench"])
     s["system"] = "Darwin"
     s["modes"]["fdatasync"] = {"status": "unsupported", "reason": "os has no fdatasync on Darwin"}
-    full = copy.deepcopy(s["modes"]["fsync"])
-    full["call"] = "fcntl F_FULLFSYNC"
-    full["samples_ns"] = [v * 20 for v in full["samples_ns"]]
-    full["latency"] = {k: v if k == "n" else v * 20 for k, v in full["latency"].items()}
-    full["fallback"] = None
-    s["modes"]["f_fullfsync"] = full
+    s["modes"]["f_fullfsync"] = _scaled(s["modes"]["fsync"], "fcntl F_FULLFSYNC", 20, 51)
+    s["modes"]["f_barrierfsync"] = _scaled(s["modes"]["fsync"], "fcntl F_BARRIERFSYNC", 3, 85)
     return s
 
 
@@ -159,6 +171,128 @@ def test_darwin_section_explains_f_fullfsync(darwin_fsync, tmp_path):
     assert "f_fullfsync p50 is" in text  # the class is judged on F_FULLFSYNC on a Mac
 
 
+def test_darwin_section_says_what_fsync_means_and_which_call_is_durable(darwin_fsync, tmp_path):
+    x, text = _render("fsync_bench", darwin_fsync, tmp_path / "plots")
+    assert (
+        "**What plain fsync means on Darwin:** fsync sends the data to the drive but stops at the "
+        "drive's cache" in text
+    )
+    assert "only F_FULLFSYNC asks the drive to flush it to flash" in text
+    assert (
+        "The durable call here is `F_FULLFSYNC`; `F_BARRIERFSYNC` orders writes without making them durable."
+        in text
+    )
+    assert x["os"]["durable_mode"] == "f_fullfsync" and x["os"]["durable_measured"] is True
+
+
+def test_darwin_barrier_ratios_come_from_this_hosts_numbers(darwin_fsync, tmp_path):
+    m = darwin_fsync["modes"]
+    m["f_barrierfsync"]["latency"]["p50_us"] = m["fsync"]["latency"]["p50_us"] * 2.5
+    plain, barrier, full = (m[k]["latency"]["p50_us"] for k in ("fsync", "f_barrierfsync", "f_fullfsync"))
+    x, text = _render("fsync_bench", darwin_fsync, tmp_path / "plots")
+    assert (
+        f"F_BARRIERFSYNC p50 is {ratio(barrier / plain)} fsync's here, and F_FULLFSYNC's is "
+        f"{ratio(full / barrier)} F_BARRIERFSYNC's" in text
+    )
+    assert ratio(barrier / plain) == "2.5×"
+    row = next(r for r in x["rows"] if r["mode"] == "f_barrierfsync")
+    assert (
+        f"| f_barrierfsync | fcntl F_BARRIERFSYNC | {row['latency']['n']} | {us(row['latency']['min_us'])} |"
+        in text
+    )
+    assert "orders a save but does not make it durable" in text
+
+
+def test_modes_not_run_on_real_hardware_say_so(darwin_fsync, tmp_path):
+    _, text = _render("fsync_bench", darwin_fsync, tmp_path / "plots")
+    for mode in ("f_fullfsync", "f_barrierfsync"):
+        assert f"\n- {mode}: not yet validated on real macOS hardware: before this run" in text
+
+
+def test_linux_section_says_fsync_is_the_durable_call(sections, tmp_path):
+    s = sections["fsync_bench"]
+    x, text = _render("fsync_bench", s, tmp_path / "plots")
+    assert "**What plain fsync means on Linux:** fsync writes the file's dirty pages to the drive" in text
+    assert "sends the drive a cache flush" in text
+    assert "The durable call here is `fsync`." in text
+    assert "| f_barrierfsync | n/a (fcntl has no F_BARRIERFSYNC on Linux" in text
+    assert "F_FULLFSYNC p50 is" not in text and "not yet validated" not in text
+    plain, fdatasync = (s["modes"][k]["latency"]["p50_us"] for k in ("fsync", "fdatasync"))
+    assert f"fdatasync p50 is {ratio(fdatasync / plain)} fsync's here" in text
+
+
+def test_meaning_follows_the_sections_system_field(sections, tmp_path):
+    s = copy.deepcopy(sections["fsync_bench"])
+    s["system"] = "Darwin"  # the same numbers, judged as a Mac's: fsync is no longer the durable call
+    x, text = _render("fsync_bench", s, tmp_path / "plots")
+    assert "The durable call here is `F_FULLFSYNC`" in text
+    assert "(f_fullfsync has no figures of its own in this run)" in text
+    assert (
+        "F_FULLFSYNC could not be measured on this volume" in text
+        and "no sync measured here is durable" in text
+    )
+    s["system"] = "Plan9"
+    x, text = _render("fsync_bench", s, tmp_path / "plots")
+    assert "disklab does not know what fsync promises on Plan9" in text
+
+
+def test_an_error_fallback_is_not_called_a_refusal(darwin_fsync, tmp_path):
+    s = darwin_fsync
+    s["modes"]["f_fullfsync"]["fallback"] = {
+        "to": "os.fsync",
+        "errno": "EIO",
+        "error": "[Errno 5] Input/output error",
+        "after_calls": 7,
+        "kind": "error",
+    }
+    assert list(_validator("fsync_bench").iter_errors(s)) == []
+    x, text = _render("fsync_bench", s, tmp_path / "plots")
+    assert "F_FULLFSYNC failed with EIO ([Errno 5] Input/output error) after 7 calls, not one of" in text
+    assert "EIO is an I/O error: the workbench's device may be failing" in text
+    assert "refused" not in text
+    assert "F_FULLFSYNC could not be measured on this volume" in text
+    assert x["os"]["figures_mode"] == "fsync"
+
+
+def test_section_from_before_f_barrierfsync_still_validates_and_renders(darwin_fsync, tmp_path):
+    s = copy.deepcopy(darwin_fsync)
+    del s["modes"]["f_barrierfsync"]
+    s["mode_order"] = [m for m in s["mode_order"] if m != "f_barrierfsync"]
+    for mode in s["modes"].values():
+        for key in ("fcntl_command", "fcntl_command_source", "validation"):
+            mode.pop(key, None)
+    s["modes"]["f_fullfsync"]["fallback"] = {
+        "to": "os.fsync",
+        "errno": "ENOTTY",
+        "error": "e",
+        "after_calls": 0,
+    }
+    assert list(_validator("fsync_bench").iter_errors(s)) == []
+    x, text = _render("fsync_bench", s, tmp_path / "plots")
+    assert "F_FULLFSYNC was refused with ENOTTY after 0 calls" in text  # no kind: an old refusal
+    assert "| f_barrierfsync |" not in text and "F_BARRIERFSYNC p50" not in text
+    assert (
+        "`F_BARRIERFSYNC` orders writes without making them durable (f_barrierfsync was not measured" in text
+    )
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda s: s["modes"].update(f_magicsync=s["modes"]["fsync"]),
+        lambda s: s["modes"]["f_fullfsync"].update(fallback={**FALLBACK, "kind": "maybe"}),
+        lambda s: s["modes"]["f_barrierfsync"].update(fcntl_command="85"),
+    ],
+)
+def test_schema_rejects_bad_fcntl_mode_fields(darwin_fsync, breakage):
+    assert list(_validator("fsync_bench").iter_errors(darwin_fsync)) == []
+    breakage(darwin_fsync)
+    assert list(_validator("fsync_bench").iter_errors(darwin_fsync))
+
+
+FALLBACK = {"to": "os.fsync", "errno": "ENOTTY", "error": "e", "after_calls": 0, "kind": "refusal"}
+
+
 def test_fallback_is_reported(darwin_fsync, tmp_path):
     s = darwin_fsync
     s["modes"]["f_fullfsync"]["fallback"] = {
@@ -166,6 +300,7 @@ def test_fallback_is_reported(darwin_fsync, tmp_path):
         "errno": "ENOTTY",
         "error": "[Errno 25] Inappropriate ioctl for device",
         "after_calls": 0,
+        "kind": "refusal",
     }
     assert list(_validator("fsync_bench").iter_errors(s)) == []
     x, text = _render("fsync_bench", s, tmp_path / "plots")
@@ -197,3 +332,9 @@ def test_big_write_meaning_follows_the_split(sections, tmp_path, write_s, fsync_
     s["fsync_s"] = {"n": s["repeats"], "median": fsync_s, "min": fsync_s, "max": fsync_s}
     _, text = _render("big_write", s, tmp_path)
     assert phrase in text
+
+
+def test_report_names_the_same_refusal_errnos_as_the_step():
+    from disklab.sections import fsync_bench as section
+
+    assert {getattr(errno, name) for name in section.REFUSALS} == fsync_bench.REFUSAL_ERRNOS

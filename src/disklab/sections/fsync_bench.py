@@ -1,6 +1,8 @@
 """Report section for ``fsync_bench``: what each kind of sync costs on this host.
 
-Explanations are computed from this host's percentiles. How to read a fsync
+Explanations are computed from this host's percentiles. What plain fsync means
+and which call is the durable one follow the section's own ``system`` field
+(:data:`OS_MEANING`). How to read a fsync
 latency (tens of µs: a fast drive or a cache with power-loss protection;
 milliseconds: the drive writes to flash on each flush; macOS fsync stopping at
 the drive's cache) comes from the lesson, "fsync: the only promise you get" and
@@ -39,6 +41,7 @@ def _rows(section: dict) -> list[dict]:
                 "write_p50_us": m["write_latency"]["p50_us"] if ok and "write_latency" in m else None,
                 "vs_none": p50 / base if ok and base else None,
                 "fallback": m.get("fallback"),
+                "validation": m.get("validation"),
             }
         )
     return rows
@@ -73,7 +76,108 @@ def _flush_class(mode: str, p50_us: float, vs_none: float | None, fstype: object
     )
 
 
-def _explanations(section: dict, rows: list[dict], fstype: object = None) -> list[str]:
+# What plain fsync promises on each OS, and which call is the durable one (the lesson, "fsync: the only
+# promise you get"; Apple's fsync(2) and fcntl(2) man pages for F_FULLFSYNC and F_BARRIERFSYNC).
+OS_MEANING = {
+    "Linux": {
+        "plain_fsync": (
+            "fsync writes the file's dirty pages to the drive and, on normal filesystem setups, sends the "
+            "drive a cache flush, so it returns only once the data is on stable storage"
+        ),
+        "durable_mode": "fsync",
+        "ordering": None,
+    },
+    "Darwin": {
+        "plain_fsync": (
+            "fsync sends the data to the drive but stops at the drive's cache (Apple's fsync(2) man page); "
+            "only F_FULLFSYNC asks the drive to flush it to flash, and F_BARRIERFSYNC orders the writes "
+            "before it ahead of the writes after it without a full flush"
+        ),
+        "durable_mode": "f_fullfsync",
+        "ordering": "f_barrierfsync",
+    },
+}
+# The errnos with which an fcntl sync says "this volume cannot do it" (the step's REFUSAL_ERRNOS).
+REFUSALS = ("ENOTTY", "ENOTSUP", "EOPNOTSUPP")
+# The sync call each mode stands for, as the report names it.
+CALL_NAMES = {
+    "fsync": "fsync",
+    "fdatasync": "fdatasync",
+    "f_fullfsync": "F_FULLFSYNC",
+    "f_barrierfsync": "F_BARRIERFSYNC",
+    "o_dsync": "O_DSYNC",
+}
+
+
+def os_meaning(section: dict, rows: list[dict]) -> dict:
+    """What plain fsync means on the section's ``system`` and which measured mode is the durable one.
+
+    Returns ``{"system", "known", "plain_fsync", "durable_mode", "durable_call", "durable_measured",
+    "figures_mode", "ordering_mode", "ordering_call", "ordering_measured"}``: ``durable_measured``
+    is False when the durable call was unsupported or fell back; ``figures_mode`` is the mode whose
+    numbers stand for a durable save here (the durable mode, or fsync when it could not be measured).
+    """
+    system = section["system"]
+    meaning = OS_MEANING.get(system)
+    by = {r["mode"]: r for r in rows}
+    if meaning is None:
+        return {
+            "system": system,
+            "known": False,
+            "plain_fsync": f"disklab does not know what fsync promises on {system}",
+            "durable_mode": "fsync",
+            "durable_call": "fsync",
+            "durable_measured": bool(by.get("fsync", {}).get("ok")),
+            "figures_mode": "fsync",
+            "ordering_mode": None,
+            "ordering_call": None,
+            "ordering_measured": False,
+        }
+    durable = meaning["durable_mode"]
+    row = by.get(durable, {})
+    measured = bool(row.get("ok")) and not row.get("fallback")
+    return {
+        "system": system,
+        "known": True,
+        "plain_fsync": meaning["plain_fsync"],
+        "durable_mode": durable,
+        "durable_call": CALL_NAMES[durable],
+        "durable_measured": measured,
+        "figures_mode": durable if measured else "fsync",
+        "ordering_mode": meaning["ordering"],
+        "ordering_call": CALL_NAMES.get(meaning["ordering"]),
+        "ordering_measured": bool(by.get(meaning["ordering"], {}).get("ok")),
+    }
+
+
+def _fallback_line(mode: str, fb: dict) -> str:
+    name = CALL_NAMES.get(mode, mode)
+    if fb.get("kind", "refusal") == "refusal":
+        return (
+            f"{name} was refused with {fb['errno']} after {fb['after_calls']} calls on this volume; "
+            f"the {mode} figures are {fb['to']}'s."
+        )
+    line = (
+        f"{name} failed with {fb['errno']} ({fb['error']}) after {fb['after_calls']} calls, not one of "
+        f"the errnos that say the volume cannot do it ({', '.join(REFUSALS)}); "
+        f"the {mode} figures are {fb['to']}'s"
+    )
+    if fb["errno"] == "EIO":
+        line += (
+            ". EIO is an I/O error: the workbench's device may be failing, and data written after a failed "
+            "sync cannot be trusted (the lesson, Break It 3)"
+        )
+    return line + "."
+
+
+def _p50(by: dict, mode: str) -> float | None:
+    r = by.get(mode)
+    if not r or not r["ok"] or r["fallback"]:
+        return None
+    return r["latency"]["p50_us"]
+
+
+def _explanations(section: dict, rows: list[dict], meaning: dict, fstype: object = None) -> list[str]:
     by = {r["mode"]: r for r in rows}
     none = by.get("none")
     lines = []
@@ -84,13 +188,13 @@ def _explanations(section: dict, rows: list[dict], fstype: object = None) -> lis
                 f"({us(r['latency']['p50_us'])} against {us(none['latency']['p50_us'])})."
             )
         if r["fallback"]:
-            fb = r["fallback"]
-            lines.append(
-                f"F_FULLFSYNC was refused with {fb['errno']} after {fb['after_calls']} calls on this volume; "
-                f"the f_fullfsync figures are {fb['to']}'s."
-            )
-    full = by.get("f_fullfsync", {})
-    key = "f_fullfsync" if full.get("ok") and not full.get("fallback") else "fsync"
+            lines.append(_fallback_line(r["mode"], r["fallback"]))
+    if meaning["known"] and not meaning["durable_measured"] and meaning["durable_mode"] != "fsync":
+        lines.append(
+            f"{meaning['durable_call']} could not be measured on this volume, so the figures below are plain "
+            f"fsync's, which on {meaning['system']} do not reach flash: no sync measured here is durable."
+        )
+    key = meaning["figures_mode"]
     sync = by.get(key)
     if sync and sync["ok"]:
         lat = sync["latency"]
@@ -114,12 +218,25 @@ def _explanations(section: dict, rows: list[dict], fstype: object = None) -> lis
             f"1 GiB checkpoint take about {secs(per_gib)} here at {key}'s p50; the atomic save pays one "
             "fsync for the whole file and one for its directory."
         )
-    plain = by.get("fsync", {})
-    if key == "f_fullfsync" and plain.get("ok") and plain["latency"]["p50_us"] > 0:
-        r = full["latency"]["p50_us"] / plain["latency"]["p50_us"]
+    plain, full, barrier = _p50(by, "fsync"), _p50(by, "f_fullfsync"), _p50(by, "f_barrierfsync")
+    if meaning["system"] == "Darwin" and full is not None and plain:
         lines.append(
-            f"F_FULLFSYNC p50 is {ratio(r)} fsync's here: plain fsync on macOS stops at the drive's cache "
-            "(Apple's fsync(2) man page), so a save needs F_FULLFSYNC to survive a power cut."
+            f"F_FULLFSYNC p50 is {ratio(full / plain)} fsync's here: plain fsync on macOS stops at the "
+            "drive's cache (Apple's fsync(2) man page), so a save needs F_FULLFSYNC to survive a power cut."
+        )
+    if meaning["system"] == "Darwin" and barrier is not None and plain:
+        line = f"F_BARRIERFSYNC p50 is {ratio(barrier / plain)} fsync's here"
+        if full is not None and barrier > 0:
+            line += f", and F_FULLFSYNC's is {ratio(full / barrier)} F_BARRIERFSYNC's"
+        lines.append(
+            line + ": a barrier keeps the writes before it ahead of the writes after it (what a "
+            "write-then-rename save needs between the data and the rename) without waiting for flash, "
+            "so it orders a save but does not make it durable."
+        )
+    if meaning["system"] == "Linux" and _p50(by, "fdatasync") is not None and plain:
+        lines.append(
+            f"fdatasync p50 is {ratio(_p50(by, 'fdatasync') / plain)} fsync's here: it skips metadata "
+            "not needed to read the data back."
         )
     return lines
 
@@ -154,22 +271,29 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """Rows and explanations for the fsync_bench section; never raises on failed/not_run.
 
     Returns ``{"ok", "status_note", "rows": [{"mode", "ok", "reason", "call",
-    "latency" (µs), "write_p50_us", "vs_none", "fallback"}], "explanations": [str],
-    "plot": str | None}``; ``plot`` is relative to the host's report directory.
+    "latency" (µs), "write_p50_us", "vs_none", "fallback", "validation"}], "os": os_meaning(),
+    "validation": [str], "explanations": [str], "plot": str | None}``; ``plot`` is relative to the
+    host's report directory; ``validation`` lists each mode that ran on a path not yet validated on
+    real hardware.
     """
     if section.get("status") != "ok":
         return {
             "ok": False,
             "status_note": status_note(section),
             "rows": [],
+            "os": None,
+            "validation": [],
             "explanations": [],
             "plot": None,
         }
     rows = _rows(section)
+    meaning = os_meaning(section, rows)
     return {
         "ok": True,
         "status_note": "ok",
         "rows": rows,
-        "explanations": _explanations(section, rows, _fstype(results)),
+        "os": meaning,
+        "validation": [f"{r['mode']}: {r['validation']}" for r in rows if r["ok"] and r["validation"]],
+        "explanations": _explanations(section, rows, meaning, _fstype(results)),
         "plot": _plot(section, plot_dir),
     }

@@ -7,8 +7,11 @@ or warm before each one and checks the result with mincore:
   (mincore(2) over a read-only shared mapping of the file, through ctypes,
   since Python's standard library has no mincore).
 - :func:`evict` makes a file cold with the first method that works, in the
-  order given, and records every attempt (fadvise_dontneed, drop_caches,
-  coldcopy_nocache, purge).
+  order given (by default :data:`DEFAULT_METHODS`, the order docs/fleet.md
+  documents), and records every attempt with the residency after it
+  (fadvise_dontneed, drop_caches, coldcopy_nocache, purge). The user's file is
+  never changed: a method that must copy writes its cold copy into a scratch
+  directory, and evict says which file the caller must time.
 - :func:`warm` reads the whole file once, so its pages are in the page cache.
 
 Standard library only.
@@ -29,11 +32,17 @@ from ..common.units import MIB
 from . import coldcopy
 
 EVICTION_METHODS = ("fadvise_dontneed", "drop_caches", "coldcopy_nocache", "purge")
-# Tried in this order when the caller names none.
+# Tried in this order when the caller names none; docs/fleet.md ("Making a file cold") documents the same
+# order and tests/test_cache.py checks that both agree. Per-file, in-place methods come first on Linux;
+# on macOS purge (global, root) comes first because it leaves the user's own file to be timed, and
+# coldcopy_nocache, which times a copy instead, is the fallback without root.
 DEFAULT_METHODS = {
     "Linux": ("fadvise_dontneed", "drop_caches"),
-    "Darwin": ("coldcopy_nocache", "purge"),
+    "Darwin": ("purge", "coldcopy_nocache"),
 }
+# Methods that make a cold copy instead of evicting the file itself: they need scratch_dir.
+COPYING_METHODS = ("coldcopy_nocache",)
+COLD_COPY_SUFFIX = ".coldcopy"
 # A cold run is verified only at or below this resident fraction before its start.
 COLD_MAX_FRACTION = 0.01
 DROP_CACHES = "/proc/sys/vm/drop_caches"
@@ -157,47 +166,110 @@ def evict(
     *,
     become_allowed: bool,
     system: str | None = None,
+    scratch_dir: str | os.PathLike | None = None,
+    fcntl_mod=None,
 ) -> dict:
-    """Make ``path`` cold: try each eviction method in order until one works.
+    """Make ``path`` cold: try each eviction method in order until one works; never change ``path``.
 
     A method works when it runs without error and mincore then finds at most
-    ``COLD_MAX_FRACTION`` of the file resident (when mincore can be trusted).
-    Methods, with their sources:
+    ``COLD_MAX_FRACTION`` of the file to be timed resident (when mincore can be
+    trusted). Methods, with their sources:
 
     - ``fadvise_dontneed`` (Linux, no root): fsync, then posix_fadvise(2)
       POSIX_FADV_DONTNEED over the whole file. Dirty pages are written first
-      because DONTNEED drops only clean ones.
+      because DONTNEED drops only clean ones. In place.
     - ``drop_caches`` (Linux; euid 0, or ``become_allowed`` through ``sudo -n``):
       sync, then write 3 to /proc/sys/vm/drop_caches (proc(5)). Global: it
-      empties the page cache of the whole machine, not just this file.
-    - ``coldcopy_nocache`` (macOS): copy the file with F_NOCACHE, F_FULLFSYNC it,
-      rename the copy over ``path`` (the lesson's coldcopy.py).
-    - ``purge`` (macOS; euid 0, or ``become_allowed`` through ``sudo -n``).
+      empties the page cache of the whole machine, not just this file. In place.
+    - ``coldcopy_nocache`` (macOS): copy the file with F_NOCACHE and F_FULLFSYNC
+      to ``scratch_dir/<name>.coldcopy`` (the lesson's coldcopy.py); the
+      original is only read. Refused (a failed attempt) without ``scratch_dir``,
+      or when the copy would be the original itself. A copy that is not cold is
+      deleted.
+    - ``purge`` (macOS; euid 0, or ``become_allowed`` through ``sudo -n``):
+      purge(8), global. In place.
 
-    Returns ``{"method": name or None, "attempts": [{"method", "ok", "error"}],
-    "fraction_after": float}``; ``method`` is None when every method failed.
-    Raises ValueError naming the rule for an unknown method.
+    ``scratch_dir`` is a directory in the workbench for copying methods;
+    ``fcntl_mod`` replaces the fcntl module in coldcopy (tests).
+
+    Returns ``{"method": name or None, "attempts": [{"method", "ok", "error",
+    "fraction_after", "residency_path", "residency_trust"}], "fraction_after":
+    float, "timed_path": str}``: each attempt's ``fraction_after`` is the
+    resident fraction of ``residency_path`` right after it (the cold copy for a
+    copying method that made one, else ``path``; None when mincore failed);
+    ``timed_path`` is the file the caller must time: ``path`` for an in-place
+    method or when every method failed (``method`` None), the cold copy for a
+    copying method. Raises ValueError naming the rule for an unknown method.
     """
     system = system or os.uname().sysname
     methods = list(methods if methods is not None else DEFAULT_METHODS.get(system, ()))
     unknown = [m for m in methods if m not in EVICTION_METHODS]
     if unknown:
         raise ValueError(f"eviction methods must be among {list(EVICTION_METHODS)}, got {unknown}")
+    ctx = _Context(become_allowed, system, None if scratch_dir is None else Path(scratch_dir), fcntl_mod)
+    path = Path(path)
     attempts = []
     fraction = residency(path)["fraction"]
     for method in methods:
+        measured, copy = path, None
         try:
-            _METHODS[method](Path(path), become_allowed=become_allowed, system=system)
-            res = residency(path)
-            fraction = res["fraction"]
-            if res["trust"] == "ok" and fraction > COLD_MAX_FRACTION:
-                raise RuntimeError(f"{100 * fraction:.1f} % of the file still resident after {method}")
+            copy = _METHODS[method](path, ctx)
+            measured = copy or path
+            res = residency(measured)
+            if res["trust"] == "ok" and res["fraction"] > COLD_MAX_FRACTION:
+                raise RuntimeError(
+                    f"{100 * res['fraction']:.1f} % of {measured.name} still resident after {method}"
+                )
         except Exception as exc:  # recorded; the next method is tried
-            attempts.append({"method": method, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            attempt = {"method": method, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            attempt.update(_residency_after(measured))
+            if copy is not None:  # a copy that is not cold is of no use: the original is timed instead
+                copy.unlink(missing_ok=True)
+            elif attempt["fraction_after"] is not None:
+                fraction = attempt["fraction_after"]
+            attempts.append(attempt)
             continue
-        attempts.append({"method": method, "ok": True, "error": None})
-        return {"method": method, "attempts": attempts, "fraction_after": fraction}
-    return {"method": None, "attempts": attempts, "fraction_after": fraction}
+        attempts.append(
+            {
+                "method": method,
+                "ok": True,
+                "error": None,
+                "fraction_after": res["fraction"],
+                "residency_path": str(measured),
+                "residency_trust": res["trust"],
+            }
+        )
+        return {
+            "method": method,
+            "attempts": attempts,
+            "fraction_after": res["fraction"],
+            "timed_path": str(measured),
+        }
+    return {"method": None, "attempts": attempts, "fraction_after": fraction, "timed_path": str(path)}
+
+
+def _residency_after(path: Path) -> dict:
+    """An attempt's residency fields for ``path``; fraction None when mincore cannot answer."""
+    try:
+        res = residency(path)
+    except OSError as exc:
+        return {"fraction_after": None, "residency_path": str(path), "residency_trust": f"unmeasured: {exc}"}
+    return {"fraction_after": res["fraction"], "residency_path": str(path), "residency_trust": res["trust"]}
+
+
+class _Context:
+    """What every eviction method may use: become, the OS, the scratch directory, the fcntl module."""
+
+    def __init__(self, become_allowed: bool, system: str, scratch_dir: Path | None, fcntl_mod) -> None:
+        self.become_allowed = become_allowed
+        self.system = system
+        self.scratch_dir = scratch_dir
+        self.fcntl_mod = fcntl_mod
+
+
+def cold_copy_path(path: str | os.PathLike, scratch_dir: str | os.PathLike) -> Path:
+    """Where a copying method writes the cold copy of ``path``: ``scratch_dir/<name>.coldcopy``."""
+    return Path(scratch_dir) / (Path(path).name + COLD_COPY_SUFFIX)
 
 
 def _require(system: str, wanted: str, method: str) -> None:
@@ -216,8 +288,8 @@ def _may_become(become_allowed: bool, method: str) -> list[str]:
     return ["sudo", "-n"]
 
 
-def _fadvise_dontneed(path: Path, *, become_allowed: bool, system: str) -> None:
-    _require(system, "Linux", "fadvise_dontneed")
+def _fadvise_dontneed(path: Path, ctx: _Context) -> None:
+    _require(ctx.system, "Linux", "fadvise_dontneed")
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -226,9 +298,9 @@ def _fadvise_dontneed(path: Path, *, become_allowed: bool, system: str) -> None:
         os.close(fd)
 
 
-def _drop_caches(path: Path, *, become_allowed: bool, system: str) -> None:
-    _require(system, "Linux", "drop_caches")
-    prefix = _may_become(become_allowed, "drop_caches")
+def _drop_caches(path: Path, ctx: _Context) -> None:
+    _require(ctx.system, "Linux", "drop_caches")
+    prefix = _may_become(ctx.become_allowed, "drop_caches")
     os.sync()
     if not prefix:
         fd = os.open(DROP_CACHES, os.O_WRONLY)  # write-only: the file is not readable
@@ -240,20 +312,30 @@ def _drop_caches(path: Path, *, become_allowed: bool, system: str) -> None:
     subprocess.run(prefix + ["tee", DROP_CACHES], input=b"3", capture_output=True, check=True, timeout=60)
 
 
-def _coldcopy_nocache(path: Path, *, become_allowed: bool, system: str) -> None:
-    _require(system, "Darwin", "coldcopy_nocache")
-    tmp = path.with_name(path.name + ".coldcopy.tmp")
+def _coldcopy_nocache(path: Path, ctx: _Context) -> Path:
+    """Copy ``path`` past the cache into the scratch directory; return the copy. ``path`` is only read."""
+    _require(ctx.system, "Darwin", "coldcopy_nocache")
+    if ctx.scratch_dir is None:
+        raise ValueError(
+            "coldcopy_nocache makes a cold copy and needs scratch_dir (a directory in the workbench); "
+            "it never replaces the original file"
+        )
+    dst = cold_copy_path(path, ctx.scratch_dir)
+    if dst.resolve() == path.resolve() or (dst.exists() and os.path.samefile(dst, path)):
+        raise ValueError(f"the cold copy {dst} would be the original file itself; use another scratch_dir")
+    dst.unlink(missing_ok=True)  # never write through an old copy's name (a link made since)
     try:
-        coldcopy.coldcopy(path, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
+        coldcopy.coldcopy(path, dst, fcntl_mod=ctx.fcntl_mod)
+    except BaseException:
+        dst.unlink(missing_ok=True)
+        raise
+    fsync_dir(dst.parent)
+    return dst
 
 
-def _purge(path: Path, *, become_allowed: bool, system: str) -> None:
-    _require(system, "Darwin", "purge")
-    prefix = _may_become(become_allowed, "purge")
+def _purge(path: Path, ctx: _Context) -> None:
+    _require(ctx.system, "Darwin", "purge")
+    prefix = _may_become(ctx.become_allowed, "purge")
     os.sync()
     subprocess.run(prefix + ["purge"], capture_output=True, check=True, timeout=300)
 

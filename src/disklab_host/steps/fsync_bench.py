@@ -4,21 +4,31 @@ For each mode, a fresh file gets ``fsync_blocks`` blocks of ``fsync_block_bytes`
 random bytes with ``os.write``; after each write comes:
 
 - ``none``: nothing; the write returns once the page cache has a copy;
-- ``fsync``: ``os.fsync`` (fsync(2): data and metadata to stable storage);
+- ``fsync``: ``os.fsync`` (fsync(2): data and metadata to stable storage on
+  Linux, including the drive cache flush; on macOS it stops at the drive's cache);
 - ``fdatasync``: ``os.fdatasync`` (fdatasync(2): skips metadata not needed to
   read the data back; Python has no os.fdatasync on macOS);
-- ``f_fullfsync``: ``fcntl(fd, F_FULLFSYNC)`` (macOS fsync(2) man page: plain
-  fsync there does not ask the drive to flush its cache; F_FULLFSYNC does);
+- ``f_fullfsync``: ``fcntl(fd, F_FULLFSYNC)`` (macOS fsync(2) and fcntl(2):
+  plain fsync there does not ask the drive to flush its cache; F_FULLFSYNC
+  does, so only it reaches flash);
+- ``f_barrierfsync``: ``fcntl(fd, F_BARRIERFSYNC)`` (macOS fcntl(2), command 85:
+  fsync plus a barrier, so writes before it reach the drive's media before
+  writes after it, without waiting for a full flush; Apple recommends it when
+  ordering is enough);
 - ``o_dsync``: no call, the file is opened with ``O_DSYNC`` (open(2)), so each
   write returns only once its data is durable.
 
 One sample is the write plus its sync, in ns; for the modes with a separate
 sync call the write part alone is kept too. ``WARMUP_BLOCKS`` blocks are
 written first and kept apart. A mode this OS lacks is recorded as unsupported
-with the reason. F_FULLFSYNC fails with ENOTTY or ENOTSUP on some macOS
-volumes: then the bench falls back to ``os.fsync`` and records it. The
-F_FULLFSYNC path has only been run against a test double on Linux, not on
-real macOS hardware. Source of the design: the lesson, Build It (fsync_bench.py).
+with the reason. When an fcntl sync (F_FULLFSYNC, F_BARRIERFSYNC) fails with
+any errno, the bench falls back to ``os.fsync`` for that mode and records the
+errno's name, the message and whether it was a refusal (ENOTTY, ENOTSUP,
+EOPNOTSUPP: the volume cannot do it) or an error (EIO, ...). An error from
+``os.fsync`` itself still fails the step. The fcntl paths have only been run
+against a test double on Linux, not on real macOS hardware, and each such mode
+says so in its ``validation`` field. Source of the design: the lesson, Build It
+(fsync_bench.py).
 
 Run alone: ``python fsync_bench.py --workdir DIR --blocks N`` prints the JSON.
 """
@@ -42,42 +52,89 @@ try:
 except ImportError:  # not a Unix host
     fcntl = None
 
-MODE_ORDER = ["none", "fsync", "fdatasync", "f_fullfsync", "o_dsync"]
+MODE_ORDER = ["none", "fsync", "fdatasync", "f_fullfsync", "f_barrierfsync", "o_dsync"]
 WARMUP_BLOCKS = 5
-# errnos with which F_FULLFSYNC says "this volume cannot do it" (macOS fcntl(2)).
-FULLFSYNC_FALLBACK_ERRNOS = {errno.ENOTTY, errno.ENOTSUP, errno.EOPNOTSUPP}
+# errnos with which an fcntl sync says "this volume cannot do it" (macOS fcntl(2)).
+REFUSAL_ERRNOS = {errno.ENOTTY, errno.ENOTSUP, errno.EOPNOTSUPP}
+# F_BARRIERFSYNC in macOS <sys/fcntl.h>; Python's fcntl module does not name it on every version.
+F_BARRIERFSYNC_DARWIN = 85
+# The fcntl sync modes: mode -> the fcntl command's name.
+FCNTL_MODES = {"f_fullfsync": "F_FULLFSYNC", "f_barrierfsync": "F_BARRIERFSYNC"}
+NOT_ON_REAL_HARDWARE = (
+    "not yet validated on real macOS hardware: before this run, disklab's fcntl path had been run only "
+    "against a test double on Linux"
+)
 
 
-class FullFsync:
-    """``fcntl(fd, F_FULLFSYNC)``, falling back to ``os.fsync`` when the volume refuses.
+def fullfsync_command(system: str, fcntl_mod) -> tuple[int, str] | None:
+    """(F_FULLFSYNC's fcntl command, where the number came from), or None when this host has none.
 
-    A refusal is an OSError whose errno is in FULLFSYNC_FALLBACK_ERRNOS; it is
-    recorded in ``fallback`` and every later call uses ``os.fsync``. Any other
-    OSError (EIO, ...) propagates: a failed sync is never retried (the lesson,
-    Break It 3, fsyncgate). ``fcntl_mod`` is injectable for tests.
+    Python's fcntl module names F_FULLFSYNC on macOS only.
+    """
+    if fcntl_mod is not None and hasattr(fcntl_mod, "F_FULLFSYNC"):
+        return fcntl_mod.F_FULLFSYNC, "fcntl.F_FULLFSYNC"
+    return None
+
+
+def barrierfsync_command(system: str, fcntl_mod) -> tuple[int, str] | None:
+    """(F_BARRIERFSYNC's fcntl command, where the number came from), or None when this host has none.
+
+    ``fcntl.F_BARRIERFSYNC`` when the module has it; else 85 on Darwin, the
+    value in macOS <sys/fcntl.h> (the module lacks the name on older Pythons);
+    else None: it is a macOS call.
+    """
+    if fcntl_mod is None:
+        return None
+    if hasattr(fcntl_mod, "F_BARRIERFSYNC"):
+        return fcntl_mod.F_BARRIERFSYNC, "fcntl.F_BARRIERFSYNC"
+    if system == "Darwin":
+        return F_BARRIERFSYNC_DARWIN, "85, its value in macOS <sys/fcntl.h>: this fcntl module lacks the name"
+    return None
+
+
+_COMMANDS = {"f_fullfsync": fullfsync_command, "f_barrierfsync": barrierfsync_command}
+
+
+class FcntlSync:
+    """``fcntl(fd, command)``, falling back to ``os.fsync`` after the first error.
+
+    Any OSError from the fcntl call is recorded in ``fallback`` (``{"to",
+    "errno" (its name, e.g. "ENOTTY"), "error" (the message), "after_calls",
+    "kind": "refusal" | "error"}``; kind is refusal for the errnos in
+    REFUSAL_ERRNOS) and that call and every later one use ``os.fsync``; the
+    fcntl call is never retried (the lesson, Break It 3, fsyncgate). An error
+    from ``os.fsync`` propagates. ``fcntl_mod`` is injectable for tests.
     """
 
-    def __init__(self, fcntl_mod) -> None:
+    def __init__(self, fcntl_mod, name: str, command: int) -> None:
         self._fcntl = fcntl_mod
+        self.name = name
+        self.command = command
         self.calls = 0
         self.fallback: dict | None = None
 
     def __call__(self, fd: int) -> None:
         if self.fallback is None:
             try:
-                self._fcntl.fcntl(fd, self._fcntl.F_FULLFSYNC)
+                self._fcntl.fcntl(fd, self.command)
                 self.calls += 1
                 return
             except OSError as exc:
-                if exc.errno not in FULLFSYNC_FALLBACK_ERRNOS:
-                    raise
                 self.fallback = {
                     "to": "os.fsync",
-                    "errno": errno.errorcode.get(exc.errno, str(exc.errno)),
+                    "errno": errno_name(exc.errno),
                     "error": str(exc),
                     "after_calls": self.calls,
+                    "kind": "refusal" if exc.errno in REFUSAL_ERRNOS else "error",
                 }
         os.fsync(fd)
+
+
+def errno_name(code: int | None) -> str:
+    """errno's symbolic name (``"EIO"``), its number as text when unknown, ``"none"`` without one."""
+    if code is None:
+        return "none"
+    return errno.errorcode.get(code, str(code))
 
 
 def unsupported_reason(mode: str, system: str, fcntl_mod=fcntl) -> str | None:
@@ -89,21 +146,24 @@ def unsupported_reason(mode: str, system: str, fcntl_mod=fcntl) -> str | None:
         raise ValueError(f"fsync_bench mode must be one of {MODE_ORDER}, got {mode!r}")
     if mode == "fdatasync" and not hasattr(os, "fdatasync"):
         return f"os has no fdatasync on {system}: Python exposes it on Linux, not on macOS"
-    if mode == "f_fullfsync" and not hasattr(fcntl_mod, "F_FULLFSYNC"):
+    if mode == "f_fullfsync" and fullfsync_command(system, fcntl_mod) is None:
         return f"fcntl has no F_FULLFSYNC on {system}: it is a macOS call"
+    if mode == "f_barrierfsync" and barrierfsync_command(system, fcntl_mod) is None:
+        return f"fcntl has no F_BARRIERFSYNC on {system}: it is a macOS call (fcntl command 85 there)"
     if mode == "o_dsync" and not hasattr(os, "O_DSYNC"):
         return f"os has no O_DSYNC on {system}"
     return None
 
 
-def _sync_call(mode: str, fcntl_mod):
+def _sync_call(mode: str, system: str, fcntl_mod):
     """(name of the call, callable(fd) or None) run after each write in ``mode``."""
     if mode == "fsync":
         return "os.fsync", os.fsync
     if mode == "fdatasync":
         return "os.fdatasync", os.fdatasync
-    if mode == "f_fullfsync":
-        return "fcntl F_FULLFSYNC", FullFsync(fcntl_mod)
+    if mode in FCNTL_MODES:
+        command, _ = _COMMANDS[mode](system, fcntl_mod)
+        return f"fcntl {FCNTL_MODES[mode]}", FcntlSync(fcntl_mod, FCNTL_MODES[mode], command)
     if mode == "o_dsync":
         return "none: the file is opened with O_DSYNC", None
     return "none", None
@@ -115,15 +175,18 @@ def bench_mode(
     """Write ``blocks`` blocks to a fresh ``path`` in ``mode``; per-call latencies in ns.
 
     Returns ``{"status": "ok", "call", "samples_ns", "latency", ...}`` (samples
-    and ``latency`` from labcommon.latency_summary_us, in µs) or
-    ``{"status": "unsupported", "reason"}``. The file is deleted afterwards.
-    Raises OSError on a short write or on a sync error other than an
-    F_FULLFSYNC refusal (a failed sync is never retried).
+    and ``latency`` from common.stats.latency_summary_us, in µs) or
+    ``{"status": "unsupported", "reason"}``. The fcntl modes add
+    ``fcntl_command`` (int), ``fcntl_command_source``, ``fallback`` (None or
+    :class:`FcntlSync`'s record) and ``validation``. The file is deleted
+    afterwards. Raises OSError on a short write or on an ``os.fsync`` /
+    ``os.fdatasync`` error (a failed sync is never retried).
     """
-    reason = unsupported_reason(mode, system or platform.system(), fcntl_mod)
+    system = system or platform.system()
+    reason = unsupported_reason(mode, system, fcntl_mod)
     if reason:
         return {"status": "unsupported", "reason": reason}
-    call, sync = _sync_call(mode, fcntl_mod)
+    call, sync = _sync_call(mode, system, fcntl_mod)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DSYNC if mode == "o_dsync" else 0)
     data = memoryview(os.urandom((WARMUP_BLOCKS + blocks) * block_bytes))
     total, write_only = [], []
@@ -153,8 +216,11 @@ def bench_mode(
     if sync is not None:
         out["write_samples_ns"] = write_only[WARMUP_BLOCKS:]
         out["write_latency"] = latency_summary_us(write_only[WARMUP_BLOCKS:])
-    if mode == "f_fullfsync":
+    if mode in FCNTL_MODES:
+        out["fcntl_command"] = sync.command
+        out["fcntl_command_source"] = _COMMANDS[mode](system, fcntl_mod)[1]
         out["fallback"] = sync.fallback
+        out["validation"] = NOT_ON_REAL_HARDWARE
     return out
 
 
