@@ -287,3 +287,19 @@ def test_ctrl_c_stops_the_whole_run_and_stores_nothing(tmp_path, lab_root):
     assert not (workbench / "fsync_bench").exists()
     record = stored.read(next((reports / ".runs").glob("*.json")), "run_record")
     assert record["hosts"] == {"localhost": "interrupted"}
+
+
+@pytest.mark.slow
+def test_check_mode_on_a_fresh_host_changes_nothing_and_a_failure_names_its_kept_output(tmp_path):
+    root, workbench, reports = tmp_path / "fresh-root", tmp_path / "fresh-root" / "wb", tmp_path / "reports"
+    inv = write_local_inventory(tmp_path / "inv.yml", root, workbench, lab_run_workbench_create=True)
+    proc = run_disklab("run", "-i", str(inv), "--check", reports=reports)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "localhost: check ok" in proc.stdout and "nothing changed, measured or stored" in proc.stdout
+    assert not root.exists() and not list(reports.glob("localhost/*/*.json"))
+    kept = next(reports.glob(".artifacts/*/site/stdout"))
+    assert kept.stat().st_size > 0 and list(kept.parent.glob("job_events/*.json"))
+    bad = write_local_inventory(tmp_path / "bad.yml", root, workbench, lab_run_fsync_blocks=-3)
+    proc = run_disklab("run", "-i", str(bad), reports=reports)
+    assert proc.returncode == 1 and "Ansible's full output and events of this run:" in proc.stdout
+    assert "lab_run_fsync_blocks must be an integer > 0, got -3" in proc.stdout

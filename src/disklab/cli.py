@@ -12,11 +12,12 @@ Exit status: 0 when every host succeeded, 1 when a host failed, 2 on bad input.
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import sys
 from pathlib import Path
 
-from disklab import store
+from disklab import __version__, store
 from disklab.runner import repo_path
 from disklab_host import registry
 from disklab_host.common.lock import LockHeld, RunLock
@@ -119,16 +120,36 @@ def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, lim
     def on_signal(signum, frame) -> None:
         interrupted.append(signal.Signals(signum).name)
 
+    artifacts = reports / ".artifacts" / run_id
+    passed = _ansible_options(args)
     before = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         run = run_playbook(
-            playbook, inventory, extravars, limit=limit, progress=progress, cancel=lambda: bool(interrupted)
+            playbook,
+            inventory,
+            extravars,
+            limit=limit,
+            progress=progress,
+            cancel=lambda: bool(interrupted),
+            artifact_dir=artifacts,
+            cmdline=passed["cmdline"],
+            verbosity=passed["verbosity"],
+            forks=passed["forks"],
         )
         if interrupted:
             return _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, interrupted[0])
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+    if args.check:  # Ansible's --check: nothing was measured or fetched, so nothing is stored
+        shutil.rmtree(store.incoming_dir(reports, run_id), ignore_errors=True)
+        for host, outcome in sorted(run.hosts.items()):
+            where = f" at '{outcome.task}': {outcome.message}" if outcome.status != "ok" else ""
+            print(f"{host}: check {outcome.status}{where}")
+        print(
+            f"check mode: nothing was changed, measured or stored (Ansible's output: {run.artifacts}/stdout)"
+        )
+        return 0 if run.hosts and all(o.status == "ok" for o in run.hosts.values()) else 1
     status = store.store_fetched(reports, run_id, kind, run.hosts)
     progress.finish(status)
     if not status:
@@ -142,11 +163,26 @@ def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, lim
     for host, outcome in sorted(run.hosts.items()):
         where = f" at '{outcome.task}': {outcome.message}" if outcome.status != "ok" else ""
         print(f"{host}: {outcome.status}{where}")
+    if any(o.status != "ok" for o in run.hosts.values()):
+        print(f"Ansible's full output and events of this run: {run.artifacts}/stdout, job_events/")
     for error in failed:
         print(f"disklab report: {error}", file=sys.stderr)
     what = "lab run" if kind == "runs" else "audit"
     print(f"{what} {run_id}: fleet index in {reports}/index.md")
     return 0 if all(s == "ok" for s in status.values()) and not failed else 1
+
+
+def _ansible_options(args) -> dict:
+    """ansible-playbook options that ``disklab run`` and ``audit`` pass through unchanged."""
+    cmdline = []
+    if args.check:
+        cmdline.append("--check")
+    for flag, value in (("--tags", args.tags), ("--skip-tags", args.skip_tags), ("--user", args.user)):
+        if value:
+            cmdline += [flag, value]
+    if args.forks is not None and args.forks < 1:
+        raise UsageError(f"--forks must be >= 1, got {args.forks}")
+    return {"cmdline": cmdline, "verbosity": args.verbose or None, "forks": args.forks}
 
 
 def _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, why: str) -> int:
@@ -158,13 +194,18 @@ def _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, w
     directory is removed. The run record marks each host interrupted, so
     ``--retry-failed`` runs it again. Returns 130.
     """
-    import shutil
-
     from disklab.progress import Progress
     from disklab.runner import run_playbook
 
     print(f"disklab: {why}: stopping the lab on every host of run {run_id} ...", file=sys.stderr)
-    stopped = run_playbook("stop.yml", inventory, extravars, limit=limit, progress=Progress(live=False)).hosts
+    stopped = run_playbook(
+        "stop.yml",
+        inventory,
+        extravars,
+        limit=limit,
+        progress=Progress(live=False),
+        artifact_dir=run.artifacts.parent,
+    ).hosts
     status = {}
     for host in sorted(set(run.hosts) | set(stopped)):
         report_ = stopped[host].stop_report if host in stopped else None
@@ -222,6 +263,16 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def _add_ansible_options(p: argparse.ArgumentParser) -> None:
+    """Options passed through to ansible-playbook unchanged."""
+    p.add_argument("--check", action="store_true", help="Ansible check mode: change nothing, measure nothing")
+    p.add_argument("--tags", help="only tasks with these tags (ansible-playbook --tags)")
+    p.add_argument("--skip-tags", help="skip tasks with these tags (ansible-playbook --skip-tags)")
+    p.add_argument("-u", "--user", help="connect as this user (ansible-playbook -u)")
+    p.add_argument("--forks", type=int, help="hosts at once (default: ansible.cfg's forks)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more of Ansible's output (-vvv)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="disklab", description="A reproducible storage lab for a fleet of hosts."
@@ -229,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--reports", default=str(DEFAULT_REPORTS), help="reports directory (default: %(default)s)"
     )
+    ap.add_argument("--version", action="version", version=f"disklab {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="provision, audit and run the lab on every host, then render reports")
@@ -241,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "-e", "--extra", action="append", metavar="NAME=VALUE", help="extra variable for every host"
     )
+    _add_ansible_options(run)
     run.set_defaults(func=lambda a: _playbook(a, "site.yml", "runs"))
 
     audit = sub.add_parser(
@@ -249,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY))
     audit.add_argument("--limit", help="only these hosts (Ansible --limit pattern)")
     audit.add_argument("-e", "--extra", action="append", metavar="NAME=VALUE")
+    _add_ansible_options(audit)
     audit.set_defaults(func=lambda a: _playbook(a, "audit.yml", "audits"))
 
     rep = sub.add_parser("report", help="re-render the reports from stored runs, touching no host")

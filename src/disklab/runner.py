@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import tempfile
 from collections.abc import Callable
@@ -46,6 +47,7 @@ class PlaybookRun:
     status: str
     hosts: dict[str, HostOutcome] = field(default_factory=dict)
     output_tail: str = ""  # the end of Ansible's own output, for errors no host event carries
+    artifacts: Path | None = None  # ansible-runner's kept artifacts of this playbook (stdout, job_events/)
 
 
 def _failure_message(res: dict) -> str:
@@ -115,6 +117,9 @@ def run_playbook(
     forks: int | None = None,
     progress: Progress | None = None,
     cancel: Callable[[], bool] | None = None,
+    artifact_dir: Path | None = None,
+    cmdline: list[str] | None = None,
+    verbosity: int | None = None,
 ) -> PlaybookRun:
     """Run ``playbooks/<playbook>`` against ``inventory`` and return each host's outcome.
 
@@ -123,6 +128,9 @@ def run_playbook(
     parallel. ansible-runner's working files go to a temporary directory that
     is removed afterwards. ``cancel`` is polled while the playbook runs; when it
     returns True, ansible-runner stops ansible-playbook (status "canceled").
+    With ``artifact_dir``, ansible-runner's artifacts (stdout, job_events/,
+    status, rc) are kept in ``<artifact_dir>/<playbook name>/``. ``cmdline``
+    holds extra ansible-playbook options (--check, --tags, -u ...).
     """
     import ansible_runner  # imported here: it is slow, and `disklab report` never needs it
 
@@ -151,6 +159,9 @@ def run_playbook(
                 event_handler=tracker,
                 suppress_env_files=True,
                 cancel_callback=cancel,
+                **_artifact_options(artifact_dir, playbook),
+                cmdline=" ".join(shlex.quote(a) for a in cmdline) if cmdline else None,
+                verbosity=verbosity,
             )
         stats = r.stats or {}
         try:
@@ -164,4 +175,13 @@ def run_playbook(
             host.status = "unreachable"
         elif name in stats.get("failures", {}) and host.status == "ok":
             host.status = "failed"
-    return PlaybookRun(rc=r.rc, status=r.status, hosts=tracker.hosts, output_tail=tail)
+    kept = Path(artifact_dir) / Path(playbook).stem if artifact_dir else None
+    return PlaybookRun(rc=r.rc, status=r.status, hosts=tracker.hosts, output_tail=tail, artifacts=kept)
+
+
+def _artifact_options(artifact_dir: Path | None, playbook: str) -> dict:
+    """ansible-runner options that keep its artifacts under ``artifact_dir/<playbook stem>``."""
+    if artifact_dir is None:
+        return {}
+    Path(artifact_dir).mkdir(parents=True, exist_ok=True)
+    return {"artifact_dir": str(artifact_dir), "ident": Path(playbook).stem, "rotate_artifacts": 0}
