@@ -1,0 +1,461 @@
+"""Provision the lab venv: pinned torch, safetensors and numpy, from the right torch build.
+
+Usage: python disklab_host.pyz provision --venv PATH --pin torch==2.13.0 --pin ... [--torch-index
+auto|cpu|cuda|pypi|URL] [--pip-arg=ARG ...] [--require-cuda] [--check]
+
+Standard library only: it runs with the host's own Python before the venv exists, and needs neither
+pip nor packaging nor setuptools in that interpreter (Homebrew's Python 3.12+ and a venv made with
+``--without-pip`` have none of them). In order:
+
+1. the torch build (``decide_index``): ``auto`` is the CPU build on Linux without an NVIDIA GPU, the
+   CUDA build on Linux with one, PyPI's default on Apple silicon; ``cpu``/``cuda`` force it, ``pypi``
+   uses no index flag, and an http://, https:// or file:// URL is used as the torch index;
+2. refusals before any download (``check_host``): an Intel Mac, ``cuda`` on macOS, a Python outside
+   the range the pinned torch has wheels for (``TORCH_PYTHONS``), ``--require-cuda`` where the build
+   chosen has no CUDA;
+3. the venv (``plan``): kept when its record (``PATH/disklab-venv.json``) matches what is wanted and
+   its Python imports the pinned versions; otherwise removed and rebuilt, but only when it is a venv
+   (a record or a pyvenv.cfg): any other directory is refused;
+4. ``<python> -m venv PATH`` (ensurepip), then the venv's own pip: ``pip install --no-deps
+   --index-url INDEX torch==V`` when an index applies (only torch comes from it), then ``pip install
+   <pins> <pip args>`` (torch already satisfies its pin; its dependencies come from the default index);
+5. the probe (``probe``): python, torch, safetensors and numpy versions, torch.cuda.is_available(),
+   torch.version.cuda, torch.backends.mps.is_available();
+6. the record, written atomically last (``fsio.atomic_write_json``), so an interrupted install has
+   no record and is rebuilt next time.
+
+Prints one JSON object: ``{"ok", "changed", "action", "reason", "torch_index", "python", "versions"}``
+with action kept, created or rebuilt (``--check``: would_keep, would_create or would_rebuild, which
+change nothing; ``changed`` then says whether the real run would change the host). Exit status 0;
+2 for a refusal and 1 for a failed command or file operation, with ``{"ok": false, "error": ...}`` on stdout
+and the same line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .common.fsio import atomic_write_json
+
+# PyTorch's wheel indexes (https://pytorch.org/get-started/locally/). One CUDA build for the fleet:
+# cu130 has wheels for Linux x86_64 and aarch64 (DGX Spark), so every GPU host gets the same build.
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+CUDA_INDEX = "https://download.pytorch.org/whl/cu130"
+INDEX_CHOICES = ("auto", "cpu", "cuda", "pypi")
+URL_PREFIXES = ("http://", "https://", "file://")
+
+# The CPython versions (first, last) each torch release has wheels for. This is the project's own
+# statement, checked against PyTorch's release notes (https://github.com/pytorch/pytorch/releases,
+# "Python support"); check it again there when a pin changes. A torch release not listed here is not
+# checked, and pip gives its own error for a Python without wheels.
+TORCH_PYTHONS = {
+    "2.13.0": ((3, 10), (3, 14)),
+    "2.2.2": ((3, 8), (3, 12)),
+}
+# The last torch release with wheels for macOS on x86_64 (PyTorch dropped Intel Macs after it).
+LAST_INTEL_MAC_TORCH = (2, 2, 2)
+
+RECORD_NAME = "disklab-venv.json"
+RECORD_KIND = "disklab_host.provision"
+SUBPROCESS_TIMEOUT_S = 3600  # one pip install of torch over a slow link
+
+# Run with the venv's Python: the versions the lab's numbers depend on, and each pin's installed version.
+_PROBE = r"""
+import importlib.metadata as md, json, sys
+out = {"python": sys.version.split()[0], "dists": {}}
+for name in sys.argv[1:]:
+    try:
+        out["dists"][name] = md.version(name)
+    except md.PackageNotFoundError:
+        out["dists"][name] = None
+try:
+    import numpy, safetensors, torch
+except Exception as exc:
+    out["import_error"] = f"{type(exc).__name__}: {exc}"
+else:
+    out.update(torch=torch.__version__, safetensors=safetensors.__version__, numpy=numpy.__version__,
+               cuda_available=bool(torch.cuda.is_available()), torch_cuda=torch.version.cuda,
+               mps_available=bool(torch.backends.mps.is_available()))
+print(json.dumps(out))
+"""
+
+
+class Refused(Exception):
+    """A host or a setting that cannot be provisioned; the message names the setting to change."""
+
+
+class Failed(Exception):
+    """A venv or pip command that failed; the message gives the command and its last words."""
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the torch build depends on: ``system`` (platform.system(): Linux, Darwin), ``machine``
+    (platform.machine(): x86_64, aarch64, arm64), ``nvidia_gpu`` and the Python running this module."""
+
+    system: str
+    machine: str
+    nvidia_gpu: bool
+    python_version: tuple[int, int]
+
+
+def nvidia_gpu(proc: Path = Path("/proc"), nvidia_smi: str | None = None) -> bool:
+    """True when the NVIDIA driver lists a GPU: ``/proc/driver/nvidia/gpus/*`` (one directory per GPU,
+    from the kernel driver), else ``nvidia-smi -L`` printing a ``GPU 0: ...`` line."""
+    gpus = proc / "driver" / "nvidia" / "gpus"
+    if gpus.is_dir() and any(gpus.iterdir()):
+        return True
+    smi = nvidia_smi or shutil.which("nvidia-smi")
+    if not smi:
+        return False
+    try:
+        cp = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return cp.returncode == 0 and any(ln.startswith("GPU ") for ln in cp.stdout.splitlines())
+
+
+def collect_host() -> HostFacts:
+    """This host's facts (platform.system(), platform.machine(), nvidia_gpu(), sys.version_info)."""
+    system = platform.system()
+    return HostFacts(
+        system=system,
+        machine=platform.machine(),
+        nvidia_gpu=system == "Linux" and nvidia_gpu(),
+        python_version=sys.version_info[:2],
+    )
+
+
+def parse_pins(pins: list[str]) -> dict[str, str]:
+    """``["torch==2.13.0", ...]`` as ``{"torch": "2.13.0", ...}``; Refused unless each is NAME==VERSION
+    and torch is among them."""
+    out = {}
+    for spec in pins:
+        m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9.+!_-]+)\s*", spec)
+        if not m:
+            raise Refused(f"lab_venv_packages must hold pins NAME==VERSION, got {spec!r}")
+        out[_canonical(m[1])] = m[2]
+    if "torch" not in out:
+        raise Refused(f"lab_venv_packages must pin torch as torch==VERSION, got {pins!r}")
+    return out
+
+
+def _canonical(name: str) -> str:
+    """A distribution name as PEP 503 normalizes it (``Safe_Tensors`` -> ``safe-tensors``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The numeric release of a version string: ``2.13.0+cu130`` -> (2, 13, 0)."""
+    m = re.match(r"\d+(\.\d+)*", version)
+    return tuple(int(p) for p in m[0].split(".")) if m else ()
+
+
+def _matches(installed: str | None, pinned: str) -> bool:
+    """Whether an installed version satisfies ``==pinned`` the way pip reads it: a pin without a local
+    label (``+cpu``) matches any local label of that version."""
+    if installed is None:
+        return False
+    return installed == pinned if "+" in pinned else installed.split("+", 1)[0] == pinned
+
+
+def decide_index(setting: str, facts: HostFacts) -> str | None:
+    """The torch index URL for ``lab_venv_torch_index`` on this host; None means PyPI's default.
+
+    ``auto``: CUDA_INDEX on Linux x86_64 or aarch64 with an NVIDIA GPU, CPU_INDEX on other Linux
+    hosts, None on macOS. Raises Refused for a value that is none of auto, cpu, cuda, pypi or a URL.
+    """
+    if setting.startswith(URL_PREFIXES):
+        return setting
+    if setting not in INDEX_CHOICES:
+        raise Refused(
+            f"lab_venv_torch_index must be one of {', '.join(INDEX_CHOICES)} or an http://, https:// "
+            f"or file:// URL, got {setting!r}"
+        )
+    if setting == "cpu":
+        return CPU_INDEX
+    if setting == "cuda":
+        return CUDA_INDEX
+    if setting == "pypi" or facts.system == "Darwin":
+        return None
+    return CUDA_INDEX if facts.nvidia_gpu and facts.machine in ("x86_64", "aarch64") else CPU_INDEX
+
+
+def check_host(facts: HostFacts, pins: dict[str, str], setting: str, index: str | None, require_cuda: bool):
+    """Refuse, before any download, a host where the pinned torch cannot be installed or cannot do
+    what is asked. Raises Refused with one line saying why and what to set."""
+    torch = pins["torch"]
+    if facts.system not in ("Linux", "Darwin"):
+        raise Refused(f"disklab hosts run Linux or macOS (Darwin), this one is {facts.system}")
+    if facts.system == "Darwin" and facts.machine == "x86_64" and _release(torch) > LAST_INTEL_MAC_TORCH:
+        raise Refused(
+            f"an Intel Mac (Darwin x86_64): PyTorch published no x86_64 macOS wheels after torch 2.2.2, so "
+            f"torch=={torch} cannot be installed; leave the host out of `disklab run` (`disklab audit` needs "
+            "no venv), or pin torch==2.2.2 in lab_venv_packages for it (its numbers are then not comparable)"
+        )
+    if facts.system == "Darwin" and index == CUDA_INDEX:
+        raise Refused(
+            f"lab_venv_torch_index is {setting!r} on macOS: PyTorch has no CUDA build for macOS; "
+            "set lab_venv_torch_index to auto (Apple silicon uses PyPI's torch, with MPS)"
+        )
+    span = TORCH_PYTHONS.get(torch.split("+", 1)[0])
+    if span and not span[0] <= facts.python_version <= span[1]:
+        have = ".".join(map(str, facts.python_version))
+        lo, hi = (".".join(map(str, v)) for v in span)
+        raise Refused(
+            f"torch=={torch} has wheels for CPython {lo} to {hi}, this host's Python is {have}; set "
+            "lab_venv_python (or ansible_python_interpreter) to a Python in that range"
+        )
+    if require_cuda and (facts.system == "Darwin" or index == CPU_INDEX):
+        why = (
+            "macOS has no CUDA"
+            if facts.system == "Darwin"
+            else f"lab_venv_torch_index {setting!r} chose the CPU build ({CPU_INDEX})"
+            + ("" if setting == "cpu" else ": no NVIDIA GPU in /proc/driver/nvidia/gpus or `nvidia-smi -L`")
+        )
+        raise Refused(
+            f"lab_venv_require_cuda is true but {why}; set lab_venv_require_cuda: false for this host, "
+            "or lab_venv_torch_index: cuda on a host with an NVIDIA GPU and driver"
+        )
+
+
+def wanted_record(pins: list[str], index: str | None, pip_args: list[str]) -> dict:
+    """What the venv is made from: this interpreter (path and version), the pins, the resolved torch
+    index (None: PyPI's default) and the extra pip arguments."""
+    return {
+        "made_by": RECORD_KIND,
+        "base_python": sys.executable,
+        "base_python_version": platform.python_version(),
+        "pins": list(pins),
+        "torch_index": index,
+        "pip_args": list(pip_args),
+    }
+
+
+def _clean_env() -> dict:
+    """This process's environment without PYTHONPATH and PYTHONHOME, so the venv's Python sees only
+    the venv (the zipapp's entry puts itself on PYTHONPATH for its own children)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
+def venv_python(venv: Path) -> Path:
+    """The venv's interpreter, ``PATH/bin/python`` (Linux and macOS)."""
+    return venv / "bin" / "python"
+
+
+def probe(venv: Path, pin_names: list[str]) -> dict | None:
+    """The venv Python's versions (see _PROBE), or None when it cannot run at all."""
+    py = venv_python(venv)
+    if not py.exists():
+        return None
+    try:
+        cp = subprocess.run(
+            [str(py), "-c", _PROBE, *pin_names], capture_output=True, text=True, timeout=300, env=_clean_env()
+        )
+        return json.loads(cp.stdout) if cp.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+
+
+def _probe_problem(found: dict | None, pins: dict[str, str]) -> str | None:
+    """Why a probe does not show the pinned versions, or None when it does."""
+    if found is None:
+        return "its python does not run"
+    if "import_error" in found:
+        return f"its python cannot import the lab's packages ({found['import_error']})"
+    wrong = [
+        f"{name} {found['dists'].get(name)} (pinned {version})"
+        for name, version in pins.items()
+        if not _matches(found["dists"].get(name), version)
+    ]
+    return f"it holds {', '.join(wrong)}" if wrong else None
+
+
+def read_record(venv: Path) -> dict | None:
+    """The venv's record, or None when it is missing or unreadable."""
+    try:
+        rec = json.loads((venv / RECORD_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict | None]:
+    """``(action, reason, probe)`` with action keep, create or rebuild.
+
+    Raises Refused for a path that exists and is neither a venv nor an empty directory: nothing that
+    disklab did not make is ever deleted.
+    """
+    if not venv.exists():
+        return "create", f"no venv at {venv}", None
+    if not venv.is_dir():
+        raise Refused(f"the lab venv path {str(venv)!r} (lab_venv_root/venv) exists and is not a directory")
+    record = read_record(venv)
+    if record is None and not (venv / "pyvenv.cfg").is_file():
+        if not any(venv.iterdir()):
+            return "create", f"{venv} is an empty directory", None
+        raise Refused(
+            f"{str(venv)!r} (lab_venv_root/venv) is not a venv made by disklab (no {RECORD_NAME}, no "
+            "pyvenv.cfg), so it is not deleted; move it away or set lab_venv_root to another directory"
+        )
+    if record is None:
+        return "rebuild", f"no {RECORD_NAME}: an older or interrupted install", None
+    changed = [k for k in sorted(want) if record.get(k) != want[k]]
+    if changed:
+        parts = [f"{k} {record.get(k)!r} -> {want[k]!r}" for k in changed]
+        return "rebuild", f"the venv was made from other settings: {'; '.join(parts)}", None
+    found = probe(venv, list(pins))
+    problem = _probe_problem(found, pins)
+    if problem:
+        return "rebuild", f"the venv matches its record but {problem}", found
+    return "keep", "the venv matches its record and imports the pinned versions", found
+
+
+def _run(argv: list[str], what: str) -> None:
+    """Run a venv or pip command; raise Failed with its exit status and last output line."""
+    try:
+        env = _clean_env()
+        cp = subprocess.run(argv, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise Failed(f"{what} failed: {' '.join(argv)}: {exc}") from None
+    if cp.returncode != 0:
+        lines = [ln.strip() for ln in (cp.stderr + "\n" + cp.stdout).splitlines() if ln.strip()]
+        err = [ln for ln in lines if ln.startswith("ERROR")] or lines
+        raise Failed(f"{what} failed (exit {cp.returncode}): {' '.join(argv)}: {err[-1] if err else ''}")
+
+
+def install(venv: Path, pins: list[str], torch_pin: str, index: str | None, pip_args: list[str]) -> None:
+    """Make the venv with this interpreter's ``-m venv`` (ensurepip) and install into it with its own pip.
+
+    With an index, torch alone comes from it first (``--no-deps``); then every pin and the extra pip
+    arguments from the default index, where torch already satisfies its pin.
+    """
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _run([sys.executable, "-m", "venv", str(venv)], "creating the venv")
+    except Failed as exc:
+        hint = "on Debian and Ubuntu, `python3 -m venv` needs the python3-venv package"
+        raise Failed(f"{exc} ({hint})") from None
+    pip = [str(venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check"]
+    if index is not None:
+        torch_only = [*pip, "--no-deps", "--index-url", index, f"torch=={torch_pin}"]
+        _run(torch_only, f"installing torch from {index}")
+    _run([*pip, *pins, *pip_args], "installing the pinned packages")
+
+
+def _remove_venv(venv: Path) -> None:
+    """Remove a venv that plan() found to be a venv (a record or a pyvenv.cfg).
+
+    The record goes first and pyvenv.cfg last, so a removal cut short leaves a directory that plan()
+    still takes for a venv (pyvenv.cfg, no record: rebuilt) or an empty one (created), never one it
+    refuses.
+    """
+    (venv / RECORD_NAME).unlink(missing_ok=True)
+    for child in venv.iterdir():
+        if child.name == "pyvenv.cfg":
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    (venv / "pyvenv.cfg").unlink(missing_ok=True)
+    venv.rmdir()
+
+
+def _versions(found: dict) -> dict:
+    """The probe's fields that the roles keep as lab_venv_versions."""
+    keys = ("python", "torch", "safetensors", "numpy", "cuda_available", "torch_cuda", "mps_available")
+    return {k: found.get(k) for k in keys}
+
+
+def provision(
+    venv: Path,
+    pins: list[str],
+    setting: str = "auto",
+    pip_args: list[str] | None = None,
+    require_cuda: bool = False,
+    check: bool = False,
+    facts: HostFacts | None = None,
+) -> dict:
+    """Decide, refuse or provision; return the JSON object main() prints. Raises Refused or Failed."""
+    pip_args = list(pip_args or [])
+    facts = facts or collect_host()
+    parsed = parse_pins(pins)
+    index = decide_index(setting, facts)
+    check_host(facts, parsed, setting, index, require_cuda)
+    want = wanted_record(pins, index, pip_args)
+    action, reason, found = plan(venv, want, parsed)
+    out = {"torch_index": index or "pypi", "python": str(venv_python(venv)), "venv": str(venv)}
+    if check:
+        versions = _versions(found) if action == "keep" and found else None
+        if versions and require_cuda:
+            _refuse_without_cuda(versions, venv, index)
+        return {"ok": True, "changed": action != "keep", "action": f"would_{action}", "reason": reason,
+                **out, "versions": versions}  # fmt: skip
+    if action != "keep":
+        if action == "rebuild":
+            _remove_venv(venv)
+        install(venv, pins, parsed["torch"], index, pip_args)
+        found = probe(venv, list(parsed))
+        problem = _probe_problem(found, parsed)
+        if problem:
+            raise Failed(f"the new venv at {venv} was installed but {problem}")
+        atomic_write_json(venv / RECORD_NAME, want)
+    versions = _versions(found)
+    if require_cuda:
+        _refuse_without_cuda(versions, venv, index)
+    action = {"keep": "kept", "create": "created", "rebuild": "rebuilt"}[action]
+    return {"ok": True, "changed": action != "kept", "action": action, "reason": reason, **out,
+            "versions": versions}  # fmt: skip
+
+
+def _refuse_without_cuda(versions: dict, venv: Path, index: str | None) -> None:
+    """Refuse a venv whose torch has no CUDA (lab_venv_require_cuda), naming the index it came from."""
+    if versions.get("cuda_available"):
+        return
+    source = index or "PyPI's default index"
+    if versions.get("torch_cuda") is None:
+        raise Refused(
+            f"lab_venv_require_cuda is true but torch {versions.get('torch')} in {venv} is a CPU-only build "
+            f"(torch.version.cuda is None), installed from {source}; set lab_venv_torch_index to cuda or auto"
+        )
+    raise Refused(
+        f"lab_venv_require_cuda is true but torch {versions.get('torch')} in {venv} (CUDA "
+        f"{versions['torch_cuda']}, from {source}) reports torch.cuda.is_available() == False: "
+        "check the NVIDIA driver with nvidia-smi"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--venv", required=True, help="the venv's directory (~ is expanded)")
+    ap.add_argument("--pin", action="append", default=[], help="NAME==VERSION, repeatable")
+    ap.add_argument("--torch-index", default="auto", help="auto, cpu, cuda, pypi or an index URL")
+    ap.add_argument("--pip-arg", action="append", default=[], help="an extra pip argument: --pip-arg=ARG")
+    ap.add_argument("--require-cuda", action="store_true", help="refuse a torch without CUDA")
+    ap.add_argument("--check", action="store_true", help="report what would be done, change nothing")
+    args = ap.parse_args(argv)
+    venv = Path(args.venv).expanduser().absolute()
+    try:
+        verdict = provision(venv, args.pin, args.torch_index, args.pip_arg, args.require_cuda, args.check)
+    except (Refused, Failed, OSError) as exc:
+        print(json.dumps({"ok": False, "error": str(exc)}))
+        word = "refused" if isinstance(exc, Refused) else "failed"
+        print(f"disklab provision {word}: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, Refused) else 1
+    print(json.dumps(verdict))
+    return 0
+
+
+if __name__ == "__main__":
+    os.umask(0o022)
+    sys.exit(main())

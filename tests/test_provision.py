@@ -1,0 +1,294 @@
+"""The lab venv's provisioning (disklab_host.provision): the torch build per host, the refusals before
+any download, when a venv is kept, rebuilt or left alone, and one real provisioning run.
+
+The decision table uses injected host facts (HostFacts), not this machine: macOS and GPU hosts cannot
+run here. The slow test provisions a real venv from a base Python that has no pip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from disklab_host import provision as pv
+
+REPO = Path(__file__).resolve().parents[1]
+PINS = ["torch==2.13.0", "safetensors==0.8.0", "numpy==2.4.6"]
+
+LINUX = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 12))
+LINUX_GPU = pv.HostFacts("Linux", "x86_64", nvidia_gpu=True, python_version=(3, 12))
+SPARK = pv.HostFacts("Linux", "aarch64", nvidia_gpu=True, python_version=(3, 12))
+MAC_ARM = pv.HostFacts("Darwin", "arm64", nvidia_gpu=False, python_version=(3, 13))
+MAC_INTEL = pv.HostFacts("Darwin", "x86_64", nvidia_gpu=False, python_version=(3, 12))
+
+
+def _refusal(facts, setting="auto", pins=PINS, require_cuda=False, tmp_path=None) -> str:
+    """The Refused message for a host, checked to come before the venv directory exists."""
+    venv = (tmp_path or Path("/nonexistent-disklab")) / "venv"
+    with pytest.raises(pv.Refused) as info:
+        pv.provision(venv, pins, setting, require_cuda=require_cuda, facts=facts)
+    assert not venv.exists()
+    return str(info.value)
+
+
+# --- the torch build -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("facts", "setting", "index"),
+    [
+        (LINUX, "auto", pv.CPU_INDEX),
+        (LINUX_GPU, "auto", pv.CUDA_INDEX),
+        (SPARK, "auto", pv.CUDA_INDEX),
+        (MAC_ARM, "auto", None),
+        (LINUX_GPU, "cpu", pv.CPU_INDEX),
+        (LINUX, "cuda", pv.CUDA_INDEX),
+        (LINUX_GPU, "pypi", None),
+        (MAC_ARM, "cpu", pv.CPU_INDEX),
+        (LINUX, "https://mirror.example/whl/cu130", "https://mirror.example/whl/cu130"),
+        (LINUX, "http://10.0.0.2/torch", "http://10.0.0.2/torch"),
+        (SPARK, "file:///srv/wheels/simple", "file:///srv/wheels/simple"),
+    ],
+)
+def test_the_torch_index_follows_the_setting_and_the_host(facts, setting, index):
+    assert pv.decide_index(setting, facts) == index
+    pv.check_host(facts, pv.parse_pins(PINS), setting, index, require_cuda=False)  # not refused
+
+
+def test_one_cuda_build_for_every_gpu_host():
+    assert pv.CUDA_INDEX == "https://download.pytorch.org/whl/cu130"
+    assert pv.decide_index("auto", LINUX_GPU) == pv.decide_index("auto", SPARK)
+
+
+@pytest.mark.parametrize("bad", ["gpu", "CUDA", "", "ftp://mirror/whl", "cu130"])
+def test_a_bad_index_value_is_refused_naming_the_setting(bad, tmp_path):
+    msg = _refusal(LINUX, bad, tmp_path=tmp_path)
+    assert msg.startswith("lab_venv_torch_index must be one of auto, cpu, cuda, pypi") and repr(bad) in msg
+
+
+# --- refusals before any download ------------------------------------------------------------------
+
+
+def test_an_intel_mac_is_refused_with_what_to_do(tmp_path):
+    msg = _refusal(MAC_INTEL, tmp_path=tmp_path)
+    assert "Intel Mac (Darwin x86_64)" in msg and "after torch 2.2.2" in msg
+    assert "torch==2.13.0 cannot be installed" in msg and "leave the host out" in msg
+    # torch 2.2.2 still has Intel Mac wheels: that pin is not refused
+    pv.check_host(MAC_INTEL, pv.parse_pins(["torch==2.2.2"]), "auto", None, require_cuda=False)
+
+
+@pytest.mark.parametrize("setting", ["cuda", pv.CUDA_INDEX])
+def test_cuda_on_macos_is_refused(setting, tmp_path):
+    msg = _refusal(MAC_ARM, setting, tmp_path=tmp_path)
+    assert "lab_venv_torch_index" in msg and "no CUDA build for macOS" in msg
+
+
+@pytest.mark.parametrize(
+    ("python", "ok"), [((3, 9), False), ((3, 10), True), ((3, 14), True), ((3, 15), False)]
+)
+def test_a_python_outside_the_pinned_torchs_wheels_is_refused(python, ok, tmp_path):
+    facts = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=python)
+    if ok:
+        pv.check_host(facts, pv.parse_pins(PINS), "auto", pv.CPU_INDEX, require_cuda=False)
+        return
+    msg = _refusal(facts, tmp_path=tmp_path)
+    assert "torch==2.13.0 has wheels for CPython 3.10 to 3.14" in msg
+    assert f"Python is {python[0]}.{python[1]}" in msg and "lab_venv_python" in msg
+
+
+def test_require_cuda_where_the_build_has_none_is_refused_before_any_download(tmp_path):
+    assert "no NVIDIA GPU" in _refusal(LINUX, require_cuda=True, tmp_path=tmp_path)
+    assert "chose the CPU build" in _refusal(LINUX_GPU, "cpu", require_cuda=True, tmp_path=tmp_path)
+    assert "macOS has no CUDA" in _refusal(MAC_ARM, require_cuda=True, tmp_path=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("pins", "named"),
+    [
+        (["torch>=2.13", "numpy==2.4.6"], "pins NAME==VERSION, got 'torch>=2.13'"),
+        (["safetensors==0.8.0", "numpy==2.4.6"], "must pin torch"),
+    ],
+)
+def test_pins_must_be_exact_and_include_torch(pins, named, tmp_path):
+    msg = _refusal(LINUX, pins=pins, tmp_path=tmp_path)
+    assert msg.startswith("lab_venv_packages") and named in msg
+
+
+def test_a_torch_release_outside_the_table_is_not_checked():
+    facts = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 7))
+    pv.check_host(facts, pv.parse_pins(["torch==9.9.9"]), "auto", pv.CPU_INDEX, require_cuda=False)
+    assert "2.13.0" in pv.TORCH_PYTHONS
+
+
+# --- the GPU, from the driver ----------------------------------------------------------------------
+
+
+def test_an_nvidia_gpu_is_found_in_proc_or_with_nvidia_smi(tmp_path):
+    proc = tmp_path / "proc"
+    assert not pv.nvidia_gpu(proc, nvidia_smi=str(tmp_path / "missing"))
+    (proc / "driver" / "nvidia" / "gpus").mkdir(parents=True)
+    assert not pv.nvidia_gpu(proc, nvidia_smi=str(tmp_path / "missing"))  # driver loaded, no GPU
+    (proc / "driver" / "nvidia" / "gpus" / "000f:01:00.0").mkdir()
+    assert pv.nvidia_gpu(proc, nvidia_smi=str(tmp_path / "missing"))
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA GB10 (UUID: GPU-5a1f)'\n")
+    smi.chmod(0o755)
+    assert pv.nvidia_gpu(tmp_path / "empty", nvidia_smi=str(smi))
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate'\nexit 9\n")
+    assert not pv.nvidia_gpu(tmp_path / "empty", nvidia_smi=str(smi))
+
+
+# --- keep, rebuild, or leave alone -----------------------------------------------------------------
+
+
+def test_a_directory_disklab_did_not_make_is_never_deleted(tmp_path):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / "thesis.tex").write_text("years of work")
+    msg = _refusal_main(venv)
+    assert "is not a venv made by disklab" in msg and "not deleted" in msg
+    assert (venv / "thesis.tex").read_text() == "years of work"
+
+
+def _refusal_main(venv: Path, *extra: str) -> str:
+    """main()'s refusal: exit 2, ok false on stdout and the same error on stderr (check mode and real)."""
+    for mode in (["--check"], []):
+        cp = _cli(venv, "--torch-index", "cpu", *mode, *extra)
+        assert cp.returncode == 2, cp.stderr
+        out = json.loads(cp.stdout)
+        assert out["ok"] is False and cp.stderr.strip() == f"disklab provision refused: {out['error']}"
+    return out["error"]
+
+
+def _cli(venv: Path, *args: str, python: str = sys.executable, timeout: int = 900):
+    """``python -m disklab_host provision --venv VENV --pin ...`` as the role runs it (the zipapp's entry)."""
+    pins = [f"--pin={p}" for p in PINS]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    argv = [python, "-m", "disklab_host", "provision", "--venv", str(venv), *pins, *args]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_plan_rebuilds_a_venv_without_record_or_with_other_settings(tmp_path):
+    venv = tmp_path / "venv"
+    want = pv.wanted_record(PINS, pv.CUDA_INDEX, [])
+    pins = pv.parse_pins(PINS)
+    assert pv.plan(venv, want, pins)[0] == "create"
+    venv.mkdir()
+    assert pv.plan(venv, want, pins)[:2] == ("create", f"{venv} is an empty directory")
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    action, reason, _ = pv.plan(venv, want, pins)
+    assert action == "rebuild" and "no disklab-venv.json" in reason
+    # a GPU host whose venv got the CPU build
+    (venv / pv.RECORD_NAME).write_text(json.dumps({**want, "torch_index": pv.CPU_INDEX}))
+    action, reason, _ = pv.plan(venv, want, pins)
+    assert action == "rebuild" and f"torch_index {pv.CPU_INDEX!r} -> {pv.CUDA_INDEX!r}" in reason
+    # the record matches, but there is no python that imports the pins
+    (venv / pv.RECORD_NAME).write_text(json.dumps(want))
+    action, reason, _ = pv.plan(venv, want, pins)
+    assert action == "rebuild" and "its python does not run" in reason
+
+
+def test_check_mode_changes_nothing_on_a_fresh_host(tmp_path):
+    venv = tmp_path / "lab" / "venv"
+    cp = _cli(venv, "--torch-index", "cpu", "--check")
+    assert cp.returncode == 0, cp.stderr
+    out = json.loads(cp.stdout)
+    assert out["ok"] and out["changed"] and out["action"] == "would_create" and out["versions"] is None
+    assert out["torch_index"] == pv.CPU_INDEX
+    assert not (tmp_path / "lab").exists()
+
+
+def test_removal_keeps_pyvenv_cfg_until_last(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "lib" / "python3" / "site-packages").mkdir(parents=True)
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / pv.RECORD_NAME).write_text("{}")
+    pv._remove_venv(venv)
+    assert not venv.exists() and Path(sys.executable).exists()
+
+
+def test_versions_match_the_way_pip_reads_a_pin():
+    assert pv._matches("2.13.0+cpu", "2.13.0") and pv._matches("2.13.0", "2.13.0")
+    assert not pv._matches("2.13.0+cpu", "2.13.0+cu130") and not pv._matches("2.12.1", "2.13.0")
+    assert not pv._matches(None, "2.13.0")
+
+
+# --- one real run ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_real_venv_from_a_python_without_pip_is_created_kept_and_rebuilt(tmp_path):
+    """From a base made with ``/usr/bin/python3 -m venv --without-pip`` (no pip, no packaging): the CPU
+    build from its index, then a second run that changes nothing, then a new index that rebuilds."""
+    base = tmp_path / "base"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(base)], check=True, timeout=120)
+    base_py = str(base / "bin" / "python")
+    assert subprocess.run([base_py, "-c", "import pip"], capture_output=True).returncode != 0
+    venv = tmp_path / "lab" / "venv"
+
+    first = _cli(venv, "--torch-index", "cpu", python=base_py)
+    assert first.returncode == 0, first.stderr
+    out = json.loads(first.stdout)
+    assert (out["ok"], out["changed"], out["action"]) == (True, True, "created"), out
+    assert out["torch_index"] == pv.CPU_INDEX and out["python"] == str(venv / "bin" / "python")
+    v = out["versions"]
+    assert v["torch"].split("+")[0] == "2.13.0" and v["safetensors"] == "0.8.0" and v["numpy"] == "2.4.6"
+    assert v["torch_cuda"] is None and v["cuda_available"] is False and v["mps_available"] is False
+    record = json.loads((venv / pv.RECORD_NAME).read_text())
+    assert record["base_python"] == base_py and record["pins"] == PINS
+    assert record["torch_index"] == pv.CPU_INDEX and record["pip_args"] == []
+    bare_env = {k: val for k, val in os.environ.items() if k != "PYTHONPATH"}
+    imports = subprocess.run(
+        [out["python"], "-c", "import torch, safetensors.torch, numpy; print(torch.ones(3).sum().item())"],
+        capture_output=True, text=True, timeout=300, env=bare_env,
+    )  # fmt: skip
+    assert imports.returncode == 0 and imports.stdout.strip() == "3.0", imports.stderr
+
+    again = json.loads(_cli(venv, "--torch-index", "cpu", python=base_py).stdout)
+    assert (again["changed"], again["action"]) == (False, "kept"), again
+    assert again["versions"] == v
+
+    would = json.loads(_cli(venv, "--torch-index", "pypi", "--check", python=base_py).stdout)
+    assert (would["changed"], would["action"]) == (True, "would_rebuild")
+    assert f"torch_index {pv.CPU_INDEX!r} -> None" in would["reason"]
+    assert json.loads((venv / pv.RECORD_NAME).read_text()) == record  # --check changed nothing
+
+    rebuilt = _cli(venv, "--torch-index", "pypi", python=base_py)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    out = json.loads(rebuilt.stdout)
+    assert (out["changed"], out["action"], out["torch_index"]) == (True, "rebuilt", "pypi"), out
+    assert json.loads((venv / pv.RECORD_NAME).read_text())["torch_index"] is None
+    assert out["versions"]["torch"].split("+")[0] == "2.13.0"
+
+
+# --- the role that runs it -------------------------------------------------------------------------
+
+
+def test_the_role_declares_each_default_and_passes_each_setting():
+    role = REPO / "roles" / "lab_venv"
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
+    options = specs["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(options), set(defaults) ^ set(options)
+    assert defaults["lab_venv_torch_index"] == "auto" and defaults["lab_venv_pip_args"] == []
+    assert defaults["lab_venv_packages"] == PINS
+    args = (role / "vars" / "main.yml").read_text()
+    for flag, setting in [
+        ("--venv=", "lab_venv_root"), ("--torch-index=", "lab_venv_torch_index"),
+        ("--pin=", "lab_venv_packages"), ("--pip-arg=", "lab_venv_pip_args"),
+        ("--require-cuda", "lab_venv_require_cuda"),
+    ]:  # fmt: skip
+        assert flag in args and setting in args, flag
+    tasks = (role / "tasks" / "main.yml").read_text()
+    assert "ansible.builtin.pip" not in tasks and "provision --check" in tasks
+    for gv in (*(REPO / "inventory" / "group_vars").glob("*.yml"), REPO / "inventory" / "example-fleet.yml"):
+        assert "lab_venv_pip_extra_args" not in gv.read_text(), gv
