@@ -98,8 +98,10 @@ def test_real_filesystem_matches_df_and_findmnt(real_facts):
     assert w["fact_source"] == "findmnt"
     assert w["df"]["command"] == f"df -T {wb}"
     assert w["findmnt"]["command"].startswith("findmnt -J -T ")
-    assert w["flags"]["tmpfs"]["set"] is False
-    assert w["flags"]["loop_device"]["set"] is False
+    assert w["flags"]["tmpfs"] == {"state": "not_set", "why": audit.FLAG_WHY["tmpfs"]}
+    assert w["flags"]["loop_device"]["state"] == "not_set"
+    assert w["requested_path"] == w["audited_path"] == str(wb) and w["exists"] is True
+    assert w["created"] is False and w["note"] is None
 
 
 def test_real_block_device_matches_sysfs_bdi(real_facts):
@@ -161,7 +163,7 @@ def test_real_venv_versions(real_facts):
     assert "torch.version.cuda is None" in v["torch_version_cuda"]["unavailable"]
     # No nvidia-smi here, so a CPU-only torch is not flagged.
     assert facts["gpu"]["gpus"] == {"unavailable": "nvidia-smi not found: no NVIDIA GPU driver"}
-    assert facts["gpu"]["cpu_only_torch_on_gpu_host"]["set"] is False
+    assert facts["gpu"]["cpu_only_torch_on_gpu_host"]["state"] == "not_set"
 
 
 def test_cli_with_system_python_writes_atomic_json(workbench, tmp_path):
@@ -188,9 +190,85 @@ def test_cli_with_system_python_writes_atomic_json(workbench, tmp_path):
     validate(printed)
 
 
-def test_missing_workbench_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="workbench must be an existing directory"):
-        audit.collect_all(str(tmp_path / "nope"), None)
+def test_missing_workbench_is_audited_through_its_nearest_existing_parent(tmp_path):
+    wb = tmp_path / "lab" / "workbench"
+    facts = audit.collect_all(str(wb), None)
+    w = facts["workbench"]
+    assert not wb.exists() and not wb.parent.exists()  # auditing never creates it without being asked
+    assert w["requested_path"] == str(wb) and w["audited_path"] == str(tmp_path)
+    assert w["exists"] is False and w["created"] is False
+    assert f"the workbench {wb} does not exist yet" in w["note"]
+    assert f"its nearest existing parent directory, {tmp_path}," in w["note"]
+    # every filesystem fact is the parent's, from the commands run on the parent
+    assert w["df"]["command"] == f"df -T {tmp_path}"
+    assert w["fstype"] == sh("df", "--output=fstype", str(tmp_path)).splitlines()[-1].strip()
+    assert w["mount_point"] == sh("findmnt", "-n", "-o", "TARGET", "-T", str(tmp_path)).strip()
+    validate(facts)
+
+
+def test_workbench_create_makes_it_with_its_parents_and_audits_it(tmp_path):
+    wb = tmp_path / "lab" / "workbench"
+    facts = audit.collect_all(str(wb), None, create=True)
+    w = facts["workbench"]
+    assert wb.is_dir()
+    assert w["requested_path"] == w["audited_path"] == str(wb)
+    assert w["exists"] is True and w["created"] is True and w["note"] is None
+    assert w["df"]["command"] == f"df -T {wb}"
+    validate(facts)
+    again = audit.collect_all(str(wb), None, create=True)["workbench"]
+    assert again["created"] is False  # it exists now: nothing to create
+
+
+def test_a_workbench_that_is_not_a_directory_is_refused(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(ValueError, match=r"workbench '.*afile' exists and is not a directory"):
+        audit.collect_all(str(afile), None)
+    with pytest.raises(ValueError, match=r"afile' in its path is not a directory"):
+        audit.collect_all(str(afile / "wb"), None)
+    with pytest.raises(ValueError, match=r"cannot create the workbench '.*afile/wb': Not a directory"):
+        audit.collect_all(str(afile / "wb"), None, create=True)
+
+
+def test_cli_creates_the_workbench_only_when_asked_and_refuses_in_one_line(tmp_path, capsys):
+    wb = tmp_path / "wb"
+    assert audit.main(["--workbench", str(wb)]) == 0
+    assert json.loads(capsys.readouterr().out)["workbench"]["exists"] is False and not wb.exists()
+    assert audit.main(["--workbench", str(wb), "--workbench-create"]) == 0
+    assert json.loads(capsys.readouterr().out)["workbench"]["created"] is True and wb.is_dir()
+    (tmp_path / "afile").write_text("x")
+    assert audit.main(["--workbench", str(tmp_path / "afile")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("disklab audit: workbench ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_flag_has_three_states_and_refuses_anything_else():
+    assert audit.flag(True, "tmpfs")["state"] == "set"
+    assert audit.flag(False, "tmpfs") == {"state": "not_set", "why": audit.FLAG_WHY["tmpfs"]}
+    unknown = audit.flag({"unavailable": "df failed"}, "tmpfs")
+    assert unknown == {"state": "unknown", "why": audit.FLAG_WHY["tmpfs"], "reason": "df failed"}
+    with pytest.raises(ValueError, match="flag tmpfs must be True, False or an unavailable fact, got 0"):
+        audit.flag(0, "tmpfs")
+    with pytest.raises(ValueError, match="flag name must be one of"):
+        audit.flag(True, "tmpfss")
+
+
+def test_schema_requires_a_reason_exactly_for_an_unknown_flag(real_facts):
+    good = json.loads(json.dumps(real_facts[1]))
+    for bad_flag in (
+        {"state": "unknown", "why": "w"},  # unknown without its reason
+        {"state": "set", "why": "w", "reason": "r"},  # a reason on a known flag
+        {"set": True, "why": "w"},  # the version-2 shape
+        {"state": "maybe", "why": "w"},
+    ):
+        facts = json.loads(json.dumps(good))
+        facts["workbench"]["flags"]["tmpfs"] = bad_flag
+        with pytest.raises(jsonschema.ValidationError):
+            validate(facts)
+    facts = json.loads(json.dumps(good))
+    facts["workbench"]["exists"] = False  # a missing workbench needs its note
+    with pytest.raises(jsonschema.ValidationError):
+        validate(facts)
 
 
 def test_real_tmpfs_workbench():
@@ -201,10 +279,10 @@ def test_real_tmpfs_workbench():
         os.rmdir(wb)
     w = facts["workbench"]
     assert w["fstype"] == "tmpfs"
-    assert w["flags"]["tmpfs"]["set"] is True
+    assert w["flags"]["tmpfs"]["state"] == "set"
     assert "power loss" in w["flags"]["tmpfs"]["why"]
     assert w["device"] == {"unavailable": "tmpfs is RAM-backed: no block device"}
-    assert w["flags"]["loop_device"]["set"] is False
+    assert w["flags"]["loop_device"]["state"] == "not_set"
     validate(facts)
 
 
@@ -237,7 +315,7 @@ def test_real_loop_device_workbench(tmp_path, fstype, size_mib):
     assert w["source"] == loopdev
     assert w["device"]["disk"] == Path(loopdev).name
     assert w["device"]["loop_backing_file"] == str(img)
-    assert w["flags"]["loop_device"]["set"] is True
+    assert w["flags"]["loop_device"]["state"] == "set"
     assert "double-cache" in w["flags"]["loop_device"]["why"]
     assert w["device"]["loop_direct_io"] is False  # losetup's default: buffered through the backing file
     validate(facts)
@@ -280,7 +358,7 @@ def test_darwin_fixture_facts(tmp_path):
     assert dev["rotational"] is False and dev["diskutil_filesystem_type"] == "apfs"
     assert dev["scheduler"] == {"unavailable": "not exposed on macOS"}
     assert dev["read_ahead_kb"] == {"unavailable": "not exposed on macOS"}
-    assert w["flags"]["loop_device"]["set"] is False  # BusProtocol is Apple Fabric, not Disk Image
+    assert w["flags"]["loop_device"]["state"] == "not_set"  # BusProtocol is Apple Fabric, not Disk Image
     for key, value in facts["writeback"].items():
         assert value == {
             "unavailable": "not applicable on macOS: XNU has no /proc/sys/vm dirty_* writeback settings"
@@ -300,7 +378,8 @@ def test_darwin_failed_sources_become_unavailable(tmp_path):
         assert "unknown oid" in facts["host"][key]["unavailable"], key
     assert facts["workbench"]["fstype"] == "apfs"  # from mount, which still worked
     assert facts["workbench"]["device"]["unavailable"].startswith("diskutil info: not found")
-    assert facts["workbench"]["flags"]["loop_device"]["set"] == facts["workbench"]["device"]
+    loop = facts["workbench"]["flags"]["loop_device"]
+    assert loop["state"] == "unknown" and loop["reason"] == facts["workbench"]["device"]["unavailable"]
     validate(facts)
 
 
@@ -313,7 +392,7 @@ def test_darwin_disk_image_is_flagged_as_loop(tmp_path):
     )
     w = audit.collect_workbench(probe, "/Users/lab/workbench/disk")
     assert w["device"]["disk"] == {"unavailable": "diskutil gave no ParentWholeDisk"}
-    assert w["flags"]["loop_device"]["set"] is True
+    assert w["flags"]["loop_device"]["state"] == "set"
 
 
 def test_darwin_vm_stat_parser():
@@ -364,7 +443,7 @@ def test_spark_fixture_facts(tmp_path):
     assert gpu["gpus"][0]["name"] == "NVIDIA GB10"
     assert gpu["gpus"][0]["driver_version"] == "580.95.05"
     assert "[N/A]" in gpu["gpus"][0]["memory_total_bytes"]["unavailable"]
-    assert gpu["cpu_only_torch_on_gpu_host"]["set"] is True
+    assert gpu["cpu_only_torch_on_gpu_host"]["state"] == "set"
     assert "device_placed" in gpu["cpu_only_torch_on_gpu_host"]["why"]
     query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits"]
     assert query in probe.run.calls
@@ -384,15 +463,17 @@ def test_spark_cuda_torch_is_not_flagged(tmp_path):
     facts = audit.collect_all(
         "/home/lab/workbench", "/venv/bin/python", probe=spark_probe(tmp_path, json.dumps(cuda))
     )
-    assert facts["gpu"]["cpu_only_torch_on_gpu_host"]["set"] is False
+    assert facts["gpu"]["cpu_only_torch_on_gpu_host"]["state"] == "not_set"
 
 
 def test_gpu_host_without_venv_flag_is_unavailable(tmp_path):
     facts = audit.collect_all("/home/lab/workbench", None, probe=spark_probe(tmp_path))
-    flag = facts["gpu"]["cpu_only_torch_on_gpu_host"]["set"]
-    assert flag == {
-        "unavailable": "GPU present but torch.cuda.is_available() unknown: no lab venv on this host yet"
+    assert facts["gpu"]["cpu_only_torch_on_gpu_host"] == {
+        "state": "unknown",
+        "why": audit.FLAG_WHY["cpu_only_torch_on_gpu_host"],
+        "reason": "GPU present but torch.cuda.is_available() unknown: no lab venv on this host yet",
     }
+    validate(facts)
 
 
 def test_spark_cpuinfo_has_no_model_name():
@@ -418,17 +499,19 @@ def test_failed_sources_become_unavailable_not_crashes(tmp_path):
     assert w["fstype"] == "ext4" and w["fact_source"] == "df -T"  # falls back to df
     assert "unknown option" in w["mount_options"]["unavailable"]
     assert "no /sys/class/block entry" in w["device"]["unavailable"]
-    assert w["flags"]["loop_device"]["set"] == w["device"]
+    assert w["flags"]["loop_device"] == {
+        "state": "unknown",
+        "why": audit.FLAG_WHY["loop_device"],
+        "reason": w["device"]["unavailable"],
+    }
     assert "boom" in facts["host"]["hostname"]["unavailable"]
     assert "/etc/os-release" in facts["host"]["os"]["unavailable"]
     assert "lscpu" in facts["host"]["cpu_model"]["unavailable"]
     assert "/proc/sys/vm/dirty_ratio" in facts["writeback"]["dirty_ratio"]["unavailable"]
     assert "/no/such/python" in facts["versions"]["torch"]["unavailable"]
     assert facts["gpu"]["gpus"]["unavailable"].startswith("nvidia-smi failed: ")
-    assert (
-        "cannot tell whether a GPU is present"
-        in facts["gpu"]["cpu_only_torch_on_gpu_host"]["set"]["unavailable"]
-    )
+    cpu_only = facts["gpu"]["cpu_only_torch_on_gpu_host"]
+    assert cpu_only["state"] == "unknown" and "cannot tell whether a GPU is present" in cpu_only["reason"]
     validate(facts)
 
 
@@ -474,7 +557,7 @@ def test_filesystems_without_a_block_device(tmp_path, fstype, flag, device_reaso
     w = audit.collect_workbench(probe, "/mnt/wb")
     assert w["device"] == {"unavailable": device_reason}
     for name in ("tmpfs", "network_or_fuse"):
-        assert w["flags"][name]["set"] is (name == flag)
+        assert w["flags"][name]["state"] == ("set" if name == flag else "not_set")
 
 
 def test_linux_parsers():

@@ -91,7 +91,9 @@ def test_linux_report_shows_this_hosts_facts_and_numbers(tmp_path, linux_doc):
     assert "Not measured on real hardware" not in text  # a real run has no caveats
     index = (reports / "index.md").read_text()
     row = next(line for line in index.splitlines() if line.startswith("| linuxbox |"))
-    assert f["workbench"]["fstype"] in row and f["host"]["kernel"] in row and units.us(p50) in row
+    assert f["workbench"]["fstype"] in row and f["host"]["kernel"] in row
+    assert f"| {units.us_short(p50)} (fsync) |" in row  # Linux: fsync reaches stable storage
+    assert "| durable sync p50 (call) |" in index
 
 
 def test_macos_report_states_not_applicable_and_not_run_on_real_hardware(tmp_path, darwin_doc):
@@ -105,6 +107,64 @@ def test_macos_report_states_not_applicable_and_not_run_on_real_hardware(tmp_pat
     assert "Not measured on real hardware" in text and "not yet on a real Mac" in text
     assert "| I/O scheduler | n/a (not exposed on macOS) |" in text
     assert "f_fullfsync" in text and "n/a (os has no fdatasync on Darwin)" in text
+
+
+def _index_row(reports, host: str) -> str:
+    lines = (reports / "index.md").read_text().splitlines()
+    return next(line for line in lines if line.startswith(f"| {host} |"))
+
+
+def test_macos_durability_column_shows_f_fullfsync_not_plain_fsync(tmp_path, darwin_doc):
+    modes = darwin_doc["experiments"]["fsync_bench"]["modes"]
+    fsync_p50 = modes["fsync"]["latency"]["p50_us"]
+    modes["f_fullfsync"]["latency"]["p50_us"] = 4100.0  # F_FULLFSYNC waits for the drive: slower
+    reports = tmp_path / "reports"
+    _store(reports, darwin_doc)
+    report.render_all(reports)
+    row = _index_row(reports, "mac-mini")
+    assert "| 4.1 ms (F_FULLFSYNC) |" in row
+    assert units.us_short(fsync_p50) not in row and "(fsync)" not in row
+
+
+def test_a_mac_without_an_f_fullfsync_figure_shows_na_with_why_never_plain_fsync(tmp_path, darwin_doc):
+    modes = darwin_doc["experiments"]["fsync_bench"]["modes"]
+    modes["f_fullfsync"] = {"status": "unsupported", "reason": "fcntl has no F_FULLFSYNC on Darwin: test"}
+    reports = tmp_path / "reports"
+    _store(reports, darwin_doc)
+    report.render_all(reports)
+    row = _index_row(reports, "mac-mini")
+    assert "| n/a (F_FULLFSYNC unsupported: fcntl has no F_FULLFSYNC on Darwin: test; plain fsync is" in row
+    assert "on macOS it stops at the drive's cache) |" in row
+    assert units.us_short(modes["fsync"]["latency"]["p50_us"]) not in row
+
+
+def test_durable_sync_names_why_there_is_no_figure(linux_doc):
+    assert report.durable_sync(None) == {"call": None, "p50_us": None, "why": "no lab run stored"}
+    doc = copy.deepcopy(linux_doc)
+    doc["experiments"]["fsync_bench"] = {"status": "not_run", "reason": "not in lab_run_steps"}
+    assert report.durable_sync(doc) == {
+        "call": "fsync",
+        "p50_us": None,
+        "why": "fsync_bench not run: not in lab_run_steps",
+    }
+    doc["facts"]["host"]["system"] = "FreeBSD"
+    assert report.durable_sync(doc)["why"] == "no sync call known to reach stable storage on FreeBSD"
+    doc = copy.deepcopy(linux_doc)
+    p50 = doc["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"]
+    assert report.durable_sync(doc) == {"call": "fsync", "p50_us": p50, "why": None}
+
+
+def test_us_short_keeps_two_or_three_figures():
+    assert [units.us_short(x) for x in (8.46, 99.96, 312.4, 999.6, 4100, 9960, 38_400, None)] == [
+        "8.5 µs",
+        "100 µs",
+        "312 µs",
+        "1.0 ms",
+        "4.1 ms",
+        "10 ms",
+        "38 ms",
+        "n/a",
+    ]
 
 
 def test_a_failed_step_renders_its_error_and_the_rest_stays(tmp_path, linux_doc):

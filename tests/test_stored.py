@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conftest import FIXTURES
-from disklab import report, stored
+from disklab import report, schemas, stored
 from disklab_host.audit import collect as audit
 from disklab_host.common.formats import VERSIONS, stamp
 
@@ -142,11 +142,71 @@ def test_a_reports_tree_from_disklab_0_1_renders(tmp_path):
     assert "## fsync: the cost of durability" in text and "## Crash: does a checkpoint survive" in text
     assert "## Since the previous run" in text
     assert "cannot be ruled out" in text  # lab code not recorded in version-1 runs
-    assert "deadhost" in (reports / "index.md").read_text()
+    index = (reports / "index.md").read_text()
+    assert "deadhost" in index
+    assert "| 381 µs (fsync) |" in index  # the 0.1 run's fsync p50 (380.636 µs), named as the Linux call
     # the stored files themselves are never rewritten by a render
     for path in V1.rglob("*.json"):
         if path.name != ".rendered.json":
             assert (reports / path.relative_to(V1)).read_bytes() == path.read_bytes()
+
+
+def _facts_at_version_2(facts: dict, loop: object, cpu_only: object) -> dict:
+    """``facts`` in the version-2 shape: {set, why} flags (the given loop_device and GPU values, others
+    False) and workbench.path."""
+    old = json.loads(json.dumps(facts))
+    old["schema_version"] = 2
+    wb = old["workbench"]
+    wb["path"] = wb["requested_path"]
+    for key in ("requested_path", "audited_path", "exists", "created", "note"):
+        del wb[key]
+    for name, flag in wb["flags"].items():
+        wb["flags"][name] = {"set": loop if name == "loop_device" else False, "why": flag["why"]}
+    gpu_why = old["gpu"]["cpu_only_torch_on_gpu_host"]["why"]
+    old["gpu"]["cpu_only_torch_on_gpu_host"] = {"set": cpu_only, "why": gpu_why}
+    return old
+
+
+def test_version_2_flags_become_three_states_and_the_workbench_its_paths():
+    old = _facts_at_version_2(FACTS, loop={"unavailable": "no /sys/class/block entry"}, cpu_only=True)
+    old["workbench"]["flags"]["tmpfs"]["set"] = False
+    doc = stored.upgrade(old, "facts")
+    flags = doc["workbench"]["flags"]
+    assert flags["loop_device"] == {
+        "state": "unknown",
+        "why": FACTS["workbench"]["flags"]["loop_device"]["why"],
+        "reason": "no /sys/class/block entry",
+    }
+    assert flags["tmpfs"] == {"state": "not_set", "why": FACTS["workbench"]["flags"]["tmpfs"]["why"]}
+    assert doc["gpu"]["cpu_only_torch_on_gpu_host"]["state"] == "set"
+    wb = doc["workbench"]
+    assert wb["requested_path"] == wb["audited_path"] == FACTS["workbench"]["requested_path"]
+    assert wb["exists"] is True and wb["created"] is False and wb["note"] is None and "path" not in wb
+    assert doc["schema_version"] == VERSIONS["facts"] == 3
+    assert schemas.first_error("facts", doc) is None
+
+
+def test_a_stored_run_whose_old_flags_were_unavailable_renders_them_unknown_never_set(tmp_path):
+    reports = tmp_path / "reports"
+    shutil.copytree(V1, reports)
+    path = reports / "oldhost" / "runs" / "20261130T090000Z.json"  # the latest run, still version 1
+    doc = json.loads(path.read_text())
+    flags = doc["facts"]["workbench"]["flags"]
+    flags["loop_device"]["set"] = {"unavailable": "block device: no /sys/class/block entry for '/dev/sda2'"}
+    doc["facts"]["gpu"]["cpu_only_torch_on_gpu_host"]["set"] = {"unavailable": "no lab venv on this host yet"}
+    path.write_text(json.dumps(doc))
+    (reports / "oldhost" / "audits" / "20261130T100000Z.json").unlink()  # so the run's facts are shown
+    written, errors = report.render_all(reports, force=True)
+    assert errors == []
+    text = (reports / "oldhost" / "report.md").read_text()
+    assert "Flag: loop device" not in text and "CPU-only torch on a GPU host" not in text
+    assert "on a loop device** (not flagged, not cleared): block device: no /sys/class/block entry" in text
+    index = (reports / "index.md").read_text()
+    assert "**oldhost: loop device.**" not in index
+    assert "**oldhost: cpu only torch on gpu host.**" not in index
+    reason = "block device: no /sys/class/block entry for '/dev/sda2'"
+    assert f"- **oldhost: loop device** unknown: {reason}." in index
+    assert "- **oldhost: cpu only torch on gpu host** unknown: no lab venv on this host yet." in index
 
 
 def test_a_lab_run_records_its_code():

@@ -92,18 +92,63 @@ def host_context(host_dir: Path) -> dict | None:
     }
 
 
+# The sync call that reaches stable storage on each OS, as (fsync_bench mode, the name the index shows).
+# Linux: fsync(2) flushes the drive's volatile cache. macOS: fsync(2) stops at the drive's cache, and
+# only fcntl(F_FULLFSYNC) asks the drive to write it to stable storage (Apple's fsync(2) man page).
+DURABLE_SYNC = {"Linux": ("fsync", "fsync"), "Darwin": ("f_fullfsync", "F_FULLFSYNC")}
+
+
+def durable_sync(doc: dict | None) -> dict:
+    """The p50 latency of the run's sync call that reaches stable storage on its host's OS.
+
+    Returns {call, p50_us, why}: call is the name shown ("fsync", "F_FULLFSYNC",
+    or None for an OS without a known call), p50_us the median per-call latency
+    of a 4 KiB write plus that call in µs (None when there is no figure), why the
+    reason when there is none (else None). The OS is the run's own facts'
+    host.system. A Mac without an F_FULLFSYNC figure gets none: plain fsync is
+    never shown in its place.
+    """
+    if not doc:
+        return {"call": None, "p50_us": None, "why": "no lab run stored"}
+    system = doc["facts"]["host"]["system"]
+    if system not in DURABLE_SYNC:
+        why = f"no sync call known to reach stable storage on {system}"
+        return {"call": None, "p50_us": None, "why": why}
+    mode_name, call = DURABLE_SYNC[system]
+    instead = "; plain fsync is not shown in its place: on macOS it stops at the drive's cache"
+    instead = instead if system == "Darwin" else ""
+
+    def missing(why: str) -> dict:
+        return {"call": call, "p50_us": None, "why": why + instead}
+
+    section = doc["experiments"].get("fsync_bench")
+    if section is None:
+        return missing("fsync_bench was not in this run")
+    if section["status"] == "not_run":
+        return missing(f"fsync_bench not run: {section['reason']}")
+    if section["status"] != "ok":
+        return missing(f"fsync_bench {section['status']}: {section.get('error', 'no error recorded')}")
+    mode = section["modes"].get(mode_name)
+    if mode is None:
+        return missing(f"no {call} figure in this run")
+    if mode["status"] != "ok":
+        return missing(f"{call} {mode['status']}: {mode.get('reason', 'no reason recorded')}")
+    if mode.get("fallback"):  # F_FULLFSYNC failed and plain fsync was timed in its place
+        errno = mode["fallback"].get("errno", "an error")
+        return missing(f"{call} fell back to plain fsync on this host ({errno})")
+    return {"call": call, "p50_us": mode["latency"]["p50_us"], "why": None}
+
+
 def index_row(ctx: dict) -> dict:
-    """One row of the fleet index from a host's context: newest facts, fsync p50, latest failure."""
+    """One row of the fleet index from a host's context: newest facts, durable sync p50, latest failure."""
     doc = ctx.get("doc")
-    fsync = (doc or {}).get("experiments", {}).get("fsync_bench", {})
-    p50 = fsync.get("modes", {}).get("fsync", {}).get("latency", {}).get("p50_us") if fsync else None
     return {
         "host": ctx["host"],
         "facts": ctx.get("facts"),
         "facts_from": ctx.get("facts_from"),
         "audit_run_id": ctx["audit"]["run_id"] if ctx.get("audit") else None,
         "run_id": doc["run_id"] if doc else None,
-        "fsync_p50_us": p50,
+        "durable_sync": durable_sync(doc),
         "failure": ctx.get("failure"),
         "has_report": doc is not None or ctx.get("audit") is not None,
     }

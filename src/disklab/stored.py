@@ -48,13 +48,45 @@ def _facts_update_to_2(doc: dict) -> None:
     doc.pop("facts_schema_version", None)
 
 
+def _flag_to_3(old: object) -> object:
+    """A version-2 flag {set: true | false | {unavailable: reason}, why} in its three-state form.
+
+    Anything else is returned as it is, for the schema check to name.
+    """
+    if not isinstance(old, dict) or "set" not in old:
+        return old
+    value, why = old["set"], old.get("why")
+    if value is True or value is False:
+        return {"state": "set" if value else "not_set", "why": why}
+    if isinstance(value, dict) and set(value) == {"unavailable"}:
+        return {"state": "unknown", "why": why, "reason": value["unavailable"]}
+    return old
+
+
+def _facts_update_to_3(doc: dict) -> None:
+    """Three-state flags; workbench.path is requested_path, and it existed (older audits refused a
+    missing workbench), so it is also the audited path."""
+    workbench = doc.get("workbench")
+    if isinstance(workbench, dict):
+        if "path" in workbench:
+            path = workbench.pop("path")
+            workbench.update(requested_path=path, audited_path=path, exists=True, created=False, note=None)
+        flags = workbench.get("flags")
+        if isinstance(flags, dict):
+            for name in list(flags):
+                flags[name] = _flag_to_3(flags[name])
+    gpu = doc.get("gpu")
+    if isinstance(gpu, dict) and "cpu_only_torch_on_gpu_host" in gpu:
+        gpu["cpu_only_torch_on_gpu_host"] = _flag_to_3(gpu["cpu_only_torch_on_gpu_host"])
+
+
 def _nothing(doc: dict) -> None:
     """An update that only stamps the kind and version (the kind had none before)."""
 
 
 UPDATES: dict[str, dict[int, Callable[[dict], None]]] = {
     "results": {2: _results_update_to_2},
-    "facts": {2: _facts_update_to_2},
+    "facts": {2: _facts_update_to_2, 3: _facts_update_to_3},
     "audit": {2: _audit_update_to_2},
     "failure": {2: _run_kind_update_to_2},
     "run_record": {2: _run_kind_update_to_2},

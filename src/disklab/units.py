@@ -17,6 +17,22 @@ def us(x: float | None) -> str:
     return f"{x:.1f} µs" if x < 1000 else f"{x:,.0f} µs"
 
 
+def us_short(x: float | None) -> str:
+    """Microseconds in two or three figures, for a table cell: ``8.5 µs``, ``312 µs``, ``4.1 ms``, ``38 ms``.
+
+    The thresholds sit where rounding would carry a digit over (99.96 µs is ``100 µs``, not ``100.0 µs``).
+    """
+    if x is None:
+        return "n/a"
+    if x < 99.95:
+        return f"{x:.1f} µs"
+    if x < 999.5:
+        return f"{x:.0f} µs"
+    if x < 9_950:
+        return f"{x / 1000:.1f} ms"
+    return f"{x / 1000:,.0f} ms"
+
+
 def ns(x: float | None) -> str:
     """Nanoseconds, e.g. ``41 ns``."""
     return "n/a" if x is None else f"{x:,.0f} ns"
@@ -57,4 +73,4 @@ def fact(value: object) -> str:
     return str(value)
 
 
-FILTERS = {f.__name__: f for f in (ibytes, us, ns, secs, mib_s, pct, ratio, fact)}
+FILTERS = {f.__name__: f for f in (ibytes, us, us_short, ns, secs, mib_s, pct, ratio, fact)}

@@ -1,11 +1,15 @@
 """Host audit: the facts a lab result needs to be read correctly, as one JSON object.
 
-Usage: python audit.py --workbench PATH [--venv-python PATH] [--out host.json]
+Usage: python disklab_host.pyz audit --workbench PATH [--workbench-create]
+       [--venv-python PATH] [--out host.json]
 
 Collects the OS, kernel, CPU, RAM and page size; the lab venv's Python, torch,
 safetensors and numpy versions; NVIDIA GPUs; the workbench's filesystem, mount
 options and backing block device (rotational, I/O scheduler, read_ahead_kb);
-and the kernel's writeback settings (/proc/sys/vm/dirty_*). Every fact is its
+and the kernel's writeback settings (/proc/sys/vm/dirty_*). A workbench that
+does not exist yet is created with ``--workbench-create``; without it the
+audit measures its nearest existing parent directory and says so
+(``workbench.exists`` false, ``workbench.note``). Every fact is its
 value or ``{"unavailable": reason}`` (labcommon.unavailable): a source that is
 missing, unreadable or not applicable never crashes the audit, never reads as
 0 and is never left out. The shape is src/disklab/schema/facts.schema.json.
@@ -120,8 +124,22 @@ def attempt(what: str, fn: Callable[[], object]) -> object:
         return unavailable(f"{what}: {type(exc).__name__}: {exc}")
 
 
-def _flag(value: object, name: str) -> dict:
-    return {"set": value, "why": FLAG_WHY[name]}
+def flag(value: object, name: str) -> dict:
+    """A flag in three states: ``{"state": "set" | "not_set" | "unknown", "why": ..., "reason": ...}``.
+
+    ``value`` is True (set), False (not set) or an ``unavailable`` fact
+    (unknown: the fact the flag depends on could not be read; its reason
+    becomes ``reason``, which only an unknown flag has). ``why`` is what the
+    flag means, from :data:`FLAG_WHY`. Raises ValueError for any other value,
+    or a name that is not in FLAG_WHY.
+    """
+    if name not in FLAG_WHY:
+        raise ValueError(f"flag name must be one of {sorted(FLAG_WHY)}, got {name!r}")
+    if value is True or value is False:
+        return {"state": "set" if value else "not_set", "why": FLAG_WHY[name]}
+    if is_unavailable(value):
+        return {"state": "unknown", "why": FLAG_WHY[name], "reason": value["unavailable"]}
+    raise ValueError(f"flag {name} must be True, False or an unavailable fact, got {value!r}")
 
 
 def _pick(fact: object, key: str) -> object:
@@ -266,9 +284,10 @@ def collect_gpu(probe: Probe, versions: dict) -> dict:
     """NVIDIA GPUs from nvidia-smi, and the ``cpu_only_torch_on_gpu_host`` flag.
 
     ``gpus`` is a list of {name, driver_version, memory_total_bytes}. The flag
-    is set when a GPU is listed but torch.cuda.is_available() is false, and
-    false when there is no NVIDIA driver. It is unavailable when nvidia-smi
-    exists but fails (a GPU may be there) or the venv's torch is unknown.
+    (see :func:`flag`) is set when a GPU is listed but
+    torch.cuda.is_available() is false, and not_set when there is no NVIDIA
+    driver. It is unknown when nvidia-smi exists but fails (a GPU may be
+    there) or the venv's torch is unknown (e.g. no lab venv yet).
     """
     if probe.system == "Darwin":
         gpus: object = unavailable("no NVIDIA GPU on macOS; torch reaches Apple GPUs through MPS")
@@ -283,15 +302,15 @@ def collect_gpu(probe: Probe, versions: dict) -> dict:
             gpus = unavailable(f"nvidia-smi failed: {exc}")
     cuda = versions.get("torch_cuda_available")
     if is_unavailable(gpus) and gpus["unavailable"].startswith("nvidia-smi failed"):
-        flag: object = unavailable("cannot tell whether a GPU is present: " + gpus["unavailable"])
+        cpu_only: object = unavailable("cannot tell whether a GPU is present: " + gpus["unavailable"])
     elif is_unavailable(gpus):
-        flag = False
+        cpu_only = False
     elif isinstance(cuda, bool):
-        flag = not cuda
+        cpu_only = not cuda
     else:
         why = cuda["unavailable"] if is_unavailable(cuda) else repr(cuda)
-        flag = unavailable(f"GPU present but torch.cuda.is_available() unknown: {why}")
-    return {"gpus": gpus, "cpu_only_torch_on_gpu_host": _flag(flag, "cpu_only_torch_on_gpu_host")}
+        cpu_only = unavailable(f"GPU present but torch.cuda.is_available() unknown: {why}")
+    return {"gpus": gpus, "cpu_only_torch_on_gpu_host": flag(cpu_only, "cpu_only_torch_on_gpu_host")}
 
 
 # --- workbench ------------------------------------------------------------
@@ -439,26 +458,92 @@ def _is_loop(device: dict) -> bool:
     return (isinstance(disk, str) and disk.startswith("loop")) or device.get("bus_protocol") == "Disk Image"
 
 
-def collect_workbench(probe: Probe, workbench: str) -> dict:
+def locate_workbench(workbench: str, create: bool = False) -> dict:
+    """Where the audit looks for ``workbench`` on this host, creating it first when ``create``.
+
+    Returns {requested_path, audited_path, exists, created, note}: the
+    workbench as an absolute path (symlinks in its existing part resolved),
+    the directory whose filesystem is audited, whether the workbench exists
+    (after any creation), whether this call created it (with its parents),
+    and a sentence when the audited directory is not the workbench (else
+    None). A missing workbench, not created, is audited through its nearest
+    existing parent directory: the filesystem it would be created on.
+
+    Raises ValueError when the workbench, or the nearest existing part of its
+    path, is not a directory, or when it cannot be created.
+    """
+    requested = Path(os.path.abspath(os.path.expanduser(workbench))).resolve()
+    created = False
+    if create and not requested.exists():
+        try:
+            requested.mkdir(parents=True)
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise ValueError(f"cannot create the workbench {str(requested)!r}: {why}") from None
+        created = True
+    if requested.is_dir():
+        return {
+            "requested_path": str(requested),
+            "audited_path": str(requested),
+            "exists": True,
+            "created": created,
+            "note": None,
+        }
+    if requested.exists():
+        raise ValueError(f"workbench {str(requested)!r} exists and is not a directory")
+    parent = requested.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(
+            f"workbench {str(requested)!r} cannot be created: {str(parent)!r} in its path is not a directory"
+        )
+    return {
+        "requested_path": str(requested),
+        "audited_path": str(parent),
+        "exists": False,
+        "created": False,
+        "note": f"the workbench {requested} does not exist yet, so the filesystem, mount and device shown "
+        f"are those of its nearest existing parent directory, {parent}, where it would be created",
+    }
+
+
+def existing_workbench(workbench: str) -> dict:
+    """The :func:`locate_workbench` answer for a workbench taken to exist, unchecked (recorded hosts)."""
+    return {
+        "requested_path": workbench,
+        "audited_path": workbench,
+        "exists": True,
+        "created": False,
+        "note": None,
+    }
+
+
+def collect_workbench(probe: Probe, workbench: str, location: dict | None = None) -> dict:
     """Filesystem, mount and block device of ``workbench``, with flags.
 
-    Linux: ``df -T`` and ``findmnt -J`` (both kept, each with its command;
-    findmnt wins where both give a fact), then /sys/class/block. macOS: ``df``
-    for the mount point, ``mount`` for the type and options, ``diskutil info
-    -plist`` for SolidState. ``flags`` holds tmpfs, network_or_fuse and
-    loop_device, each {set, why}.
+    ``location`` is :func:`locate_workbench`'s answer (default: the workbench
+    exists, see :func:`existing_workbench`); its keys come first in the
+    result, and every fact below is of its ``audited_path``. Linux: ``df -T``
+    and ``findmnt -J`` (both kept, each with its command; findmnt wins where
+    both give a fact), then /sys/class/block. macOS: ``df`` for the mount
+    point, ``mount`` for the type and options, ``diskutil info -plist`` for
+    SolidState. ``flags`` holds tmpfs, network_or_fuse and loop_device, each
+    a :func:`flag` (set, not_set, or unknown with its reason).
     """
+    location = location or existing_workbench(workbench)
+    audited = location["audited_path"]
     if probe.system == "Linux":
-        out = _linux_workbench(probe, workbench)
+        out = _linux_workbench(probe, audited)
     elif probe.system == "Darwin":
-        out = _darwin_workbench(probe, workbench)
+        out = _darwin_workbench(probe, audited)
     else:
         why = unavailable(f"the audit does not support {probe.system}")
         out = dict.fromkeys(
             ("fstype", "mount_point", "source", "mount_options", "df", "findmnt", "device"), why
         )
         out["fact_source"] = "none"
-    out = {"path": workbench, **out}
+    out = {**location, **out}
     fstype, device = out["fstype"], out["device"]
     if is_unavailable(fstype):
         ram = net = fstype
@@ -469,9 +554,9 @@ def collect_workbench(probe: Probe, workbench: str) -> dict:
     if ram is True or net is True:  # no block device at all, so not a loop device either
         loop = False
     out["flags"] = {
-        "tmpfs": _flag(ram, "tmpfs"),
-        "network_or_fuse": _flag(net, "network_or_fuse"),
-        "loop_device": _flag(loop, "loop_device"),
+        "tmpfs": flag(ram, "tmpfs"),
+        "network_or_fuse": flag(net, "network_or_fuse"),
+        "loop_device": flag(loop, "loop_device"),
     }
     return out
 
@@ -515,19 +600,28 @@ def _caveats(probe: Probe, host: dict, gpu: dict) -> list[str]:
     return notes
 
 
-def collect_all(workbench: str, venv_python: str | None, probe: Probe | None = None) -> dict:
+def collect_all(
+    workbench: str,
+    venv_python: str | None,
+    probe: Probe | None = None,
+    *,
+    create: bool = False,
+    location: dict | None = None,
+) -> dict:
     """Every fact about this host and ``workbench`` as one JSON-able dict.
 
     Top-level keys: file_kind, schema_version (disklab_host.common.formats),
-    collected_utc, audit_python, host, versions, gpu, workbench, writeback, memory, caveats. Raises ValueError
-    when ``workbench`` is not an existing directory on this host (only checked
-    for the real probe).
+    collected_utc, audit_python, host, versions, gpu, workbench, writeback,
+    memory, caveats. With the real probe (``probe`` None) the workbench is
+    located on this host by :func:`locate_workbench` (created when
+    ``create``; a missing one is audited through its nearest existing parent)
+    and ValueError is raised as it says. A recorded probe takes ``location``
+    as given, by default a workbench that exists.
     """
     if probe is None:
         probe = Probe()
-        if not Path(workbench).is_dir():
-            raise ValueError(f"workbench must be an existing directory, got {workbench!r}")
-        workbench = str(Path(workbench).resolve())
+        location = location or locate_workbench(workbench, create)
+    location = location or existing_workbench(workbench)
     host = collect_host(probe)
     versions = collect_versions(probe, venv_python)
     gpu = collect_gpu(probe, versions)
@@ -539,7 +633,7 @@ def collect_all(workbench: str, venv_python: str | None, probe: Probe | None = N
             "host": host,
             "versions": versions,
             "gpu": gpu,
-            "workbench": collect_workbench(probe, workbench),
+            "workbench": collect_workbench(probe, location["requested_path"], location),
             "writeback": collect_writeback(probe),
             "memory": collect_memory(probe),
             "caveats": _caveats(probe, host, gpu),
@@ -550,11 +644,23 @@ def collect_all(workbench: str, venv_python: str | None, probe: Probe | None = N
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workbench", required=True, help="directory where the lab writes")
+    parser.add_argument(
+        "--workbench-create",
+        action="store_true",
+        help="create the workbench (and its parents) when missing, then audit it; without this a missing "
+        "workbench is audited through its nearest existing parent, and the facts say so",
+    )
     parser.add_argument("--venv-python", help="the lab venv's python; ignored while it does not exist yet")
     parser.add_argument("--out", type=Path, help="write the JSON here (atomically) as well as print it")
     args = parser.parse_args(argv)
     venv = os.path.expanduser(args.venv_python) if args.venv_python else None
-    facts = collect_all(os.path.expanduser(args.workbench), venv if venv and os.path.exists(venv) else None)
+    try:
+        facts = collect_all(
+            args.workbench, venv if venv and os.path.exists(venv) else None, create=args.workbench_create
+        )
+    except ValueError as exc:
+        print(f"disklab audit: {exc}", file=sys.stderr)
+        return 2
     if args.out:
         out = args.out.expanduser()
         out.parent.mkdir(parents=True, exist_ok=True)

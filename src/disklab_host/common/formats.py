@@ -16,6 +16,10 @@ results
 facts (a host's audit; host.json on the host, inside every results and audit file)
   1: facts_schema_version 1.
   2: file_kind and schema_version replace facts_schema_version.
+  3: flags in three states, {state: set | not_set | unknown, why, reason (when unknown)}, where
+     {set: bool | unavailable, why} read an unknown flag as set; workbench.path becomes
+     requested_path, with audited_path, exists, created and note (a missing workbench is
+     audited through its nearest existing parent).
 audit (reports/<host>/audits/<run_id>.json)
   1: schema_version 1 (the results' number) and kind "audit".
   2: file_kind replaces kind; its own version.
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 VERSIONS: dict[str, int] = {
     "results": 2,
-    "facts": 2,
+    "facts": 3,
     "audit": 2,
     "failure": 2,
     "run_record": 2,
