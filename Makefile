@@ -32,9 +32,11 @@ lint: $(TEST_VENV)/.installed
 test: lint
 	$(TEST_VENV)/bin/pytest
 
-# fio is the reference the bench compares disklab with; it comes from the OS packages.
+# fio is the reference the bench compares disklab with; the fleet part needs the test fleet's tools.
+BENCH_TOOLS := fio mkfs.xfs mkfs.btrfs sshd strace
 bench: $(TEST_VENV)/.installed
-	command -v fio >/dev/null || (apt-get update -qq && apt-get install -y -qq fio)
+	for t in $(BENCH_TOOLS); do command -v $$t >/dev/null || PATH=$$PATH:/usr/sbin command -v $$t >/dev/null || missing=1; done; \
+	[ -z "$$missing" ] || (apt-get update -qq && apt-get install -y -qq --no-install-recommends fio xfsprogs btrfs-progs openssh-server openssh-client strace iproute2)
 	$(TEST_VENV)/bin/python bench/run.py
 
 clean:
