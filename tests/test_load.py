@@ -149,41 +149,92 @@ def test_torch_load_copies_and_mmap_does_not(section):
             assert s["stages"]["loader_return"]["resident_fraction"] < 0.5  # mapped, not yet read
 
 
-def test_device_placed_recorded_as_not_run_without_cuda(section):
-    if torch.cuda.is_available():
-        pytest.skip("this host has CUDA; the stage runs")
+def test_device_placed_recorded_as_not_run_without_a_backend(section):
+    if torch.cuda.is_available() or torch.backends.mps.is_available():
+        pytest.skip("this host has a GPU backend; the stage runs")
     for s in section["samples"]:
-        assert s["stages"]["device_placed"] == {
-            "status": "not_run",
-            "reason": "torch.cuda.is_available() is False on this host",
-        }
+        reason = s["stages"]["device_placed"]["reason"]
+        # each backend checked, and why, in words that do not read like a broken install
+        assert reason.startswith("torch.cuda.is_available() is False (")
+        assert "; torch.backends.mps.is_available() is False (not macOS" in reason
+        assert [c["backend"] for c in s["device"]["checked"]] == ["cuda", "mps"]
+        assert s["device"]["status"] == "not_run" and s["process"]["device_init_s"] is None
+    if torch.version.cuda is None:
+        assert "CPU-only build: torch.version.cuda is None" in section["device_placed"]["reason"]
     assert section["device_placed"]["status"] == "not_run"
+    assert section["device"]["reason"] == section["device_placed"]["reason"]
 
 
-def test_device_placed_stage_with_a_stand_in_device(env, monkeypatch):
+def _args(path, **kw) -> object:
+    base = {
+        "method": "load_file",
+        "path": [path],
+        "model": None,
+        "populate": "copy",
+        "model_module": "disklab_host.loadlab.model",
+        "decoder_config": None,
+        "spawn_wall_ns": 0,
+        "hold": False,
+    }
+    return load_one.argparse.Namespace(**{**base, **kw})
+
+
+def test_device_placed_stage_with_a_cuda_stand_in(env, monkeypatch):
     """No GPU here: CUDA is faked as available and the weights go to the meta device instead.
 
     This checks the stage's bookkeeping only; device_placed was not run on real GPU hardware.
     """
     root, manifest = env
-    monkeypatch.setattr(load_one.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(load_one.torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(load_one, "DEVICE", "meta")
-    path = manifest["files"]["big_safetensors"]["path"]
-    args = load_one.argparse.Namespace(
-        method="load_file",
-        path=path,
-        model=None,
-        populate="copy",
-        model_module="disklab_host.loadlab.model",
-        spawn_wall_ns=0,
-        hold=False,
+    events = []
+    props = load_one.argparse.Namespace(
+        name="Stand-in GB10", total_memory=128 << 30, is_integrated=1, major=12, minor=1
     )
-    rec = load_one.measure(args)
+    monkeypatch.setattr(load_one.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(load_one.torch.cuda, "synchronize", lambda: events.append("sync"))
+    monkeypatch.setattr(load_one.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(load_one.torch.cuda, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(load_one, "DEVICE_OVERRIDE", "meta")
+    real_init = load_one.device_init
+    monkeypatch.setattr(load_one, "device_init", lambda b, d: (events.append("init"), real_init(b, d))[1])
+    rec = load_one.measure(_args(manifest["files"]["big_safetensors"]["path"]))
     st = rec["stages"]
     assert rec["stage_order"] == ["loader_return", "all_touched", "device_placed"]
-    assert st["device_placed"]["status"] == "ok" and st["device_placed"]["device"] == "meta"
+    assert st["device_placed"]["status"] == "ok" and st["device_placed"]["backend"] == "cuda"
     assert st["all_touched"]["time_s"] <= st["device_placed"]["time_s"]
+    # the start-up ran (and synchronized) before the clock, and is timed apart
+    assert events[:2] == ["init", "sync"] and events.count("sync") == 2
+    assert rec["process"]["device_init_s"] > 0
+    dev = rec["device"]
+    assert dev["backend"] == "cuda" and dev["name"] == "Stand-in GB10"
+    assert dev["total_memory_bytes"] == 128 << 30 and dev["shares_memory_with_cpu"] is True
+    assert dev["capability"] == "12.1"
+
+
+def test_device_placed_with_an_mps_stand_in(env, monkeypatch):
+    """MPS faked as available (no Mac here): the record says it shares memory; not run on real MPS."""
+    root, manifest = env
+    synced = []
+    monkeypatch.setattr(load_one.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(load_one.torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(load_one.torch.mps, "synchronize", lambda: synced.append(1))
+    monkeypatch.setattr(load_one.torch.mps, "recommended_max_memory", lambda: 32 << 30, raising=False)
+    monkeypatch.setattr(load_one, "DEVICE_OVERRIDE", "meta")
+    rec = load_one.measure(_args(manifest["files"]["big_safetensors"]["path"]))
+    assert rec["stages"]["device_placed"]["backend"] == "mps" and len(synced) == 2
+    dev = rec["device"]
+    assert dev["shares_memory_with_cpu"] is True and dev["recommended_max_memory_bytes"] == 32 << 30
+    assert "unavailable" in dev["total_memory_bytes"]
+    assert dev["checked"][0]["backend"] == "cuda" and not dev["checked"][0]["available"]
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.validate(dev, {"$defs": schema["$defs"], "$ref": "#/$defs/device"})
+
+
+def test_cuda_build_without_a_gpu_says_so(monkeypatch):
+    monkeypatch.setattr(load_one.torch.version, "cuda", "12.8")
+    monkeypatch.setattr(load_one.torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    reason = load_one._cuda_unavailable()
+    assert "CUDA 12.8 build, torch.cuda.device_count() is 0, CUDA_VISIBLE_DEVICES=''" in reason
 
 
 def test_cells_summarise_raw_samples(section):
@@ -306,18 +357,28 @@ def test_quick_profile_skips_only_the_named_cells(env):
     assert all(load.skipped(c, st, "full") is None for c in plan for st in load.CACHE_STATES)
 
 
-def test_user_weights_skip_module_population(env):
+def test_user_model_cells_are_planned(env):
     root, manifest = env
-    plan, skip = load.cell_plan({**manifest, "small_config": "user"})
-    assert all(c["model"] is None for c in plan)
-    assert skip["status"] == "not_run" and "user" in skip["reason"]
-    # a user file that matches a DecoderLM config (prep.py's module_config) is populated
-    plan, skip = load.cell_plan({**manifest, "small_config": "user", "module_config": "tiny"})
-    assert skip is None and {c["model"] for c in plan if c["model"]} == {"tiny"}
-    plan, skip = load.cell_plan(
-        {**manifest, "small_config": "user", "module_config": None, "module_class_reason": "shapes differ"}
-    )
-    assert "shapes differ" in skip["reason"]
+    plan, _ = load.cell_plan(manifest)
+    assert not any(c["file"].startswith("user") for c in plan)  # no setting, no user cells
+    files = dict(manifest["files"])
+    files["user_safetensors"] = {"path": "/u/a", "paths": ["/u/a", "/u/b"], "size_bytes": 2, "format": "x"}
+    files["user_pt"] = {"path": "/wb/user.pt", "size_bytes": 1, "format": "pt"}
+    user = {"status": "ok", "module_config": None, "module_reason": "no config.json"}
+    plan, _ = load.cell_plan({**manifest, "files": files, "user_model": user})
+    mine = [c for c in plan if c["file"].startswith("user")]
+    assert {(c["file"], c["method"]) for c in mine} == set(load.USER_CELLS)
+    assert next(c for c in mine if c["method"] == "load_file")["paths"] == ["/u/a", "/u/b"]
+    user = {"status": "ok", "module_config": {"vocab_size": 8}, "module_reason": None}
+    plan, _ = load.cell_plan({**manifest, "files": files, "user_model": user})
+    populated = [c for c in plan if c["model"] == load.USER_MODEL]
+    assert len(populated) == 4 and json.loads(populated[0]["decoder_config"]) == {"vocab_size": 8}
+    # the quick profile still measures the user's model cold and warm
+    assert all(load.skipped(c, st, "quick") is None for c in populated for st in load.CACHE_STATES)
+    bad = {"status": "not_run", "setting": "x", "reason": "x: no such file"}
+    plan, _ = load.cell_plan({**manifest, "user_model": bad})
+    assert not any(c["file"].startswith("user") for c in plan)
+    assert load.user_section({"user_model": bad}, []) == bad
 
 
 @pytest.mark.parametrize(("system", "raw", "want"), [("Linux", 1000, 1_024_000), ("Darwin", 1000, 1000)])

@@ -297,3 +297,86 @@ def test_willneed_verdict_respects_noise(willneed, plain, verdict):
     ]
     lines = load_section.explanations({"cells": cells, "samples": []})
     assert any(verdict in line for line in lines), lines
+
+
+def _with_device(section: dict) -> dict:
+    """device_placed ran on a CUDA stand-in record (no GPU here: numbers are made up, not measured)."""
+    dev = {
+        "status": "ok",
+        "backend": "cuda",
+        "torch_device": "cuda",
+        "name": "NVIDIA GB10",
+        "index": 0,
+        "capability": "12.1",
+        "total_memory_bytes": 128 << 30,
+        "shares_memory_with_cpu": True,
+        "shares_memory_source": "torch.cuda.get_device_properties().is_integrated",
+        "checked": [{"backend": "cuda", "available": True, "reason": None}],
+    }
+    for i, s in enumerate(section["samples"]):
+        s["device"] = dev
+        s["process"]["device_init_s"] = 0.5 + 0.01 * i
+        s["stages"]["device_placed"] = {
+            "status": "ok",
+            "time_s": 9.0,
+            **snap(1.0, 500 * MIB),
+            "backend": "cuda",
+        }
+        s["stage_order"] = list(s["stages"])
+    section["cells"] = load.summarise(section["samples"])
+    section["device_placed"] = {"status": "ok"}
+    section["device"] = dev
+    return section
+
+
+def test_device_backend_memory_and_start_up_rendered(tmp_path):
+    x, md = render(_with_device(make_section()), tmp_path)
+    assert "`device_placed` used cuda on NVIDIA GB10 (128.00 GiB of device memory)" in md
+    assert "it shares one memory with the CPU (torch.cuda.get_device_properties().is_integrated)" in md
+    assert x["device"]["init_s"]["n"] == 42 and "ran before the clock started" in md
+    assert "| torch.load, big_pt | cold | device_placed | 9.000 s" in md
+
+
+def test_no_backend_reason_names_each_backend(tmp_path):
+    section = make_section()
+    reason = (
+        "torch.cuda.is_available() is False (CPU-only build: torch.version.cuda is None); "
+        "torch.backends.mps.is_available() is False (not macOS: Linux)"
+    )
+    section["device_placed"] = {"status": "not_run", "reason": reason}
+    section["device"] = {"status": "not_run", "reason": reason, "checked": []}
+    x, md = render(section, tmp_path)
+    assert f"`device_placed` not run: {reason}." in md
+
+
+def test_user_model_rendered_ok_and_refused(tmp_path):
+    section = make_section()
+    section["user_model"] = {
+        "status": "ok",
+        "setting": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "kind": "hf_repo",
+        "shards": ["/hub/blobs/abc"],
+        "size_bytes": 269060552,
+        "config_json": "/hub/snapshots/r/config.json",
+        "repo_id": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "revision": "12fd25f",
+        "hub_cache": "/hub",
+        "pt_path": "/wb/load/user.pt",
+        "pt_size_bytes": 269100000,
+        "module_populated": {
+            "status": "not_run",
+            "reason": "DecoderLM cannot hold this model: no config.json",
+        },
+        "timed_copies": ["/wb/load/cold_copies/abc"],
+    }
+    x, md = render(section, tmp_path)
+    assert "`HuggingFaceTB/SmolLM2-135M-Instruct` (hf_repo, revision 12fd25f from /hub)" in md
+    assert "the copy in the workbench was timed, not your file: /wb/load/cold_copies/abc" in md
+    assert "`module_populated` not run for it: DecoderLM cannot hold this model: no config.json." in md
+    section["user_model"] = {
+        "status": "not_run",
+        "setting": "/m.safetensors",
+        "reason": "/m.safetensors: holds no tensors",
+    }
+    x, md = render(section, tmp_path)
+    assert "Not measured: /m.safetensors: holds no tensors. The rest of the lab ran as usual." in md

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from disklab_host.loadlab import model, prep
 
@@ -125,7 +125,7 @@ def test_meta_model_assign_from_pt_and_safetensors(workbench, small_big):
 
 def test_prepare_manifest_describes_the_files(workbench, small_big):
     m = prep.prepare(_cfg(big=3), workbench)
-    assert m["source"] == "synthetic" and m["small_config"] == "tiny" and m["module_class"] == "DecoderLM"
+    assert m["user_model"] is None and m["small_config"] == "tiny" and m["module_class"] == "DecoderLM"
     assert m["reused"] is False and m["prep_s"] > 0
     assert set(m["files"]) == {"small_pt", "small_safetensors", "big_pt", "big_safetensors"}
     for key, entry in m["files"].items():
@@ -191,33 +191,6 @@ def test_prepare_big_tensor_has_the_lesson_shape(workbench):
     w0 = load_file(entry["path"])["w0"]
     assert w0.shape == (4096, 4096) and w0.dtype == torch.bfloat16
     assert 0.9 < w0.float().std().item() < 1.1  # N(0, 1) cast to bf16
-
-
-def test_user_safetensors_that_matches_decoderlm(workbench, small_big, tmp_path):
-    user = tmp_path / "model.safetensors"
-    save_file(model.build_weights(model.CONFIGS["tiny"], seed=9), str(user))
-    m = prep.prepare(_cfg(load_model_safetensors=str(user)), workbench)
-    assert m["source"] == "user_safetensors" and m["small_config"] == "user"
-    assert m["module_class"] == "DecoderLM" and m["module_config"] == "tiny"
-    assert _sha(m["files"]["small_safetensors"]["path"]) == _sha(user)
-    pt = torch.load(m["files"]["small_pt"]["path"], weights_only=True)
-    assert all(torch.equal(pt[k], v) for k, v in load_file(str(user)).items())
-    assert prep.prepare(_cfg(load_model_safetensors=str(user)), workbench)["reused"] is True
-
-
-def test_user_safetensors_that_does_not_match(workbench, small_big, tmp_path):
-    user = tmp_path / "other.safetensors"
-    save_file({"encoder.weight": torch.ones(4, 4)}, str(user))
-    m = prep.prepare(_cfg(load_model_safetensors=str(user)), workbench)
-    assert m["source"] == "user_safetensors" and m["module_class"] is None
-    assert "module_populated is not measurable" in m["module_class_reason"]
-    assert m["files"]["small_pt"]["dtype"] == "float32"
-
-
-def test_missing_user_file_falls_back_with_the_reason(workbench, small_big, tmp_path):
-    m = prep.prepare(_cfg(load_model_safetensors=str(tmp_path / "absent.safetensors")), workbench)
-    assert m["source"] == "synthetic"
-    assert "load_model_safetensors" in m["source_reason"] and "absent.safetensors" in m["source_reason"]
 
 
 @pytest.mark.parametrize(

@@ -256,6 +256,32 @@ def plot(section: dict, plot_dir: Path) -> str | None:
     return f"{Path(plot_dir).name}/{PLOT_NAME}"
 
 
+def device_summary(section: dict) -> dict | None:
+    """The backend device_placed used, its memory, and its one-time start-up time (outside the clock)."""
+    dev = section.get("device")
+    if not dev:
+        return None
+    out = {"status": dev["status"], "reason": dev.get("reason"), "checked": dev.get("checked", [])}
+    if dev["status"] != "ok":
+        return out
+
+    def fact(v):
+        return v["unavailable"] if isinstance(v, dict) else v
+
+    shares, total = dev["shares_memory_with_cpu"], dev["total_memory_bytes"]
+    out.update(
+        backend=dev["backend"],
+        name=fact(dev["name"]),
+        name_known=not isinstance(dev["name"], dict),
+        total_memory_bytes=None if isinstance(total, dict) else total,
+        total_memory_reason=fact(total) if isinstance(total, dict) else None,
+        shares=None if isinstance(shares, dict) else shares,
+        shares_reason=fact(shares) if isinstance(shares, dict) else dev.get("shares_memory_source"),
+        init_s=_import_spread(section, "device_init_s"),
+    )
+    return out
+
+
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """Context for templates/sections/load.md.j2 (see disklab.sections). Never raises on not_run/failed."""
     if section.get("status") != "ok":
@@ -268,5 +294,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "workers": workers_summary(section),
         "import_s": _import_spread(section),
         "device_context_init_s": _import_spread(section, "device_context_init_s"),
+        "device": device_summary(section),
+        "user_model": section.get("user_model"),
         "plot": plot(section, plot_dir),
     }

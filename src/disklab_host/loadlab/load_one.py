@@ -1,7 +1,10 @@
 """One load measurement in this fresh process; prints one JSON line.
 
-Usage: python load_one.py METHOD PATH [--model NAME --populate copy|assign]
-       [--spawn-wall-ns NS] [--hold]
+Usage: python load_one.py METHOD PATH [PATH ...] [--model NAME --populate copy|assign
+       [--decoder-config JSON]] [--spawn-wall-ns NS] [--hold]
+
+More than one PATH is a sharded safetensors model: each is loaded in turn into
+one state dict, and residency is summed over all of them.
 
 METHOD is one of :data:`METHODS`. Every readiness stage is timed from one
 start point, the moment recorded just before the load call, and the times
@@ -13,8 +16,17 @@ leave out disklab's own probes (mincore, RSS), whose total is ``probe_s``:
   device then ``load_state_dict(assign=True)`` (``assign``);
 - ``all_touched``: every tensor summed once (the lesson's touch, with a float32
   accumulator instead of a float copy of each tensor);
-- ``device_placed``: ``.to("cuda")`` and ``torch.cuda.synchronize()``; recorded
-  as not run, with the reason, when CUDA is not available.
+- ``device_placed``: ``.to(device)`` and the backend's synchronize, on the
+  first backend available of CUDA (``torch.cuda.synchronize()``) and MPS
+  (``torch.mps.synchronize()``); recorded as not run, with each backend checked
+  and why it is unavailable, when neither is.
+
+Every measurement is a fresh process, so the backend's one-time start-up (CUDA
+context creation, the first small allocation, a synchronize) would otherwise
+fall inside device_placed, and on unified memory it can dwarf the copy. It runs
+before the clock starts and is timed apart as ``process.device_init_s``; the
+record's ``device`` names the backend, the device, its memory and whether it
+shares memory with the CPU.
 
 At each stage: residency of PATH (mincore), current RSS and peak RSS. Peak RSS
 is getrusage's ru_maxrss, the peak since this process started (imports
@@ -53,8 +65,8 @@ _IMPORT_NS = time.perf_counter_ns() - _IMPORT_START
 METHODS = ("torch.load", "torch.load-mmap", "load_file", "one-tensor", "load_file+willneed")
 POPULATE = ("copy", "assign")
 SYSTEM = platform.system()
-# Where device_placed puts the weights; tests set "meta" to run the stage without a GPU.
-DEVICE = "cuda"
+# Tests set "meta" to run device_placed's bookkeeping without a GPU: the weights go there instead.
+DEVICE_OVERRIDE: str | None = None
 # What the last measure() loaded, kept alive so --hold shows its memory in smaps_rollup.
 _KEEP: list = []
 
@@ -77,24 +89,32 @@ def willneed_hint(path: str) -> str:
         os.close(fd)
 
 
-def load(method: str, path: str) -> tuple[dict, dict]:
-    """Run one loader; return (name -> CPU tensor, notes about the call).
+def load(method: str, path: str | list[str]) -> tuple[dict, dict]:
+    """Run one loader over ``path`` (a list: a sharded model's files, in turn); return (tensors, notes).
+
+    The tensors are a dict of name -> CPU tensor.
 
     Raises ValueError naming METHOD for an unknown method. torch.load always
-    runs with weights_only=True.
+    runs with weights_only=True. one-tensor reads the first tensor of the first file.
     """
+    paths = [path] if isinstance(path, str) else list(path)
     notes: dict = {}
+    sd: dict = {}
     if method == "torch.load":
-        sd = torch.load(path, map_location="cpu", weights_only=True)
+        for p in paths:
+            sd.update(torch.load(p, map_location="cpu", weights_only=True))
     elif method == "torch.load-mmap":
-        sd = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        for p in paths:
+            sd.update(torch.load(p, map_location="cpu", weights_only=True, mmap=True))
     elif method == "load_file":
-        sd = load_file(path)
+        for p in paths:
+            sd.update(load_file(p))
     elif method == "load_file+willneed":
-        notes["hint"] = willneed_hint(path)
-        sd = load_file(path)
+        notes["hint"] = [willneed_hint(p) for p in paths][0]
+        for p in paths:
+            sd.update(load_file(p))
     elif method == "one-tensor":
-        with safe_open(path, framework="pt") as f:
+        with safe_open(paths[0], framework="pt") as f:
             key = next(iter(f.keys()))
             sd = {key: f.get_tensor(key)}
         notes["tensor"] = key
@@ -112,12 +132,15 @@ def current_rss_bytes() -> int | dict:
         return unavailable(f"current RSS needs /proc/self/statm (Linux): {exc}")
 
 
-def snapshot(path: str) -> dict:
-    """Residency of ``path`` and this process's RSS and peak RSS, in bytes."""
-    res = cache.residency(path)
+def snapshot(path: str | list[str]) -> dict:
+    """Residency of ``path`` (summed over a list) and this process's RSS and peak RSS, in bytes."""
+    paths = [path] if isinstance(path, str) else list(path)
+    res = [cache.residency(p) for p in paths]
+    resident = sum(r["resident_bytes"] for r in res)
+    size = sum(os.stat(p).st_size for p in paths)
     return {
-        "resident_bytes": res["resident_bytes"],
-        "resident_fraction": res["fraction"],
+        "resident_bytes": resident,
+        "resident_fraction": (res[0]["fraction"] if len(res) == 1 else resident / size if size else 0.0),
         "rss_bytes": current_rss_bytes(),
         "peak_rss_bytes": peak_rss_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, SYSTEM),
     }
@@ -126,7 +149,7 @@ def snapshot(path: str) -> dict:
 class StageClock:
     """Times stages from one start point, leaving out the time spent in probes."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str | list[str]):
         self.path = path
         self.start_ns = 0
         self.probe_ns = 0
@@ -155,10 +178,19 @@ def touch(tensors) -> tuple[float, int]:
     return total, nbytes
 
 
-def populate(sd: dict, model_name: str, mode: str, model_module: str) -> torch.nn.Module:
-    """Build the model ``model_name`` and give it the weights ``sd`` (see module docstring)."""
+def model_config(model_name: str, model_module: str, decoder_config: str | None = None):
+    """``CONFIGS[model_name]``, or a ``DecoderConfig`` from ``decoder_config`` (JSON keyword arguments)."""
     mod = importlib.import_module(model_module)
-    config = mod.CONFIGS[model_name]
+    if decoder_config:
+        return mod, mod.DecoderConfig(**json.loads(decoder_config))
+    return mod, mod.CONFIGS[model_name]
+
+
+def populate(
+    sd: dict, model_name: str, mode: str, model_module: str, decoder_config: str | None = None
+) -> torch.nn.Module:
+    """Build the model ``model_name`` and give it the weights ``sd`` (see module docstring)."""
+    mod, config = model_config(model_name, model_module, decoder_config)
     if mode == "copy":
         model = mod.DecoderLM(config)
         model.load_state_dict(sd)
@@ -171,7 +203,7 @@ def populate(sd: dict, model_name: str, mode: str, model_module: str) -> torch.n
     return model
 
 
-def warm_device_context(model_name: str, model_module: str) -> float:
+def warm_device_context(model_name: str, model_module: str, decoder_config: str | None = None) -> float:
     """Build the model once on the meta device before the clock starts; return its time in s.
 
     The first module built under ``with torch.device(...)`` in a process imports
@@ -181,55 +213,168 @@ def warm_device_context(model_name: str, model_module: str) -> float:
     out of the module_populated stage of the meta + assign path; the time is
     recorded as ``device_context_init_s``.
     """
-    mod = importlib.import_module(model_module)
+    mod, config = model_config(model_name, model_module, decoder_config)
     t0 = time.perf_counter_ns()
     with torch.device("meta"):
-        mod.DecoderLM(mod.CONFIGS[model_name])
+        mod.DecoderLM(config)
+    return (time.perf_counter_ns() - t0) / 1e9
+
+
+def _cuda_unavailable() -> str:
+    """Why torch.cuda.is_available() is False, from what this torch build says of itself."""
+    hip = getattr(torch.version, "hip", None)
+    if torch.version.cuda is None and hip is None:
+        return "torch.cuda.is_available() is False (CPU-only build: torch.version.cuda is None)"
+    build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else f"ROCm {hip} build"
+    try:
+        count = str(torch.cuda.device_count())
+    except Exception as exc:  # the driver's own error says more than a guess
+        count = f"unknown: {type(exc).__name__}: {exc}"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    vis = f", CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else ""
+    return (
+        f"torch.cuda.is_available() is False ({build}, torch.cuda.device_count() is {count}{vis}: "
+        "no GPU or driver this process can use)"
+    )
+
+
+def _mps_unavailable() -> str:
+    """Why torch.backends.mps.is_available() is False."""
+    if SYSTEM != "Darwin":
+        return f"torch.backends.mps.is_available() is False (not macOS: {SYSTEM})"
+    if not torch.backends.mps.is_built():
+        return "torch.backends.mps.is_available() is False (this torch build has no MPS support)"
+    return "torch.backends.mps.is_available() is False (built with MPS, but macOS offers it no Metal device)"
+
+
+def find_backend() -> tuple[str | None, list[dict]]:
+    """The first available of CUDA and MPS, and each backend checked: {"backend", "available", "reason"}."""
+    checked = []
+    if torch.cuda.is_available():
+        return "cuda", [{"backend": "cuda", "available": True, "reason": None}]
+    checked.append({"backend": "cuda", "available": False, "reason": _cuda_unavailable()})
+    if torch.backends.mps.is_available():
+        return "mps", [*checked, {"backend": "mps", "available": True, "reason": None}]
+    checked.append({"backend": "mps", "available": False, "reason": _mps_unavailable()})
+    return None, checked
+
+
+def device_info(backend: str) -> dict:
+    """The device's name, memory in bytes and whether it shares memory with the CPU.
+
+    CUDA: torch.cuda.get_device_properties (name, total_memory, is_integrated:
+    an integrated GPU such as DGX Spark's GB10 uses the host's memory). MPS:
+    Apple silicon's GPU always shares one unified memory with the CPU; torch
+    offers no total or name, only Metal's recommended working set
+    (torch.mps.recommended_max_memory, where this torch has it).
+    """
+    if backend == "cuda":
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        integrated = getattr(props, "is_integrated", None)
+        return {
+            "backend": "cuda",
+            "name": props.name,
+            "index": index,
+            "capability": f"{props.major}.{props.minor}",
+            "total_memory_bytes": int(props.total_memory),
+            "shares_memory_with_cpu": bool(integrated)
+            if integrated is not None
+            else unavailable(f"torch {torch.__version__}'s device properties have no is_integrated"),
+            "shares_memory_source": "torch.cuda.get_device_properties().is_integrated",
+        }
+    rec_max = getattr(torch.mps, "recommended_max_memory", None)
+    return {
+        "backend": "mps",
+        "name": unavailable("torch.mps offers no device name"),
+        "total_memory_bytes": unavailable(
+            "torch.mps offers no total memory (the GPU uses the Mac's unified memory)"
+        ),
+        "recommended_max_memory_bytes": int(rec_max())
+        if rec_max
+        else unavailable(f"torch {torch.__version__} has no torch.mps.recommended_max_memory"),
+        "shares_memory_with_cpu": True,
+        "shares_memory_source": "MPS runs on Apple silicon, whose CPU and GPU share one unified memory",
+    }
+
+
+def synchronize(backend: str) -> None:
+    """Wait for the backend's queued work: torch.cuda.synchronize() or torch.mps.synchronize()."""
+    if backend == "cuda":
+        torch.cuda.synchronize()
+    elif backend == "mps":
+        torch.mps.synchronize()
+
+
+def device_init(backend: str, device: str) -> float:
+    """The backend's one-time start-up, before any clock: context, a first small allocation, synchronize.
+
+    Returns its time in s (``process.device_init_s``).
+    """
+    t0 = time.perf_counter_ns()
+    first = torch.ones(1024, device=device)
+    first.add_(1)
+    synchronize(backend)
+    del first
     return (time.perf_counter_ns() - t0) / 1e9
 
 
 def measure(args: argparse.Namespace) -> dict:
     """Run every stage once for ``args``; return the JSON-able record."""
-    clock = StageClock(args.path)
-    context_init_s = warm_device_context(args.model, args.model_module) if args.model else None
-    before = snapshot(args.path)
+    paths = [args.path] if isinstance(args.path, str) else list(args.path)
+    decoder = getattr(args, "decoder_config", None)
+    clock = StageClock(paths)
+    backend, checked = find_backend()
+    device_init_s = None
+    if backend:
+        device = DEVICE_OVERRIDE or backend
+        device_rec = {**device_info(backend), "status": "ok", "torch_device": device, "checked": checked}
+        device_init_s = device_init(backend, device)
+    else:
+        reason = "; ".join(c["reason"] for c in checked)
+        device_rec = {"status": "not_run", "reason": reason, "checked": checked}
+    context_init_s = warm_device_context(args.model, args.model_module, decoder) if args.model else None
+    before = snapshot(paths)
     clock.start()
-    sd, notes = load(args.method, args.path)
+    sd, notes = load(args.method, paths)
     clock.mark("loader_return")
     holder = sd
     if args.model:
-        holder = populate(sd, args.model, args.populate, args.model_module)
+        holder = populate(sd, args.model, args.populate, args.model_module, decoder)
         clock.mark("module_populated")
     tensors = list(holder.state_dict().values()) if args.model else list(sd.values())
     checksum, touched = touch(tensors)
     clock.mark("all_touched")
-    if torch.cuda.is_available():
+    if backend:
         if args.model:
-            holder.to(DEVICE)
+            holder.to(device)
         else:
-            holder = {k: v.to(DEVICE) for k, v in sd.items()}
-        torch.cuda.synchronize()
+            holder = {k: v.to(device) for k, v in sd.items()}
+        synchronize(backend)
         clock.mark("device_placed")
-        clock.stages["device_placed"]["device"] = torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE
+        clock.stages["device_placed"].update(backend=backend, device=device)
     else:
-        clock.skip("device_placed", "torch.cuda.is_available() is False on this host")
+        clock.skip("device_placed", device_rec["reason"])
     _KEEP[:] = [sd, holder]
     return {
         "method": args.method,
-        "path": args.path,
-        "file_size_bytes": os.stat(args.path).st_size,
+        "path": paths[0],
+        **({"paths": paths} if len(paths) > 1 else {}),
+        "file_size_bytes": sum(os.stat(p).st_size for p in paths),
         "model": args.model,
         "populate": args.populate if args.model else None,
         "pid": os.getpid(),
         "system": SYSTEM,
         "torch_version": torch.__version__,
+        "device": device_rec,
         "process": {
             "spawn_to_main_s": (_MAIN_WALL_NS - args.spawn_wall_ns) / 1e9 if args.spawn_wall_ns else None,
             "import_s": _IMPORT_NS / 1e9,
+            "device_init_s": device_init_s,
             "device_context_init_s": context_init_s,
         },
         "before": before,
-        "residency_trust": cache.residency_trust(args.path),
+        "residency_trust": cache.residency_trust(paths[0]),
         "stage_order": list(clock.stages),
         "stages": clock.stages,
         "probe_s": clock.probe_ns / 1e9,
@@ -243,9 +388,10 @@ def measure(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("method", choices=METHODS)
-    ap.add_argument("path")
+    ap.add_argument("path", nargs="+", help="the file; several: a sharded model's files, in load order")
     ap.add_argument("--model", help="DecoderLM config name: the file holds its state dict")
     ap.add_argument("--populate", choices=POPULATE, default="copy")
+    ap.add_argument("--decoder-config", default=None, help="DecoderConfig keyword arguments as JSON")
     ap.add_argument(
         "--model-module", default="disklab_host.loadlab.model", help="module with CONFIGS and DecoderLM"
     )

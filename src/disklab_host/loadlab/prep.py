@@ -6,14 +6,22 @@ nothing is downloaded at run time:
 
 - ``small.pt`` / ``small.safetensors``: a :class:`model.DecoderLM` state dict,
   config ``tiny`` when ``sizes["load_small_full_size"] == 0``, else ``small``
-  (SmolLM2-135M's shape), or a real model given by ``cfg["load_model_safetensors"]``;
+  (SmolLM2-135M's shape);
 - ``big.pt`` / ``big.safetensors``: ``sizes["load_big_tensors"]`` tensors
-  ``w0``.. of shape 4096 x 4096, bf16, 32 MiB each (the lesson's big_src).
+  ``w0``.. of shape 4096 x 4096, bf16, 32 MiB each (the lesson's big_src);
+- with the setting ``load_model`` (``cfg["settings"]["load_model"]``: a
+  .safetensors file, a sharded directory, or a Hugging Face repo id found in the
+  host's cache; see usermodel.py): ``user.pt``, the user's weights merged into one
+  state dict and saved with torch.save, as the lesson's prep.py does with the
+  SmolLM2 file. The user's own safetensors are loaded where they are and never
+  changed; a user model that is missing or not what it claims is recorded in
+  ``manifest["user_model"]`` with one line naming the file, and the synthetic
+  files are made as always.
 
 ``prep_manifest.json`` (written atomically, last) records the recipe and, per
 file, its size and the sha256 of its first and last MiB. A later call reuses
 the files only when the recipe (seed, configs, torch and safetensors versions,
-the user file's identity) is equal and every file still matches. Each weight
+the user model's files' sizes and mtimes) is equal and every file still matches. Each weight
 file is written to a temp name, fsynced, renamed and its directory fsynced, so
 its pages are clean (evictable) when the loads start.
 
@@ -26,7 +34,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -38,7 +45,7 @@ from safetensors.torch import load_file, save_file
 from ..common.facts import require_positive
 from ..common.fsio import atomic_write_json, fsync_dir
 from ..common.units import MIB
-from . import model
+from . import model, usermodel
 
 MANIFEST = "prep_manifest.json"
 PREP_FORMAT = 1  # bump when the layout of the generated files changes
@@ -48,6 +55,7 @@ FILES = {
     "big_pt": "big.pt",
     "big_safetensors": "big.safetensors",
 }
+USER_PT = "user.pt"
 BIG_SHAPE = (4096, 4096)
 BIG_DTYPE = torch.bfloat16
 SUM_BYTES = MIB  # head and tail hashed to recognise a file
@@ -57,7 +65,7 @@ def recipe(cfg: dict) -> dict:
     """What decides the files' bytes, from ``cfg``. Equal recipes give equal files.
 
     Reads ``cfg["sizes"]["load_small_full_size"]`` (0 or 1), ``["load_big_tensors"]``
-    (> 0), ``cfg.get("prep_seed", 0)`` and ``cfg.get("load_model_safetensors")``.
+    (> 0) and ``cfg.get("prep_seed", 0)``; the user model's identity is added by :func:`prepare`.
     Raises ValueError naming a bad setting.
     """
     sizes = cfg["sizes"]
@@ -76,55 +84,80 @@ def recipe(cfg: dict) -> dict:
         "big_shape": list(BIG_SHAPE),
         "torch_version": torch.__version__,
         "safetensors_version": safetensors.__version__,
-        "user_safetensors": None,
-        "source_reason": None,
+        "user_model": None,
     }
-    user = cfg.get("load_model_safetensors")
-    if user:
-        path = Path(user).expanduser()
-        if path.is_file():
-            st = path.stat()
-            out["small_config"] = "user"
-            out["user_safetensors"] = {
-                "path": str(path),
-                "size_bytes": st.st_size,
-                "mtime_ns": st.st_mtime_ns,
-            }
-        else:
-            out["source_reason"] = (
-                f"load_model_safetensors={user} is not a file on this host; synthetic weights used"
-            )
     return out
 
 
 def prepare(cfg: dict, workdir: Path) -> dict:
-    """Make (or reuse) the four weight files in ``workdir``; return the manifest.
+    """Make (or reuse) the weight files in ``workdir``; return the manifest.
 
     The manifest is ``{"files": {"small_pt" | "small_safetensors" | "big_pt" |
-    "big_safetensors": {"path", "size_bytes", "format", "tensors", "dtype",
-    "params", "head_sha256", "tail_sha256"}}, "small_config": "tiny" | "small" |
-    "user", "source": "synthetic" | "user_safetensors", "source_reason": str |
-    None, "module_class": "DecoderLM" | None, "module_config": "tiny" | "small" |
-    None (the CONFIGS name the small files load into), "module_class_reason", "recipe",
-    "generate_s", "reused": bool, "prep_s": float}``. ``prep_s`` is this call's
-    wall time in seconds (checking only, when reused). Raises ValueError for a
-    bad setting (see :func:`recipe`).
+    "big_safetensors" [| "user_safetensors" | "user_pt"]: {"path", "size_bytes",
+    "format", "tensors", "dtype", "params", ...}}, "small_config": "tiny" |
+    "small", "module_class": "DecoderLM", "module_config": "tiny" | "small" (the
+    CONFIGS name the small files load into), "user_model": None (no setting) |
+    {"status": "ok", ...} | {"status": "not_run", "setting", "reason"}, "recipe",
+    "generate_s", "reused": bool, "prep_s": float}``. ``user_safetensors`` has
+    ``paths``, the user's own shards in load order (``path`` is the first).
+    ``prep_s`` is this call's wall time in seconds (checking only, when reused).
+    Raises ValueError for a bad setting (see :func:`recipe`); a bad user model
+    never raises.
     """
     start = time.perf_counter()
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     want = recipe(cfg)
+    user = user_model(cfg)
+    if user and user["status"] == "ok":
+        want["user_model"] = {
+            "setting": user["setting"],
+            "shards": [{"path": p, "size_bytes": os.stat(p).st_size, "mtime_ns": os.stat(p).st_mtime_ns}
+                       for p in user["shards"]],
+        }  # fmt: skip
     old = _read_manifest(workdir / MANIFEST)
     if old is not None and old.get("recipe") == want and _files_match(workdir, old["files"]):
         for key, name in FILES.items():
             old["files"][key]["path"] = str((workdir / name).resolve())
+        if not user or user["status"] != "ok":
+            old["user_model"] = user  # this call's check: unset, or what is wrong now
+        if "user_pt" in old["files"]:
+            old["files"]["user_pt"]["path"] = str((workdir / USER_PT).resolve())
         return dict(old, reused=True, prep_s=time.perf_counter() - start)
-    manifest = _generate(want, workdir)
+    manifest = _generate(want, workdir, user)
     manifest["generate_s"] = time.perf_counter() - start
     manifest["reused"] = False
     manifest["prep_s"] = manifest["generate_s"]
     atomic_write_json(workdir / MANIFEST, manifest)
     return manifest
+
+
+def user_model(cfg: dict) -> dict | None:
+    """The user's model from the setting ``load_model``, checked (usermodel.resolve); None when unset.
+
+    Returns usermodel.resolve's description with ``"status": "ok"``, whether
+    DecoderLM can hold it (``module_config``: DecoderConfig keyword arguments,
+    or None with ``module_reason``), or ``{"status": "not_run", "setting",
+    "reason"}`` with usermodel's one line when it is missing or not what it claims.
+    """
+    setting = (cfg.get("settings") or {}).get("load_model")
+    if setting is None or str(setting).strip() == "":
+        return None
+    try:
+        desc = usermodel.resolve(str(setting))
+    except usermodel.UserModelError as exc:
+        return {"status": "not_run", "setting": str(setting), "reason": str(exc)}
+    kwargs, reason = usermodel.decoder_config(desc["config_json"])
+    if kwargs is not None:
+        try:
+            shapes = model.state_shapes(model.DecoderConfig(**kwargs))
+            reason = usermodel.shape_mismatch(shapes, desc["tensors"])
+        except (TypeError, ValueError) as exc:
+            reason = f"{desc['config_json']}: {exc}"
+        if reason:
+            kwargs = None
+    desc.pop("tensors")
+    return {"status": "ok", **desc, "module_config": kwargs, "module_reason": reason}
 
 
 def _read_manifest(path: Path) -> dict | None:
@@ -145,7 +178,8 @@ def head_tail_sha256(path: Path) -> tuple[str, str]:
 
 
 def _files_match(workdir: Path, files: dict) -> bool:
-    for key, name in FILES.items():
+    names = dict(FILES, **({"user_pt": USER_PT} if "user_pt" in files else {}))
+    for key, name in names.items():
         entry, path = files.get(key), workdir / name
         if not entry or not path.is_file() or path.stat().st_size != entry.get("size_bytes"):
             return False
@@ -206,39 +240,36 @@ def _describe(path: Path, fmt: str, state: dict) -> dict:
     }
 
 
-def _module_match(state: dict) -> tuple[str | None, str | None]:
-    """The CONFIGS name whose DecoderLM state dict has exactly these names and shapes, else None."""
-    shapes = {name: tuple(t.shape) for name, t in state.items()}
-    for name, config in model.CONFIGS.items():
-        if model.state_shapes(config) == shapes:
-            return name, None
-    want = model.state_shapes(model.CONFIGS["small"])
-    missing, unexpected = len(want.keys() - shapes.keys()), len(shapes.keys() - want.keys())
-    wrong = sum(1 for k in want.keys() & shapes.keys() if want[k] != shapes[k])
-    return None, (
-        f"tensor names/shapes do not match DecoderLM('small'): {missing} missing, {unexpected} unexpected, "
-        f"{wrong} with another shape; module_populated is not measurable with this file"
-    )
-
-
-def _write_small(want: dict, workdir: Path) -> tuple[dict, str | None, str | None]:
-    """small.safetensors and small.pt; returns their descriptions, the matching config name and why not."""
-    user = want["user_safetensors"]
+def _write_small(want: dict, workdir: Path) -> dict:
+    """small.safetensors and small.pt (DecoderLM's seeded weights); returns their descriptions."""
     st_path, pt_path = workdir / FILES["small_safetensors"], workdir / FILES["small_pt"]
-    if user:
-        _replace_into(st_path, lambda tmp: shutil.copyfile(user["path"], tmp))
-        state = load_file(str(st_path))
-        module_config, reason = _module_match(state)
-    else:
-        state = model.build_weights(model.CONFIGS[want["small_config"]], seed=want["seed"])
-        module_config, reason = want["small_config"], None
-        _replace_into(st_path, lambda tmp: save_file(state, str(tmp)))
+    state = model.build_weights(model.CONFIGS[want["small_config"]], seed=want["seed"])
+    _replace_into(st_path, lambda tmp: save_file(state, str(tmp)))
     _torch_save(state, pt_path)
-    files = {
+    return {
         "small_pt": _describe(pt_path, "pt", state),
         "small_safetensors": _describe(st_path, "safetensors", state),
     }
-    return files, module_config, reason
+
+
+def _write_user(user: dict, workdir: Path) -> tuple[dict, dict]:
+    """user.pt from the user's shards (read, never written); returns the two file entries and the status.
+
+    A shard safetensors cannot load gives ``({}, {"status": "not_run", ...})``.
+    """
+    state: dict = {}
+    try:
+        for shard in user["shards"]:
+            state.update(load_file(shard))
+    except Exception as exc:  # the user's file, not ours: recorded, and the lab goes on
+        reason = f"{shard}: safetensors could not load it: {type(exc).__name__}: {exc}".replace("\n", " ")
+        return {}, {"status": "not_run", "setting": user["setting"], "reason": reason}
+    pt_path = workdir / USER_PT
+    _torch_save(state, pt_path)
+    st = _describe(Path(user["shards"][0]), "safetensors", state)
+    st.update(path=user["shards"][0], paths=list(user["shards"]), size_bytes=user["size_bytes"])
+    del st["head_sha256"], st["tail_sha256"]  # the user's files are identified by size and mtime
+    return {"user_safetensors": st, "user_pt": _describe(pt_path, "pt", state)}, user
 
 
 def _write_big(want: dict, workdir: Path) -> dict:
@@ -253,20 +284,22 @@ def _write_big(want: dict, workdir: Path) -> dict:
     }
 
 
-def _generate(want: dict, workdir: Path) -> dict:
-    """Write the four files for recipe ``want``; the old manifest goes first, so a crash leaves none."""
+def _generate(want: dict, workdir: Path, user: dict | None) -> dict:
+    """Write the files for recipe ``want``; the old manifest goes first, so a crash leaves none."""
     (workdir / MANIFEST).unlink(missing_ok=True)
     fsync_dir(workdir)
-    files, module_config, reason = _write_small(want, workdir)  # its tensors are freed before the big ones
+    (workdir / USER_PT).unlink(missing_ok=True)
+    files = _write_small(want, workdir)  # its tensors are freed before the big ones
+    if user and user["status"] == "ok":
+        user_files, user = _write_user(user, workdir)
+        files.update(user_files)
     files.update(_write_big(want, workdir))
     return {
         "files": files,
         "small_config": want["small_config"],
-        "source": "user_safetensors" if want["user_safetensors"] else "synthetic",
-        "source_reason": want["source_reason"],
-        "module_class": "DecoderLM" if module_config else None,
-        "module_config": module_config,
-        "module_class_reason": reason,
+        "module_class": "DecoderLM",
+        "module_config": want["small_config"],
+        "user_model": user,
         "recipe": want,
     }
 
@@ -278,12 +311,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, required=True)
     ap.add_argument("--profile", default="quick", choices=sorted(registry.PROFILES))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--model-safetensors", default=None, help="a real .safetensors to use as the small model")
+    ap.add_argument(
+        "--load-model", default=None, help="a .safetensors, a sharded directory or a repo id in the HF cache"
+    )
     args = ap.parse_args(argv)
     cfg = {
         "sizes": registry.resolve(args.profile),
         "prep_seed": args.seed,
-        "load_model_safetensors": args.model_safetensors,
+        "settings": {"load_model": args.load_model},
     }
     print(json.dumps(prepare(cfg, args.workdir), indent=2, sort_keys=True))
     return 0

@@ -14,8 +14,15 @@ residency cannot be trusted (cache.residency_trust).
 Cells: the big file with torch.load, torch.load-mmap (the .pt), load_file,
 one-tensor and load_file+willneed (the .safetensors); the small model with
 torch.load (.pt) and load_file (.safetensors), each populating a DecoderLM by
-copy and by assign. Raw samples are kept; cells summarise them as median, min
-and max (labcommon.spread).
+copy and by assign. With the setting ``load_model`` (prep.user_model), the
+user's own safetensors (one file or every shard, in place, never changed) get
+load_file and one-tensor, and ``user.pt``, made from them in the workbench as
+the synthetic .pt files are, gets torch.load and torch.load-mmap; when its
+config.json describes a model DecoderLM can hold, both also populate a DecoderLM
+by copy and by assign. A cold method that must copy the file (macOS
+coldcopy_nocache) copies it into the workbench's ``cold_copies/`` and the copy
+is what is timed (``timed_path``); it is deleted after its measurement. Raw
+samples are kept; cells summarise them as median, min and max (labcommon.spread).
 """
 
 from __future__ import annotations
@@ -46,6 +53,16 @@ BIG_CELLS = (
 # (manifest file key, load_one method) for the small model, each run with both populate modes.
 SMALL_CELLS = (("small_pt", "torch.load"), ("small_safetensors", "load_file"))
 POPULATE = ("copy", "assign")
+# (manifest file key, load_one method) for the user's model (setting load_model), and those that populate.
+USER_CELLS = (
+    ("user_pt", "torch.load"),
+    ("user_pt", "torch.load-mmap"),
+    ("user_safetensors", "load_file"),
+    ("user_safetensors", "one-tensor"),
+)
+USER_MODEL_CELLS = (("user_pt", "torch.load"), ("user_safetensors", "load_file"))
+USER_MODEL = "user"  # the model name of the user's cells; its DecoderConfig travels as --decoder-config
+COLD_COPIES = "cold_copies"  # under the step's workdir: where a cold method's copy is made and timed
 RUN_TIMEOUT_S = 1800
 # The quick profile skips cells whose answer the lesson does not ask for, to stay within
 # about 3 minutes on 2 cores (each cell costs a fresh process that imports torch, ~1 s):
@@ -75,7 +92,7 @@ def skipped(cell: dict, state: str, profile: str | None) -> str | None:
     """The reason this cell × cache state is not measured in ``profile``, or None when it is."""
     if profile != "quick":
         return None
-    kind = "module" if cell["model"] else cell["method"]
+    kind = "module" if cell["model"] and cell["model"] != USER_MODEL else cell["method"]
     for what, skip_state, reason in QUICK_SKIPS:
         if what == kind and skip_state == state:
             return reason
@@ -92,31 +109,72 @@ def run(cfg: dict, workdir: Path) -> dict:
     from ..loadlab import prep  # written by the prep step's owner; imports torch
 
     manifest = prep.prepare(cfg, workdir)
-    return measure(cfg, manifest)
+    return measure(cfg, manifest, scratch_dir=Path(workdir) / COLD_COPIES)
+
+
+def _cell(files: dict, key: str, method: str, model=None, populate=None, decoder_config=None) -> dict:
+    entry = files[key]
+    return {
+        "file": key,
+        "path": entry["path"],
+        "paths": list(entry.get("paths") or [entry["path"]]),
+        "method": method,
+        "model": model,
+        "populate": populate,
+        "decoder_config": decoder_config,
+    }
 
 
 def cell_plan(manifest: dict) -> tuple[list[dict], dict | None]:
-    """The cells to measure, and a not_run record for module_populated when it cannot run.
+    """The cells to measure, and a not_run record for the small model's module_populated when it cannot run.
 
-    Each cell is ``{"file", "path", "method", "model", "populate"}``.
+    Each cell is ``{"file", "path", "paths", "method", "model", "populate",
+    "decoder_config"}``; ``paths`` lists a sharded file's shards (else just ``path``).
+    The user's cells come last, and only when ``manifest["user_model"]`` is ok.
     """
     files = manifest["files"]
-    plan = [
-        {"file": key, "path": files[key]["path"], "method": m, "model": None, "populate": None}
-        for key, m in BIG_CELLS
-    ]
+    plan = [_cell(files, key, m) for key, m in BIG_CELLS]
     small = manifest.get("small_config")
     # prep.py names the DecoderLM config the small files load into (None when none fits).
     config = manifest.get("module_config", small if small in ("tiny", "small") else None)
+    skip = None
     if config is None:
         reason = manifest.get("module_class_reason") or f"small model config is {small!r}"
-        return plan, not_run(f"no DecoderLM config to populate: {reason}")
-    for key, m in SMALL_CELLS:
-        for mode in POPULATE:
-            plan.append(
-                {"file": key, "path": files[key]["path"], "method": m, "model": config, "populate": mode}
-            )
-    return plan, None
+        skip = not_run(f"no DecoderLM config to populate: {reason}")
+    else:
+        for key, m in SMALL_CELLS:
+            plan.extend(_cell(files, key, m, config, mode) for mode in POPULATE)
+    user = manifest.get("user_model")
+    if user and user.get("status") == "ok" and "user_pt" in files:
+        plan.extend(_cell(files, key, m) for key, m in USER_CELLS)
+        if user.get("module_config"):
+            decoder = json.dumps(user["module_config"], sort_keys=True)
+            for key, m in USER_MODEL_CELLS:
+                plan.extend(_cell(files, key, m, USER_MODEL, mode, decoder) for mode in POPULATE)
+    return plan, skip
+
+
+def _evict(path: str, cfg: dict, methods, scratch_dir: Path | None) -> dict:
+    """cache.evict for one file; the record's ``timed_path`` is the file to time (a copy, or ``path``)."""
+    kwargs = {"become_allowed": bool(cfg.get("become_allowed")), "system": cfg.get("system")}
+    if scratch_dir is not None:
+        Path(scratch_dir).mkdir(parents=True, exist_ok=True)
+        kwargs["scratch_dir"] = scratch_dir
+    rec = cache.evict(path, methods, **kwargs)
+    return {**rec, "timed_path": str(rec.get("timed_path") or path)}
+
+
+def _merge_evictions(recs: list[dict]) -> dict:
+    """One eviction record for a sharded file: the method when every shard used the same one."""
+    if len(recs) == 1:
+        return recs[0]
+    methods = {r["method"] for r in recs}
+    return {
+        "method": methods.pop() if len(methods) == 1 else None,
+        "attempts": [a for r in recs for a in r["attempts"]],
+        "fraction_after": max(r["fraction_after"] for r in recs),
+        "timed_path": recs[0]["timed_path"],
+    }
 
 
 def measure_one(
@@ -127,53 +185,68 @@ def measure_one(
     eviction_methods: list[str] | None = None,
     skip_eviction: bool = False,
     model_module: str = "disklab_host.loadlab.model",
+    scratch_dir: Path | None = None,
 ) -> dict:
-    """Set the cache state of the cell's file, run load_one.py once, return its record.
+    """Set the cache state of the cell's file(s), run load_one.py once, return its record.
 
     ``skip_eviction`` leaves a "cold" run's file as it is (tests use it to
-    cause cold_unverified for real). Adds ``cache_state_requested``,
-    ``cache_state`` (cold, cold_unverified or warm), ``eviction`` and the cell's
-    keys. Raises ValueError for an unknown state, RuntimeError with the
-    child's stderr when load_one.py fails.
+    cause cold_unverified for real). ``scratch_dir`` is where a cold method that
+    must copy makes its copy (cache.evict); the copy is timed, recorded as
+    ``timed_path`` (``timed_paths`` for shards) and deleted afterwards. Adds
+    ``cache_state_requested``, ``cache_state`` (cold, cold_unverified or warm),
+    ``eviction`` and the cell's keys. Raises ValueError for an unknown state,
+    RuntimeError with the child's stderr when load_one.py fails.
     """
     if state not in CACHE_STATES:
         raise ValueError(f"cache state must be one of {list(CACHE_STATES)}, got {state!r}")
-    path = cell["path"]
+    paths = [str(p) for p in cell.get("paths") or [cell["path"]]]
+    timed = list(paths)
     eviction = None
     if state == "cold" and not skip_eviction:
-        eviction = cache.evict(
-            path,
-            eviction_methods,
-            become_allowed=bool(cfg.get("become_allowed")),
-            system=cfg.get("system"),
-        )
+        recs = [_evict(p, cfg, eviction_methods, scratch_dir) for p in paths]
+        timed = [r["timed_path"] for r in recs]
+        eviction = _merge_evictions(recs)
     elif state == "warm":
-        cache.warm(path)
-    cmd = module_argv(LOAD_ONE, cell["method"], str(path), "--spawn-wall-ns", str(time.time_ns()))
+        for p in paths:
+            cache.warm(p)
+    cmd = module_argv(LOAD_ONE, cell["method"], *timed, "--spawn-wall-ns", str(time.time_ns()))
     if cell["model"]:
         cmd += ["--model", cell["model"], "--populate", cell["populate"], "--model-module", model_module]
-    proc = subprocess.run(
-        workers.fresh_argv(cmd),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-        env=child_env(),
-    )
+        if cell.get("decoder_config"):
+            cmd += ["--decoder-config", cell["decoder_config"]]
+    try:
+        proc = subprocess.run(
+            workers.fresh_argv(cmd),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+            env=child_env(),
+        )
+    finally:
+        for orig, t in zip(paths, timed, strict=True):
+            if t != orig:
+                Path(t).unlink(missing_ok=True)  # the copy made for this cold run, never the original
     if proc.returncode != 0:
-        raise RuntimeError(f"load_one.py {cell['method']} {path} failed: {proc.stderr[-2000:]}")
+        raise RuntimeError(f"load_one.py {cell['method']} {timed[0]} failed: {proc.stderr[-2000:]}")
     rec = json.loads(proc.stdout.strip().splitlines()[-1])
     verified = (
         rec["before"]["resident_fraction"] <= cache.COLD_MAX_FRACTION and rec["residency_trust"] == "ok"
     )
     actual = state if state == "warm" or verified else "cold_unverified"
-    return {
+    out = {
         **rec,
         "file": cell["file"],
         "cache_state_requested": state,
         "cache_state": actual,
         "eviction": eviction,
     }
+    if timed != paths:
+        out["timed_path"] = timed[0]
+        out["original_path"] = paths[0]
+        if len(paths) > 1:
+            out["timed_paths"] = timed
+    return out
 
 
 def summarise(samples: list[dict]) -> list[dict]:
@@ -211,6 +284,11 @@ def summarise(samples: list[dict]) -> list[dict]:
                 "before_resident_fraction": spread([g["before"]["resident_fraction"] for g in group]),
                 "before_peak_rss_bytes": spread([g["before"]["peak_rss_bytes"] for g in group]),
                 "import_s": spread([g["process"]["import_s"] for g in group]),
+                **(
+                    {"device_init_s": spread(inits)}
+                    if (inits := [i for g in group if (i := g["process"].get("device_init_s")) is not None])
+                    else {}
+                ),
                 "stages": stages,
             }
         )
@@ -224,8 +302,11 @@ def measure(
     eviction_methods: list[str] | None = None,
     two_workers: bool = True,
     model_module: str = "disklab_host.loadlab.model",
+    scratch_dir: Path | None = None,
 ) -> dict:
     """Measure every cell ``sizes["load_repeats"]`` times, cold and warm; return the section.
+
+    ``scratch_dir`` is where a cold method that must copy makes the copy it times (see measure_one).
 
     Raises ValueError naming ``sizes.load_repeats`` when it is not > 0.
     """
@@ -241,7 +322,12 @@ def measure(
                 if skipped(cell, state, cfg.get("profile")):
                     continue
                 s = measure_one(
-                    cell, state, cfg=cfg, eviction_methods=eviction_methods, model_module=model_module
+                    cell,
+                    state,
+                    cfg=cfg,
+                    eviction_methods=eviction_methods,
+                    model_module=model_module,
+                    scratch_dir=scratch_dir,
                 )
                 s["repeat"] = rep
                 samples.append(s)
@@ -253,6 +339,7 @@ def measure(
         workers_result = not_run("two-worker memory was switched off for this run")
     used = sorted({s["eviction"]["method"] for s in samples if s["eviction"] and s["eviction"]["method"]})
     device = next(s["stages"]["device_placed"] for s in samples)
+    backend = next((s["device"] for s in samples if "device" in s), None)
     return {
         "status": "ok",
         "system": system,
@@ -266,6 +353,8 @@ def measure(
         "module_populated": module_skip or {"status": "ok"},
         "cells_skipped": skips,
         "device_placed": {"status": "ok"} if device["status"] == "ok" else device,
+        **({"device": backend} if backend else {}),
+        "user_model": user_section(manifest, samples),
         "eviction_methods_used": used,
         "drop_caches_used": "drop_caches" in used,
         "become_allowed": bool(cfg.get("become_allowed")),
@@ -275,4 +364,29 @@ def measure(
         "cells": summarise(samples),
         "two_workers": workers_result,
         "measure_wall_s": time.perf_counter() - start,
+    }
+
+
+def user_section(manifest: dict, samples: list[dict]) -> dict | None:
+    """What the section says of the user's model: None when unset, else where it came from and how it ran."""
+    user = manifest.get("user_model")
+    if not user:
+        return None
+    if user.get("status") != "ok":
+        return {"status": "not_run", "setting": user.get("setting", ""), "reason": user["reason"]}
+    files = manifest["files"]
+    mine = [s for s in samples if s["file"] in ("user_safetensors", "user_pt")]
+    keep = ("setting", "kind", "shards", "size_bytes", "config_json", "repo_id", "revision", "hub_cache")
+    module = (
+        {"status": "ok", "decoder_config": user["module_config"]}
+        if user.get("module_config")
+        else not_run(f"DecoderLM cannot hold this model: {user.get('module_reason')}")
+    )
+    return {
+        "status": "ok",
+        **{k: user[k] for k in keep if k in user},
+        "pt_path": files["user_pt"]["path"],
+        "pt_size_bytes": files["user_pt"]["size_bytes"],
+        "module_populated": module,
+        "timed_copies": sorted({s["timed_path"] for s in mine if "timed_path" in s}),
     }
