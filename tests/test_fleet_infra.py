@@ -20,7 +20,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
 import fleet as fleetmod  # noqa: E402
-from fleet import FS_CYCLE, MIN_SIZE_MIB, WORKBENCH, Fleet, FleetError  # noqa: E402
+from fleet import BARE_PATH, FRESH_MOUNT, FS_CYCLE, MIN_SIZE_MIB, WORKBENCH, Fleet, FleetError  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 ANSIBLE = REPO / ".venv-test" / "bin" / "ansible"
@@ -72,6 +72,10 @@ def _mounts_of(sources: set[str]) -> list[str]:
         ({"n": 2, "fleet_id": 256}, "fleet_id must be"),
         ({"n": 2, "size_mib": MIN_SIZE_MIB - 1}, "size_mib must be"),
         ({"n": 2, "state_dir": Path("/tmp/" + "x" * 80)}, "state_dir must be short"),
+        ({"n": 2, "profiles": ["fresh", "macos"]}, "unknown host profile 'macos'"),
+        ({"n": 2, "profiles": ["fresh+nope"]}, "unknown host profile 'nope'"),
+        ({"n": 1, "profiles": ["fresh", "mac-like"]}, "profiles must be a list of at most n=1"),
+        ({"n": 2, "profiles": "fresh"}, "profiles must be a list"),
     ],
 )
 def test_up_refuses_bad_settings_naming_them(kwargs, setting):
@@ -79,6 +83,14 @@ def test_up_refuses_bad_settings_naming_them(kwargs, setting):
     with pytest.raises(ValueError, match=setting):
         Fleet.up(**kwargs)
     assert not Path("/tmp/dlf-never-created").exists()
+
+
+def test_profiles_combine_their_constraints_in_order():
+    assert fleetmod.profile_constraints("standard") == ()
+    assert fleetmod.profile_constraints("fresh+mac-like") == (
+        *fleetmod.PROFILES["fresh"],
+        *fleetmod.PROFILES["mac-like"],
+    )
 
 
 def test_kill_recorded_checks_the_start_time_against_pid_reuse():
@@ -226,6 +238,76 @@ class TestFleet:
         assert fleet.host("host1")["sshd"]["pid"] != old
         cp = fleet.ssh("host1", f"cat {WORKBENCH}/kept; findmnt -n -o FSTYPE -T {WORKBENCH}")
         assert cp.stdout.split() == ["kept", "xfs"]  # the mount outlived sshd
+
+
+@pytest.fixture(scope="module")
+def profiled():
+    """host0 ``fresh`` (ext4) and host1 ``mac-like`` (xfs), torn down after the module."""
+    f = Fleet.up(
+        2,
+        _short_state_dir(),
+        fleet_id=_free_fleet_id(),
+        size_mib=MIN_SIZE_MIB,
+        profiles=["fresh", "mac-like"],
+    )
+    try:
+        yield f
+    finally:
+        loops = {h["loop"] for h in f.state["hosts"].values()}
+        assert f.down() == []
+        assert _mounts_of(loops) == []  # the fresh host's /srv/dlab mount went too
+
+
+class TestProfiles:
+    """The profiles really take away what they say, and only inside their own host."""
+
+    pytestmark = [*needs_fleet, pytest.mark.skipif(not Path(fleetmod.BSDTAR).exists(), reason="no bsdtar")]
+
+    def test_the_fresh_host_has_no_workbench_no_lab_root_and_no_strace(self, profiled):
+        h = profiled.host("host0")
+        assert (h["profile"], h["fs"], h["mount_point"]) == ("fresh", "ext4", FRESH_MOUNT)
+        cp = profiled.ssh(
+            "host0", f"test -e {WORKBENCH}; echo $?; findmnt -n -o FSTYPE,TARGET -T {FRESH_MOUNT}"
+        )
+        assert cp.stdout.split() == ["1", "ext4", FRESH_MOUNT]  # absent, and its parent is the loop ext4
+        cp = profiled.ssh("host0", "command -v strace; echo rc=$?; ls /usr/bin/strace")
+        assert cp.stdout.split() == ["rc=1"] and "No such file" in cp.stderr
+        which = profiled.ssh("host0", "/usr/bin/python3 -c 'import shutil; print(shutil.which(\"strace\"))'")
+        assert which.stdout.strip() == "None"
+        assert not Path(h["lab_venv_root"]).exists()  # no lab root, so no venv
+        hv = yaml.safe_load(profiled.inventory_path.read_text())["all"]["children"]["fleet"]["hosts"]["host0"]
+        assert hv["lab_run_workbench_create"] is True and hv["fleet_profile"] == "fresh"
+        assert hv["disklab_workbench"] == WORKBENCH
+
+    def test_the_mac_like_host_has_bsdtar_a_stdlib_python_and_a_bare_path(self, profiled):
+        h = profiled.host("host1")
+        hv = yaml.safe_load(profiled.inventory_path.read_text())["all"]["children"]["fleet"]["hosts"]["host1"]
+        py = hv["ansible_python_interpreter"]
+        assert py == h["python"] != "/usr/bin/python3"
+        cp = profiled.ssh("host1", "echo $PATH; tar --version | head -n 1; command -v gtar || echo no-gtar")
+        path, tar, gtar = cp.stdout.splitlines()
+        assert path == BARE_PATH and tar.startswith("bsdtar ") and gtar == "no-gtar"
+        for module in ("packaging", "pip", "setuptools"):
+            cp = profiled.ssh("host1", f"{py} -c 'import {module}'")
+            assert cp.returncode == 1 and f"No module named '{module}'" in cp.stderr, (module, cp.stderr)
+        cp = profiled.ssh("host1", f"{py} -c 'import json, venv, zipfile, ensurepip; print(\"stdlib\")'")
+        assert cp.stdout.strip() == "stdlib", cp.stderr
+        cp = profiled.ssh("host1", f"findmnt -n -o FSTYPE,TARGET -T {WORKBENCH}")
+        assert cp.stdout.split() == ["xfs", WORKBENCH]
+
+    def test_the_constraints_stay_inside_their_host(self, profiled):
+        fresh = profiled.ssh("host0", "tar --version | head -n 1; echo $PATH").stdout.splitlines()
+        assert fresh[0].startswith("tar (GNU tar)") and fresh[1] != BARE_PATH
+        here_strace = shutil.which("strace")
+        if here_strace:  # the machine has strace: the root namespace and the mac-like host still see it
+            assert profiled.ssh("host1", "command -v strace").stdout.strip() == here_strace
+        root_tar = subprocess.run(["tar", "--version"], capture_output=True, text=True).stdout
+        assert root_tar.startswith("tar (GNU tar)")
+        assert not Path(WORKBENCH, "owner").exists() and Path(FRESH_MOUNT).is_dir()
+        shell = "getent passwd root | cut -d: -f7"
+        here_shell = subprocess.run(["sh", "-c", shell], capture_output=True, text=True).stdout.strip()
+        assert profiled.ssh("host0", shell).stdout.strip() == here_shell
+        assert profiled.ssh("host1", shell).stdout.strip() == "/bin/sh"  # no bashrc to undo the bare PATH
 
 
 @pytest.mark.fleet

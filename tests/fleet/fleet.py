@@ -2,7 +2,7 @@
 
 Usage (as root; needs iproute2, util-linux, openssh-server, xfsprogs, btrfs-progs)::
 
-    python tests/fleet/fleet.py up N [--state-dir DIR] [--fleet-id K] [--size-mib M]
+    python tests/fleet/fleet.py up N [--state-dir DIR] [--fleet-id K] [--size-mib M] [--profiles P,P,..]
     python tests/fleet/fleet.py down [--state-dir DIR]
     python tests/fleet/fleet.py stop-sshd HOST [--state-dir DIR]
     python tests/fleet/fleet.py start-sshd HOST [--state-dir DIR]
@@ -21,6 +21,17 @@ Each host ``host<i>`` is
   ``nsenter`` into the holder's mount and network namespaces, so every SSH
   session sees that host's workbench and nobody else does.
 
+A host's *profile* (``--profiles``, one per host, by index; default ``standard``)
+takes away what a real host may lack; see PROFILES. ``fresh``: no workbench
+directory (its filesystem is mounted one level up, at ``/srv/dlab``, and the
+inventory sets ``lab_run_workbench_create: true``), no lab root, no strace.
+``mac-like``: BSD tar as the only tar, a standard-library-only interpreter (a
+venv made ``--without-pip``) as ``ansible_python_interpreter``, and a bare
+``PATH=/usr/bin:/bin`` in SSH sessions (sshd ``SetEnv``, and ``/bin/sh`` as
+root's shell, so no rc file puts anything back). Profiles combine with ``+``
+(``fresh+mac-like``). Every change lives in the host's own mount namespace or
+sshd, so no other host and not the root namespace sees it.
+
 Every name, pid, loop device and mount is recorded in ``<state-dir>/state.json``
 *before or right after* it is created, so ``down`` can undo a half-done ``up``.
 ``down`` ends processes by their recorded pid (checked against the recorded
@@ -30,7 +41,8 @@ lists for a fleet namespace; it never kills by name.
 The inventory ``<state-dir>/fleet.yml`` has group ``fleet`` with the connection
 settings, ``disklab_workbench`` (and ``lab_run_workbench``), a per-host
 ``disklab_root`` (and the same path as ``lab_venv_root``) and ``fleet_fs``
-(the filesystem type the workbench must have, for tests).
+(the filesystem type the workbench must have, for tests), ``fleet_profile``
+and ``fleet_constraints`` (what the profile took away).
 """
 
 from __future__ import annotations
@@ -39,17 +51,34 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_STATE_DIR = Path("/tmp/dlab-fleet")
 WORKBENCH = "/srv/dlab/workbench"
+# A fresh host's filesystem is mounted here, so WORKBENCH (below it) does not exist until the lab makes it.
+FRESH_MOUNT = "/srv/dlab"
+# Each profile is the set of constraints a host gets; "standard" is the friendly host of the first tests.
+PROFILES: dict[str, tuple[str, ...]] = {
+    "standard": (),
+    # nothing made in advance: no workbench directory, no lab root (so no venv), no strace
+    "fresh": ("no_workbench", "no_lab_root", "no_strace"),
+    # what a Mac offers over SSH: bsdtar as tar, a Python with the standard library only, a bare PATH
+    "mac-like": ("bsd_tar", "stdlib_python", "bare_path"),
+}
+DEFAULT_PROFILE = "standard"
+BARE_PATH = "/usr/bin:/bin"  # a non-login SSH session's PATH (macOS: /usr/bin:/bin:/usr/sbin:/sbin)
+BSDTAR = "/usr/bin/bsdtar"
+# Where a hidden tool is looked for: every directory of a normal root PATH.
+TOOL_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 FS_CYCLE = ("ext4", "xfs", "btrfs", "tmpfs")
 MKFS = {
     "ext4": ["mkfs.ext4", "-q", "-F"],
@@ -74,12 +103,13 @@ class FleetError(RuntimeError):
 
 @dataclass
 class Host:
-    """One fleet host: inventory name, IPv4 address, workbench fs type, sshd pid."""
+    """One fleet host: inventory name, IPv4 address, workbench fs type, sshd pid, profile."""
 
     name: str
     address: str
     fs: str
     pid: int | None
+    profile: str = DEFAULT_PROFILE
 
 
 # -- small helpers -----------------------------------------------------------
@@ -204,6 +234,33 @@ def free_fleet_id(top: int, bottom: int) -> int:
     raise FleetError(f"no free fleet id in {bottom}..{top}")
 
 
+def profile_constraints(profile: str) -> tuple[str, ...]:
+    """The constraints of ``profile``: one name of PROFILES, or several joined by ``+``.
+
+    Raises ValueError naming the known profiles for an unknown one.
+    """
+    if not isinstance(profile, str) or not profile:
+        raise ValueError(f"a profile must be a name in {sorted(PROFILES)}, got {profile!r}")
+    out: list[str] = []
+    for part in profile.split("+"):
+        if part not in PROFILES:
+            raise ValueError(f"unknown host profile {part!r} in {profile!r}; known: {sorted(PROFILES)}")
+        out += [c for c in PROFILES[part] if c not in out]
+    return tuple(out)
+
+
+def tool_paths(tool: str) -> list[str]:
+    """The distinct real files named ``tool`` in TOOL_DIRS (symlinks and /bin -> /usr/bin resolved)."""
+    found: list[str] = []
+    for d in TOOL_DIRS:
+        p = Path(d) / tool
+        if p.exists():
+            real = str(p.resolve())
+            if real not in found:
+                found.append(real)
+    return found
+
+
 def _q(value: object) -> str:
     """A YAML scalar: JSON strings and numbers are valid YAML 1.2 flow scalars."""
     return json.dumps(value)
@@ -248,7 +305,13 @@ class Fleet:
     def hosts(self) -> list[Host]:
         """The hosts in index order, with the sshd pid (None when it is stopped)."""
         return [
-            Host(h["name"], h["address"], h["fs"], (h.get("sshd") or {}).get("pid"))
+            Host(
+                h["name"],
+                h["address"],
+                h["fs"],
+                (h.get("sshd") or {}).get("pid"),
+                h.get("profile", DEFAULT_PROFILE),
+            )
             for h in self.state["hosts"].values()
         ]
 
@@ -303,6 +366,7 @@ class Fleet:
         fleet_id: int = 0,
         size_mib: int = DEFAULT_SIZE_MIB,
         lab_root: Path | None = None,
+        profiles: Sequence[str] | None = None,
     ) -> Fleet:
         """Create ``n`` hosts; returns the running Fleet.
 
@@ -313,7 +377,11 @@ class Fleet:
         (sparse image, or the tmpfs size limit). ``lab_root`` is where the
         per-host lab roots go (``<lab_root>/<host>/lab``); default
         ``<state_dir>/lab``, which ``down`` removes; one outside the state dir is
-        kept by ``down`` (a venv cache across fleets).
+        kept by ``down`` (a venv cache across fleets). ``profiles`` gives host
+        ``i`` the profile ``profiles[i]`` (a name of PROFILES, or several joined
+        by ``+``); hosts past its end are ``standard``. A host whose profile has
+        ``no_lab_root`` always gets its lab root under the state dir, never from
+        the ``lab_root`` cache.
 
         Raises ValueError naming the setting for bad arguments, FleetError when
         a step fails; after a failure, everything created so far is torn down.
@@ -326,6 +394,11 @@ class Fleet:
             raise ValueError(
                 f"size_mib must be an integer >= {MIN_SIZE_MIB} (mkfs.xfs minimum), got {size_mib!r}"
             )
+        if isinstance(profiles, str) or len(profiles or []) > n:
+            raise ValueError(f"profiles must be a list of at most n={n} profile names, got {profiles!r}")
+        profiles = list(profiles or [])
+        profiles += [DEFAULT_PROFILE] * (n - len(profiles))
+        constraints = {c for p in profiles for c in profile_constraints(p)}  # ValueError names a bad one
         state_dir = Path(state_dir).absolute()
         control_path = f"{state_dir}/cp/%C"
         if len(control_path) + 40 - 2 > CONTROL_PATH_MAX:
@@ -335,6 +408,8 @@ class Fleet:
             )
         if os.geteuid() != 0:
             raise FleetError("the test fleet needs root (network namespaces, mounts, loop devices)")
+        if "bsd_tar" in constraints and not Path(BSDTAR).exists():
+            raise FleetError(f"the mac-like profile needs {BSDTAR} (apt-get install libarchive-tools)")
         if state_dir.exists() and any(state_dir.iterdir()):
             raise ValueError(
                 f"state_dir {state_dir} must be absent or empty (run down first if a fleet is up)"
@@ -356,6 +431,7 @@ class Fleet:
             "control_path": control_path,
             "lab_root": str(lab_root),
             "size_mib": size_mib,
+            "profiles": profiles,
             "hosts": {},
         }
         fleet = cls(state_dir, state)
@@ -399,17 +475,26 @@ class Fleet:
         st = self.state
         name = f"host{i}"
         fs = FS_CYCLE[i % len(FS_CYCLE)]
+        profile = st.get("profiles", [DEFAULT_PROFILE] * (i + 1))[i]
+        constraints = profile_constraints(profile)
         hdir = self.state_dir / "hosts" / name
         hdir.mkdir(parents=True)
+        # a fresh host never reuses the lab-root cache: its lab root is new and under the state dir
+        lab_root = self.state_dir / "lab" if "no_lab_root" in constraints else Path(st["lab_root"])
         h = {
             "name": name,
             "index": i,
             "fs": fs,
+            "profile": profile,
+            "constraints": list(constraints),
+            # where the host's filesystem is mounted; the workbench is WORKBENCH either way
+            "mount_point": FRESH_MOUNT if "no_workbench" in constraints else WORKBENCH,
             "netns": f"dlab-{st['fleet_id']}-{name}",
             "veth": f"dlab{st['fleet_id']}h{i}",
             "address": f"10.213.{st['fleet_id']}.{10 + i}",
             "dir": str(hdir),
-            "lab_venv_root": str(Path(st["lab_root"]) / name / "lab"),
+            "lab_venv_root": str(lab_root / name / "lab"),
+            "python": "/usr/bin/python3",
             "loop": None,
             "image": None,
             "holder": None,
@@ -436,8 +521,9 @@ class Fleet:
 
         # workbench: a loop device over a sparse image, or tmpfs
         size = st["size_mib"]
+        target = h["mount_point"]
         if fs == "tmpfs":
-            mount = ["mount", "-t", "tmpfs", "-o", f"size={size}m,mode=0755", h["netns"], WORKBENCH]
+            mount = ["mount", "-t", "tmpfs", "-o", f"size={size}m,mode=0755", h["netns"], target]
         else:
             image = hdir / f"{fs}.img"
             h["image"] = str(image)
@@ -451,19 +537,24 @@ class Fleet:
             h["loop"] = loop
             h["loop_direct_io"] = _run(["losetup", "-n", "-O", "DIO", loop]).stdout.strip() == "1"
             self.save()
-            mount = ["mount", "-t", fs, loop, WORKBENCH]
-        lab = Path(h["lab_venv_root"])
-        lab.mkdir(parents=True, exist_ok=True)
+            mount = ["mount", "-t", fs, loop, target]
+        if "no_lab_root" not in constraints:
+            Path(h["lab_venv_root"]).mkdir(parents=True, exist_ok=True)
+        setup = [mount, *self._constrain(h, constraints)]
 
         # the holder: joins the netns, makes a private mount namespace (and a UTS
         # one, for its own hostname), mounts the workbench there, reports, then
         # sleeps to keep the namespaces alive.
-        script = (
-            'set -e; hostname "$1"; shift; "$@"; echo mounted; exec sleep infinity >/dev/null 2>&1 </dev/null'
+        script = "; ".join(
+            [
+                'set -e; hostname "$1"',
+                *(shlex.join(cmd) for cmd in setup),
+                "echo mounted; exec sleep infinity >/dev/null 2>&1 </dev/null",
+            ]
         )
         unshare = ["unshare", "--mount", "--uts", "--propagation", "private"]
         holder = subprocess.Popen(
-            [*nsx, *unshare, "sh", "-c", script, "holder", h["netns"], *mount],
+            [*nsx, *unshare, "sh", "-c", script, "holder", h["netns"]],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
@@ -485,8 +576,61 @@ class Fleet:
         h["net_ns"] = os.readlink(f"/proc/{holder.pid}/ns/net")
         self.save()
 
+    def _constrain(self, h: dict, constraints: Sequence[str]) -> list[list[str]]:
+        """Prepare host ``h``'s constraints; returns the commands the holder runs in its mount namespace.
+
+        A hidden tool is really absent there: its directory gets a read-only
+        overlay whose top layer (on a tmpfs of the namespace) holds a whiteout
+        (a 0/0 character device, see the kernel's overlayfs docs) for it, so
+        ``ls``, ``command -v`` and shutil.which all find nothing. Files the
+        other constraints need (the standard-library venv, a passwd copy) go
+        under the host's directory on the shared root filesystem, and every
+        mount happens only inside the host's private mount namespace.
+        """
+        hdir = Path(h["dir"])
+        cmds: list[list[str]] = []
+        hide: dict[str, list[str]] = {}  # directory -> names to white out
+        for tool in (["strace"] if "no_strace" in constraints else []) + (
+            ["gtar"] if "bsd_tar" in constraints else []
+        ):
+            for path in tool_paths(tool):
+                hide.setdefault(str(Path(path).parent), []).append(Path(path).name)
+        if hide:
+            layers = hdir / "hide"
+            layers.mkdir()
+            cmds.append(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "dlab-hide", str(layers)])
+            for i, (directory, names) in enumerate(sorted(hide.items())):
+                top = layers / str(i)
+                cmds.append(["mkdir", str(top)])
+                cmds += [["mknod", str(top / name), "c", "0", "0"] for name in names]
+                opts = f"ro,lowerdir={top}:{directory}"
+                cmds.append(["mount", "-t", "overlay", "-o", opts, "dlab-hide", directory])
+        h["hidden_tools"] = sorted(f"{d}/{n}" for d, names in hide.items() for n in names)
+        if "bsd_tar" in constraints:
+            cmds += [["mount", "--bind", BSDTAR, p] for p in tool_paths("tar")]
+        if "stdlib_python" in constraints:
+            venv = hdir / "python"
+            _run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)])
+            h["python"] = str(venv / "bin" / "python3")
+        if "bare_path" in constraints:
+            # Debian's bash reads ~/.bashrc even for `ssh host cmd`, and root's puts pyenv and cargo
+            # on PATH; a shell that reads no rc file keeps sshd's SetEnv PATH, as zsh does on a Mac.
+            passwd = hdir / "passwd"
+            lines = Path("/etc/passwd").read_text().splitlines()
+            passwd.write_text(
+                "".join(
+                    (":".join([*ln.split(":")[:6], "/bin/sh"]) if ln.startswith("root:") else ln) + "\n"
+                    for ln in lines
+                )
+            )
+            passwd.chmod(0o644)
+            cmds.append(["mount", "--bind", str(passwd), "/etc/passwd"])
+        self.save()
+        return cmds
+
     def _sshd_config(self, h: dict) -> str:
         hdir = Path(h["dir"])
+        bare = "bare_path" in h.get("constraints", ())
         return "\n".join(
             [
                 "# written by tests/fleet/fleet.py for one fleet host",
@@ -507,6 +651,7 @@ class Fleet:
                 "X11Forwarding no",
                 "PermitTunnel no",
                 "Subsystem sftp internal-sftp",
+                *([f"SetEnv PATH={BARE_PATH}"] if bare else []),
                 "",
             ]
         )
@@ -545,7 +690,7 @@ class Fleet:
                 "ansible_user": "root",
                 "ansible_ssh_private_key_file": str(self.key_path),
                 "ansible_ssh_common_args": common,
-                "ansible_python_interpreter": "/usr/bin/python3",
+                "ansible_python_interpreter": h.get("python", "/usr/bin/python3"),
                 # the roles derive every path from these two inventory-wide settings
                 "disklab_root": h["lab_venv_root"],
                 "disklab_workbench": WORKBENCH,
@@ -553,7 +698,11 @@ class Fleet:
                 "lab_venv_root": h["lab_venv_root"],
                 "fleet_fs": h["fs"],
                 "fleet_loop_direct_io": h.get("loop_direct_io", False),
+                "fleet_profile": h.get("profile", DEFAULT_PROFILE),
+                "fleet_constraints": h.get("constraints", []),
             }
+            if "no_workbench" in h.get("constraints", ()):
+                hv["lab_run_workbench_create"] = True  # the lab must make the workbench itself
             out.append(f"        {h['name']}:")
             out.extend(f"          {k}: {_q(v)}" for k, v in hv.items())
         self.inventory_path.write_text("\n".join(out) + "\n")
@@ -633,11 +782,10 @@ class Fleet:
                 problems.append(f"{name}: stopping sshd: {exc}")
             holder = h.get("holder")
             if h.get("mounted") and holder and alive(holder["pid"], holder["start"]):
-                cp = _run(
-                    ["nsenter", f"--target={holder['pid']}", "--mount", "umount", WORKBENCH], check=False
-                )
+                target = h.get("mount_point", WORKBENCH)
+                cp = _run(["nsenter", f"--target={holder['pid']}", "--mount", "umount", target], check=False)
                 if cp.returncode != 0:
-                    problems.append(f"{name}: umount {WORKBENCH}: {cp.stderr.strip()}")
+                    problems.append(f"{name}: umount {target}: {cp.stderr.strip()}")
             try:
                 kill_recorded(holder)  # the last process in the mount namespace: it goes with it
             except FleetError as exc:
@@ -687,6 +835,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_up.add_argument("--size-mib", type=int, default=DEFAULT_SIZE_MIB, help="each workbench's size in MiB")
     p_up.add_argument("--lab-root", type=Path, help="per-host lab roots go to <lab-root>/<host>/lab")
+    p_up.add_argument(
+        "--profiles",
+        type=lambda s: s.split(","),
+        default=None,
+        help=f"comma-separated profile of host0, host1, ... (the rest: {DEFAULT_PROFILE}); "
+        f"each one of {', '.join(PROFILES)}, or several joined by +",
+    )
     sub.add_parser("down", help="remove the fleet recorded in the state dir")
     for verb in ("stop-sshd", "start-sshd"):
         sub.add_parser(verb, help=f"{verb.split('-')[0]} one host's sshd").add_argument("host")
@@ -697,10 +852,15 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "up":
         fleet = Fleet.up(
-            args.n, args.state_dir, fleet_id=args.fleet_id, size_mib=args.size_mib, lab_root=args.lab_root
+            args.n,
+            args.state_dir,
+            fleet_id=args.fleet_id,
+            size_mib=args.size_mib,
+            lab_root=args.lab_root,
+            profiles=args.profiles,
         )
         for h in fleet.hosts:
-            print(f"{h.name} {h.address} {h.fs} sshd pid {h.pid}")
+            print(f"{h.name} {h.address} {h.fs} {h.profile} sshd pid {h.pid}")
         print(f"inventory: {fleet.inventory_path}")
         return 0
     try:
