@@ -14,6 +14,7 @@ from disklab import report
 from disklab.sections import powercut as section_mod
 from disklab_host import registry
 from disklab_host.checkpoint import saver
+from disklab_host.common.units import MIB
 from disklab_host.powercut import check as pc_check
 from disklab_host.powercut import recipes as pc_recipes
 from disklab_host.powercut import record as pc_record
@@ -55,6 +56,15 @@ def _verdicts(section: dict, name: str) -> tuple[str, str]:
 def test_lesson_verdicts_from_real_recordings(section, name, expected):
     assert _verdicts(section, name) == expected
     assert _recipe(section, name)["agrees_with_lesson"] is True
+
+
+@pytest.mark.slow
+def test_shipped_recipes_pass_well_within_the_default_limits(section):
+    """The lab step calls analyse with the defaults; every recipe must fit them with room to spare."""
+    for r in section["recipes"]:
+        rec = r["recording"]
+        assert rec["written_bytes"] < powercut.DEFAULT_MAX_WRITE_MIB * MIB / 4, r["name"]
+        assert 0 < rec["save_s"] < powercut.DEFAULT_TIMEOUT_S / 4, r["name"]
 
 
 @pytest.mark.slow

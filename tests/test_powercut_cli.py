@@ -1,19 +1,61 @@
-"""`disklab powercut FILE.py:FUNC` on a user recipe file: exit statuses 0, 1 and 2, and no torch import."""
+"""`disklab powercut FILE.py:FUNC` on a user recipe file: exit statuses 0, 1, 2 and 130, and no torch import.
+
+Every refusal is checked for its one line, its exit status, and that the temp
+directories and the save's processes are gone (TMPDIR is a private directory).
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from disklab import powercut_cli
+from disklab_host.common.child import child_env
 from disklab_host.powercut import record as pc_record
 
-USER = Path(__file__).resolve().parent / "fixtures" / "powercut" / "user_saves.py"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "powercut"
+USER = FIXTURES / "user_saves.py"
 needs_strace = pytest.mark.skipif(pc_record.find_strace() is None, reason="strace is not installed")
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch) -> Path:
+    """TMPDIR for this test alone (this process and the check it starts), to see what is left there."""
+    d = tmp_path / "tmp"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    return d
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that name ``text`` (the save's child names its directory)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline and int(pid) != os.getpid():
+            found.append(cmdline)
+    return found
+
+
+def _assert_no_verdict(captured, message: str, private_tmp: Path) -> None:
+    err = captured.err.strip()
+    assert message in err, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert "verdict" not in captured.out
+    assert list(private_tmp.iterdir()) == []  # every temp directory removed
+    assert _processes_mentioning(str(private_tmp)) == []  # and the save's processes gone
 
 
 @needs_strace
@@ -43,7 +85,10 @@ def test_unsafe_user_function_exits_1_and_names_the_first_unsafe_call(capfd):
         (f"{USER.parent}/nope.py:save", "nope.py: no such file"),
         (f"{USER}:missing_fn", "has no function 'missing_fn'"),
         (f"{USER}:NOT_A_FUNCTION", "has no function 'NOT_A_FUNCTION'"),
-        (f"{USER}:raising_save", "save function raised RuntimeError: disk quota exceeded"),
+        (
+            f"{USER}:raising_save",
+            "save function (step 1, the old checkpoint) raised RuntimeError: disk quota",
+        ),
         ("no_colon_here.py", "must be FILE.py:FUNC"),
     ],
 )
@@ -143,3 +188,156 @@ def test_disklab_powercut_hands_every_argument_to_its_own_parser(prefix):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: disklab powercut")
+
+
+STEP1 = "the save function (step 1, the old checkpoint)"
+
+
+@needs_strace
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # an exit of any status, even 0, is not "safe"; os._exit(1) is not "unsafe"
+        ([f"{USER}:exit_zero_save"], f"{STEP1} called sys.exit(0)"),
+        ([f"{USER}:os_exit_save"], f"{STEP1} ended its process with exit status 1 before returning"),
+        ([f"{USER}:interrupted_save"], f"{STEP1} raised KeyboardInterrupt"),
+        ([f"{USER}:killed_save"], f"{STEP1} was killed by SIGKILL before it returned"),
+        (
+            [f"{USER}:hanging_save", "--timeout-s", "2"],
+            f"{STEP1} did not return within --timeout-s 2; it was",
+        ),
+        (
+            [f"{USER}:hang_second_save", "--timeout-s", "2"],
+            "the save function (step 2, traced) did not return within --timeout-s 2; it was killed",
+        ),
+        # the byte limit: live (the trace passes its bound), exact (the recording), one write past -s
+        (
+            [f"{USER}:many_writes_save", "--max-write-mib", "8"],
+            f"{STEP1} was stopped: its trace grew past 40.00 MiB, the bound for --max-write-mib 8",
+        ),
+        ([f"{USER}:little_more_save", "--max-write-mib", "8"], "more than --max-write-mib 8 MiB; raise"),
+        (
+            [f"{USER}:one_big_write_save", "--max-write-mib", "8"],
+            f"{STEP1} made a single write longer than --max-write-mib 8 MiB allows",
+        ),
+        ([f"{FIXTURES}/exits_on_import.py:save"], "exits_on_import.py: importing it called sys.exit(0)"),
+    ],
+)
+def test_save_that_does_not_return_gets_no_verdict(capfd, private_tmp, argv, message):
+    start = time.monotonic()
+    assert powercut_cli.main(argv) == 2
+    _assert_no_verdict(capfd.readouterr(), message, private_tmp)
+    if "--timeout-s" in argv:  # bounded: start-up (torch) and two saves, not an hour's sleep
+        assert time.monotonic() - start < 2 * 300 + 60
+
+
+@needs_strace
+@pytest.mark.slow
+@pytest.mark.parametrize("existed", [False, True])
+def test_save_that_writes_outside_its_directory_is_refused_and_its_file_removed(
+    capfd, private_tmp, tmp_path, monkeypatch, existed
+):
+    outside = tmp_path / "elsewhere" / "copy.pt"
+    outside.parent.mkdir()
+    if existed:  # a file that was there before the check is never removed
+        outside.write_bytes(b"the user's own file")
+    monkeypatch.setenv("DISKLAB_TEST_OUTSIDE", str(outside))
+    assert powercut_cli.main([f"{USER}:outside_save"]) == 2
+    fate = "left in place: it was there before the check" if existed else "removed"
+    message = f"{STEP1} wrote outside its checkpoint directory: {outside} ({fate})"
+    _assert_no_verdict(capfd.readouterr(), message, private_tmp)
+    assert outside.exists() == existed
+
+
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        (
+            "save.txt",
+            "def save(sd, path):\n    pass\n",
+            "save.txt: not a Python file (the save function must be",
+        ),
+        (
+            "save.py",
+            "def save(sd, path)\n    pass\n",
+            "save.py: cannot be imported: SyntaxError: expected ':' (line 1)",
+        ),
+    ],
+)
+def test_file_that_is_not_importable_python_exits_2(capfd, private_tmp, tmp_path, name, text, message):
+    (tmp_path / name).write_text(text)
+    assert powercut_cli.main([f"{tmp_path / name}:save"]) == 2
+    _assert_no_verdict(capfd.readouterr(), message, private_tmp)
+
+
+@needs_strace
+def test_host_side_check_refuses_a_non_python_file_in_one_line(private_tmp):
+    """The host-side CLI (the lab's zipapp path) checks the file itself: no traceback, exit 2."""
+    cmd = [sys.executable, "-m", "disklab_host.powercut.simulate", "check", f"{FIXTURES}/not_python.txt:save"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().endswith(
+        "not_python.txt: not a Python file (the save function must be FILE.py:FUNC)"
+    )
+    assert len(proc.stderr.strip().splitlines()) == 1 and list(private_tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--timeout-s", "0"], "--timeout-s must be > 0, got 0"),
+        (["--max-write-mib", "4"], "--max-write-mib must be more than --state-mib 4 (a save writes the"),
+        (["--state-mib", "16", "--max-write-mib", "12"], "--max-write-mib must be more than --state-mib 16"),
+    ],
+)
+def test_bad_limits_exit_2_before_any_work(capfd, private_tmp, argv, message):
+    if pc_record.find_strace() is None:
+        pytest.skip("strace is not installed")
+    assert powercut_cli.main([f"{USER}:good_save", *argv]) == 2
+    _assert_no_verdict(capfd.readouterr(), message, private_tmp)
+
+
+@needs_strace
+@pytest.mark.slow
+def test_ctrl_c_of_disklab_powercut_stops_the_save_and_removes_its_temp_dirs(private_tmp):
+    """SIGINT to the foreground process group (what Ctrl-C does) while the traced save hangs."""
+    cmd = [sys.executable, "-m", "disklab.cli", "powercut", f"{USER}:hang_second_save", "--timeout-s", "600"]
+    proc = subprocess.Popen(
+        cmd,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 400
+    while not list(private_tmp.glob("*/trace.txt")):  # step 2 is being traced
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip() == "disklab powercut: interrupted; no verdict (the save was stopped)"
+    assert "verdict under" not in out
+    assert list(private_tmp.iterdir()) == []
+    assert _processes_mentioning(str(private_tmp)) == []
+
+
+@needs_strace
+@pytest.mark.slow
+def test_strace_string_limit_follows_max_write_mib(capfd, private_tmp):
+    """One 10 MiB write: more than the old -s (2 x 4 MiB + 1 MiB), within --max-write-mib 16's -s."""
+    assert powercut_cli.main([f"{USER}:ten_mib_write_save", "--max-write-mib", "16"]) == 0
+    captured = capfd.readouterr()
+    assert "verdict under power-cut: safe" in captured.out, captured.err
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_controller_limits_are_the_host_sides():
+    from disklab_host.powercut import simulate
+
+    assert powercut_cli.DEFAULT_TIMEOUT_S == simulate.DEFAULT_TIMEOUT_S
+    assert powercut_cli.DEFAULT_MAX_WRITE_MIB == simulate.DEFAULT_MAX_WRITE_MIB
+    assert powercut_cli.INTERRUPTED == simulate.INTERRUPTED

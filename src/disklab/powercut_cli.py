@@ -1,25 +1,41 @@
 """``disklab powercut FILE.py:FUNC``: check a user's save function against simulated crashes.
 
-The controller never imports torch. This module checks the input, picks a
-Python that has torch, and runs ``python -m disklab_host.powercut.simulate check`` with it,
-passing its output and exit status through: 0 when no crash state under the
-chosen model is corrupt or missing, 1 when one is, 2 for bad input (a
-one-line error, never a traceback), which includes a save that returns
-without leaving its state dict at the path in the declared --format.
-``main`` parses the raw argument list itself: ``-h``/``--help`` print the
-usage and return 0, and options may come before or after the spec.
+The controller never imports torch, nor the user's file. This module checks
+the input (FILE must be a .py file that compiles), picks a Python that has
+torch, and runs ``python -m disklab_host.powercut.simulate check`` with it in a
+temp directory it owns and removes afterwards, passing its output and exit
+status through: 0 when no crash state under the chosen model is corrupt or
+missing, 1 when one is, 2 for bad input or a save that gets no verdict (a
+one-line error, never a traceback): one that exits, is killed, hangs past
+--timeout-s, raises, writes more than --max-write-mib or outside its
+directory, or returns without leaving its state dict at the path in the
+declared --format. 130 when interrupted (Ctrl-C): the check stops its save,
+and the temp directories are removed. ``main`` parses the raw argument list
+itself: ``-h``/``--help`` print the usage and return 0, and options may come
+before or after the spec.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 from disklab_host.common.child import child_env
+from disklab_host.common.interrupts import interrupt_once
 from disklab_host.powercut import check, states
+
+# The host side's limits (disklab_host.powercut.simulate, which imports torch through its recipes).
+DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_WRITE_MIB = 32
+INTERRUPTED = 130  # 128 + SIGINT
+CHILD_CLEANUP_S = 60.0  # how long an interrupted check may take to stop its save and remove its files
 
 LOCAL_LAB_PYTHON = Path(".lab/venv/bin/python")
 SIMULATOR = "disklab_host.powercut.simulate"
@@ -56,7 +72,10 @@ def pick_python(requested: str | None) -> str:
 
 
 def check_spec(spec: str) -> str:
-    """Validate FILE.py:FUNC; returns it with FILE made absolute. Raises UsageError."""
+    """Validate FILE.py:FUNC; returns it with FILE made absolute. Raises UsageError.
+
+    FILE must exist, end in .py and compile (it is not run here: the save's child imports it).
+    """
     if ":" not in spec:
         raise UsageError(f"save function must be FILE.py:FUNC, got {spec!r}")
     where, func = spec.rsplit(":", 1)
@@ -64,18 +83,33 @@ def check_spec(spec: str) -> str:
         return spec
     if not func.isidentifier():
         raise UsageError(f"{func!r} is not a Python function name")
-    if not Path(where).is_file():
+    path = Path(where)
+    if not path.is_file():
         raise UsageError(f"{where}: no such file")
-    return f"{Path(where).resolve()}:{func}"
+    if path.suffix != ".py":
+        raise UsageError(f"{where}: not a Python file (the save function must be FILE.py:FUNC)")
+    try:
+        compile(path.read_bytes(), str(path), "exec")
+    except (SyntaxError, ValueError) as exc:
+        where_in = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
+        msg = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+        raise UsageError(f"{where}: cannot be imported: {type(exc).__name__}: {msg}{where_in}") from None
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot be read: {exc.strerror}") from None
+    return f"{path.resolve()}:{func}"
 
 
 EPILOG = """exit status:
   0  no crash state is corrupt or missing under --model
   1  at least one is (the first unsafe point is printed)
-  2  bad input, one line on stderr: no such file or function, the function
-     raises, strace or a Python with torch is missing, or a save returned
-     without leaving its state dict at the path in --format (a save that
-     writes nothing or elsewhere, or the other format)
+  2  no verdict, one line on stderr: bad input (no such file or function,
+     not a .py file that imports, strace or a Python with torch missing, a
+     bad limit), or a save that exits (sys.exit or os._exit, any status), is
+     killed, does not return within --timeout-s, raises (KeyboardInterrupt
+     and SystemExit too), writes more than --max-write-mib, writes outside
+     its directory (what it created there is removed and named), or returns
+     without leaving its state dict at the path in --format
+  130  interrupted (Ctrl-C); the save is stopped and temp files removed
 
 Options may come before or after FILE.py:FUNC. See docs/powercut.md."""
 
@@ -92,6 +126,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default="power-cut", choices=MODELS, help="model that decides the exit status")
     ap.add_argument("--format", default="torch", choices=FORMATS, help="what FUNC writes (default torch)")
     ap.add_argument("--state-mib", type=int, default=4, help="state dict size in MiB, a multiple of 4")
+    ap.add_argument(
+        "--timeout-s", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+        help=f"each save must return within S seconds of its call (default {DEFAULT_TIMEOUT_S:g})",
+    )  # fmt: skip
+    ap.add_argument(
+        "--max-write-mib", type=int, default=DEFAULT_MAX_WRITE_MIB, metavar="N",
+        help=f"each save may write at most N MiB, in one write or many (default {DEFAULT_MAX_WRITE_MIB})",
+    )  # fmt: skip
     ap.add_argument("--python", metavar="PY", default=None, help="a Python with torch and safetensors")
     ap.add_argument("--json", metavar="OUT", type=Path, default=None, help="also write the full result here")
     return ap
@@ -100,31 +142,89 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run the check on ``argv`` (the raw arguments after ``powercut``); returns the exit status.
 
-    0 safe, 1 unsafe, 2 bad input; ``-h``/``--help`` print the usage and return 0.
+    0 safe, 1 unsafe, 2 bad input or no verdict, 130 interrupted; ``-h``/``--help`` print the
+    usage and return 0. The temp directory it makes for the check is removed on every path.
     """
     try:
         args = parser().parse_args(argv)
     except SystemExit as exc:  # argparse already printed its one-line error or the help
         return int(exc.code or 0)
+    with interrupt_once(STOP_SIGNALS):
+        try:
+            return _run(args)
+        except KeyboardInterrupt:
+            print("disklab powercut: interrupted; no verdict", file=sys.stderr)
+            return INTERRUPTED
+
+
+def _run(args) -> int:
     try:
         spec = check_spec(args.spec)
         if shutil.which("strace") is None:
             raise UsageError("strace is not installed (on Debian/Ubuntu: apt-get install strace)")
         if args.state_mib <= 0 or args.state_mib % 4:
             raise UsageError(f"--state-mib must be a positive multiple of 4, got {args.state_mib}")
+        if not args.timeout_s > 0:
+            raise UsageError(f"--timeout-s must be > 0, got {args.timeout_s:g}")
+        if args.max_write_mib <= args.state_mib:
+            raise UsageError(
+                f"--max-write-mib must be more than --state-mib {args.state_mib} (a save writes the "
+                f"state dict at least once), got {args.max_write_mib}"
+            )
         python = pick_python(args.python)
     except UsageError as exc:
         print(f"disklab powercut: {exc}", file=sys.stderr)
         return 2
     cmd = [python, "-m", SIMULATOR, "check", spec, "--model", args.model, "--format", args.format]
-    cmd += ["--state-mib", str(args.state_mib)]
+    cmd += ["--state-mib", str(args.state_mib), "--timeout-s", repr(args.timeout_s)]
+    cmd += ["--max-write-mib", str(args.max_write_mib)]
     if args.json:
         cmd += ["--json", str(args.json.resolve())]
-    rc = subprocess.run(cmd, check=False, env=child_env()).returncode
-    if rc not in (0, 1, 2):
+    workdir = Path(tempfile.mkdtemp(prefix="disklab-powercut-"))
+    proc = None
+    try:
+        # Its own session, SIGINT ignored until its handler is in place: Ctrl-C reaches only this
+        # process, which passes it on (_stop), so the check sees it once and cleans up.
+        proc = subprocess.Popen(
+            [*cmd, "--workdir", str(workdir)], env=child_env(), start_new_session=True,
+            preexec_fn=_ignore_sigint,
+        )  # fmt: skip
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        rc = _stop(proc)
+        if rc != INTERRUPTED:  # the check printed its own line when it saw the interrupt
+            print("disklab powercut: interrupted; no verdict", file=sys.stderr)
+        return INTERRUPTED
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if rc not in (0, 1, 2, INTERRUPTED):
         print(f"disklab powercut: the host-side check ended with status {rc}", file=sys.stderr)
         return 2
     return rc
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(proc: subprocess.Popen | None) -> int | None:
+    """After Ctrl-C: SIGINT the check (again each second: it ignores one that comes before its handler
+    is in place, and every one after the first) until it has stopped its save and cleaned up."""
+    if proc is None:
+        return None
+    deadline = time.monotonic() + CHILD_CLEANUP_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
+        try:
+            return proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            continue
+    proc.kill()
+    return proc.wait()
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 if __name__ == "__main__":

@@ -6,21 +6,28 @@ on each shipped recipe (recipes.py); the crash models are in states.py.
 CLI, for one recipe or a user's own function ``save_fn(state_dict, path)``::
 
     python -m disklab_host.powercut.simulate check my_module.py:save_fn [--model power-cut] [--format torch]
+        [--timeout-s 60] [--max-write-mib 32]
     python -m disklab_host.powercut.simulate check recipe:atomic
 
 Exit status: 0 when no state is corrupt or missing under the chosen model,
-1 when one is, 2 for bad input (one line on stderr, no traceback); a save
-that returns without leaving its state dict at the path, in the declared
-format, is bad input (see :func:`check_after_return`).
+1 when one is, 2 for bad input (one line on stderr, no traceback), 130 when
+interrupted. Both saves (step 1, the old checkpoint, and the traced step 2)
+run in a child process, under strace, within a time and a byte limit; a save
+that exits, is killed, hangs, raises, writes more than the limit or writes
+outside its directory gets no verdict (exit 2), and neither does one that
+returns without leaving its state dict at the path in the declared format
+(see :func:`check_after_return`). Temp directories are removed on every path.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import importlib.util
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -29,28 +36,58 @@ from pathlib import Path
 
 from ..common.child import child_env, module_argv
 from ..common.fsio import atomic_write_json, fsync_dir
-from ..common.units import MIB
+from ..common.interrupts import in_main_thread, interrupt_once
+from ..common.units import MIB, ibytes
 from . import check as pc_check
-from . import recipes as pc_recipes
 from . import record as pc_record
 from . import states as pc_states
 
 OLD_STEP, NEW_STEP = 1, 2
-SAVE_RAISED = 3  # exit status of the traced child when the save function raised
+SAVE_RAISED = 3  # exit status of the traced child when the save function raised (or could not be imported)
+INTERRUPTED = 130  # 128 + SIGINT: the check itself was interrupted; no verdict
 CKPT_NAMES = {"torch": "ckpt.pt", "safetensors": "ckpt.safetensors"}
 MODEL_KEYS = {"process-kill": "process_kill", "power-cut": "power_cut"}
+# Limits on one save. The quick profile's recipes (4 MiB, about 4.2 MiB written, a few s traced) and the
+# full profile's (8 MiB) pass well within them.
+DEFAULT_TIMEOUT_S = 60.0  # from the call of FUNC to its return, per save
+DEFAULT_MAX_WRITE_MIB = 32  # bytes one save may write; strace's -s is this too (one write up to the limit)
+STARTUP_TIMEOUT_S = 300.0  # starting Python, importing torch and the user's file, building the state dict
+TRACE_SLACK_BYTES = 8 * MIB  # trace lines' own text beyond 4 characters per written byte
+CLOCK_SLACK_NS = 50_000_000  # file timestamps come from a coarse clock, a tick behind time.time_ns()
+STEP_WORDS = {
+    OLD_STEP: "the save function (step 1, the old checkpoint)",
+    NEW_STEP: "the save function (step 2, traced)",
+}
 
 
 class SpecError(ValueError):
-    """A save function spec that cannot be used (the message is one line for the user)."""
+    """A spec, a limit, or a save that cannot be checked (the message is one line for the user)."""
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``raised RuntimeError: msg`` or ``called sys.exit(0)``, one line."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r})"
+    text = _one_line(exc)
+    return f"raised {type(exc).__name__}" + (f": {text}" if text else "")
 
 
 def resolve_save(spec: str):
-    """``recipe:NAME`` or ``FILE.py:FUNC`` -> the save function. Raises SpecError."""
+    """``recipe:NAME`` or ``FILE.py:FUNC`` -> the save function. Raises SpecError.
+
+    Imports the user's file; called only in the save's child process, never in the check itself.
+    """
     if ":" not in spec:
         raise SpecError(f"save function must be FILE.py:FUNC or recipe:NAME, got {spec!r}")
     where, func = spec.rsplit(":", 1)
     if where == "recipe":
+        from . import recipes as pc_recipes  # imports torch
+
         try:
             return pc_recipes.recipe_named(func).save
         except ValueError as exc:
@@ -58,36 +95,71 @@ def resolve_save(spec: str):
     path = Path(where)
     if not path.is_file():
         raise SpecError(f"{where}: no such file")
+    if path.suffix != ".py":
+        raise SpecError(f"{where}: not a Python file (the save function must be FILE.py:FUNC)")
     mod_spec = importlib.util.spec_from_file_location(f"disklab_user_{path.stem}", path)
+    if mod_spec is None or mod_spec.loader is None:
+        raise SpecError(f"{where}: cannot be imported as a Python module")
     module = importlib.util.module_from_spec(mod_spec)
     try:
         mod_spec.loader.exec_module(module)
-    except Exception as exc:
-        raise SpecError(f"{where}: importing it raised {type(exc).__name__}: {exc}") from None
+    except BaseException as exc:  # noqa: BLE001 -- SystemExit and KeyboardInterrupt are the user's too
+        raise SpecError(f"{where}: importing it {describe_exception(exc)}") from None
     fn = getattr(module, func, None)
     if not callable(fn):
         raise SpecError(f"{where} has no function {func!r}")
     return fn
 
 
+def check_limits(state_mib: int, timeout_s: float, max_write_mib: int) -> None:
+    """Raises SpecError (naming the option) unless the limits are positive and leave room for the state."""
+    if not timeout_s > 0:
+        raise SpecError(f"--timeout-s must be > 0, got {timeout_s:g}")
+    if max_write_mib <= 0:
+        raise SpecError(f"--max-write-mib must be > 0, got {max_write_mib}")
+    if max_write_mib <= state_mib:
+        raise SpecError(
+            f"--max-write-mib must be more than --state-mib {state_mib} (a save writes the state dict "
+            f"at least once), got {max_write_mib}"
+        )
+
+
+class _Status:
+    """The child's side of the status pipe: "begin", then "ok", "raised ..." or "spec ..."."""
+
+    def __init__(self, fd: int | None):
+        self.fd = fd
+
+    def send(self, line: str) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):  # the save may have closed it; the parent then says so
+                os.write(self.fd, (_one_line(line, 3000) + "\n").encode())
+
+
 def _traced_child(args) -> int:
-    """Runs under strace: build the new state, mark the begin, save, mark the end."""
+    """Runs under strace: import the save, build the state, mark the begin, save, mark the end."""
     from ..checkpoint import saver
 
+    status = _Status(args.status_fd)
+    ckpt = Path(args.dir) / args.ckpt
+    _marker(ckpt.parent / pc_record.IMPORT_MARKER)  # from here on, writes outside the directory count
     try:
         save = resolve_save(args.spec)
     except SpecError as exc:
+        status.send(f"spec {exc}")
         print(str(exc), file=sys.stderr)
         return SAVE_RAISED
     state = saver.make_state(args.state_mib, args.step)
-    ckpt = Path(args.dir) / args.ckpt
+    status.send("begin")
     _marker(ckpt.parent / pc_record.BEGIN_MARKER)
     try:
         save(state, str(ckpt))
-    except Exception as exc:
-        print(f"save function raised {type(exc).__name__}: {exc}", file=sys.stderr)
+    except BaseException as exc:  # noqa: BLE001 -- sys.exit() and KeyboardInterrupt get no verdict either
+        status.send(f"raised {describe_exception(exc)}")
+        print(f"save function {describe_exception(exc)}", file=sys.stderr)
         return SAVE_RAISED
     _marker(ckpt.parent / pc_record.END_MARKER)
+    status.send("ok")
     return 0
 
 
@@ -107,54 +179,50 @@ def _make_durable(root: Path) -> None:
     fsync_dir(root)
 
 
-def record(spec: str, fmt: str, base: Path, state_mib: int) -> tuple[pc_record.Recording, dict]:
+def _absolute_spec(spec: str) -> str:
+    if ":" not in spec or spec.startswith("recipe:"):
+        return spec
+    where, func = spec.rsplit(":", 1)
+    return f"{Path(where).resolve()}:{func}"
+
+
+def record(
+    spec: str, fmt: str, base: Path, state_mib: int, *,
+    timeout_s: float = DEFAULT_TIMEOUT_S, max_write_mib: int = DEFAULT_MAX_WRITE_MIB,
+) -> tuple[pc_record.Recording, dict]:  # fmt: skip
     """Save the old checkpoint, snapshot, record the new save under strace, check the replay.
 
-    Returns the recording and facts about it. Raises SpecError when the save
-    function raises or, after either save returned, the file at the path does
-    not hold that save's state dict in ``fmt`` (:func:`check_after_return`);
-    pc_record.RecordError when the replay differs from the
-    real files or strace fails.
+    Each save runs in its own child process under strace (:func:`_run_save`), within
+    ``timeout_s`` from the call to the return and ``max_write_mib`` MiB written.
+    Returns the recording and facts about it. Raises SpecError when the spec or the
+    limits are bad, when a save does not return (it exits, is killed, hangs past
+    the limit, raises, SystemExit and KeyboardInterrupt included), writes more than
+    the limit, writes outside its directory (what it created there is removed
+    and named), or, after it returned, the file at the path does not hold that
+    save's state dict in ``fmt`` (:func:`check_after_return`); pc_record.RecordError
+    when the replay differs from the real files or the trace cannot be modelled.
     """
     from ..checkpoint import saver
 
-    save = resolve_save(spec)
-    if not spec.startswith("recipe:"):  # the traced child runs in another directory
-        where, func = spec.rsplit(":", 1)
-        spec = f"{Path(where).resolve()}:{func}"
+    check_limits(state_mib, timeout_s, max_write_mib)
+    spec = _absolute_spec(spec)  # the child runs in another directory
     root = base / "ckpt_dir"
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
     ckpt = CKPT_NAMES[fmt]
-    try:
-        save(saver.make_state(state_mib, OLD_STEP), str(root / ckpt))
-    except Exception as exc:
-        raise SpecError(f"save function raised {type(exc).__name__}: {exc}") from None
+    since_ns = time.time_ns() - CLOCK_SLACK_NS
+    run = dict(spec=spec, root=root, ckpt=ckpt, state_mib=state_mib, since_ns=since_ns)
+    limits = dict(timeout_s=timeout_s, max_write_mib=max_write_mib)
+    _run_save(step=OLD_STEP, trace=base / "trace-step1.txt", **run, **limits)
     old_state, new_state = saver.make_state(state_mib, OLD_STEP), saver.make_state(state_mib, NEW_STEP)
     check_after_return(root / ckpt, fmt, "old", old_state, new_state)
     _make_durable(root)  # the model takes the old checkpoint as durable; make that true
     initial, dirs = pc_record.snapshot(root)
-    trace = base / "trace.txt"
-    argv = [
-        *module_argv("disklab_host.powercut.simulate", "_traced"), "--spec", spec, "--dir", str(root),
-        "--ckpt", ckpt, "--state-mib", str(state_mib), "--step", str(NEW_STEP),
-    ]  # fmt: skip
-    env = child_env(dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     start = time.perf_counter()
-    proc = pc_record.run_traced(
-        argv, cwd=root, trace_file=trace, string_limit_bytes=2 * state_mib * MIB + MIB, env=env
-    )
+    traced = dict(step=NEW_STEP, trace=base / "trace.txt", initial=initial, dirs=dirs)
+    rec, trace_bytes, save_s = _run_save(**traced, **run, **limits)
     wall = time.perf_counter() - start
-    if proc.returncode == SAVE_RAISED:
-        raise SpecError(proc.stderr.strip().splitlines()[-1])
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise pc_record.RecordError(f"the traced save exited with status {proc.returncode}: {tail}")
-    trace_bytes = trace.stat().st_size
-    with trace.open() as lines:
-        rec = pc_record.parse_trace(lines, root=root, cwd=root, initial=initial, initial_dirs=dirs)
-    trace.unlink()
     real, _ = pc_record.snapshot(root)
     replay = pc_states.apply_ops(rec.initial, rec.initial_inodes, rec.ops, frozenset(range(len(rec.ops))))
     if replay != real:
@@ -169,10 +237,150 @@ def record(spec: str, fmt: str, base: Path, state_mib: int) -> tuple[pc_record.R
         "returned": rec.returned,
         "replay_matches_real": True,
         "record_wall_s": wall,
+        "save_s": save_s,  # from the call of the save to the end of its process (what --timeout-s bounds)
         "trace_bytes": trace_bytes,
         "call_texts": [c.text for c in rec.calls],
     }
     return rec, facts
+
+
+def _run_save(
+    *, spec: str, step: int, root: Path, ckpt: str, state_mib: int, trace: Path, since_ns: int,
+    timeout_s: float, max_write_mib: int, initial: dict | None = None, dirs: set | None = None,
+) -> tuple[pc_record.Recording, int, float]:  # fmt: skip
+    """One save in a child under strace: its recording, the trace's size (the trace is removed), save_s.
+
+    Raises SpecError for every way the save fails to return within the limits, and
+    for writes outside ``root`` (those it created are removed; the message names
+    each path and what became of it).
+    """
+    who = STEP_WORDS[step]
+    max_bytes = max_write_mib * MIB
+    argv = [
+        *module_argv("disklab_host.powercut.simulate", "_traced"), "--spec", spec, "--dir", str(root),
+        "--ckpt", ckpt, "--state-mib", str(state_mib), "--step", str(step),
+    ]  # fmt: skip
+    env = child_env(dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    growth = pc_record.HEX_BYTES_PER_BYTE * max_bytes + TRACE_SLACK_BYTES
+    limits = pc_record.Limits(timeout_s=timeout_s, max_trace_growth_bytes=growth, startup_s=STARTUP_TIMEOUT_S)
+    try:
+        run = pc_record.run_traced(
+            argv, cwd=root, trace_file=trace, string_limit_bytes=max_bytes, env=env, limits=limits,
+            status_option="--status-fd",
+        )  # fmt: skip
+        problem = _run_problem(run, who, timeout_s, max_write_mib, growth)
+        rec, parse_error, trace_bytes = None, None, 0
+        if trace.exists():
+            trace_bytes = trace.stat().st_size
+            try:
+                with trace.open(errors="replace") as lines:
+                    rec = pc_record.parse_trace(
+                        lines, root=root, cwd=root, initial=initial or {}, initial_dirs=dirs or {"."}
+                    )
+            except pc_record.RecordError as exc:
+                parse_error = exc
+    finally:
+        trace.unlink(missing_ok=True)
+    if rec is not None and rec.outside:
+        where = f"wrote outside its checkpoint directory: {_clean_outside(rec.outside, since_ns)}"
+        problem = f"{problem}; it also {where}" if problem else f"{who} {where}"
+    if problem:
+        raise SpecError(problem)
+    if isinstance(parse_error, pc_record.TruncatedError):
+        raise SpecError(
+            f"{who} made a single write longer than --max-write-mib {max_write_mib} MiB allows "
+            f"(strace -s {max_bytes} cut it); raise --max-write-mib"
+        )
+    if parse_error is not None:
+        raise parse_error
+    if rec is None:
+        raise pc_record.RecordError(f"{who} returned but strace left no trace")
+    written = sum(len(op.data) for op in rec.ops if op.kind == "write")
+    if written > max_bytes:
+        raise SpecError(
+            f"{who} wrote {ibytes(written)}, more than --max-write-mib {max_write_mib} MiB; "
+            "raise --max-write-mib"
+        )
+    if not rec.returned:
+        raise pc_record.RecordError(f"{who} returned but the trace has no end marker")
+    return rec, trace_bytes, run.save_s
+
+
+def _run_problem(run: pc_record.TracedRun, who: str, timeout_s: float, max_write_mib: int, growth: int):
+    """Why the run gets no verdict, in words (None when the save returned and its process exited 0)."""
+    if run.stopped == "startup":
+        return (
+            f"{who} was not called within {STARTUP_TIMEOUT_S:g} s of its process starting "
+            "(Python, torch, importing the file); it was killed"
+        )
+    if run.stopped == "timeout":
+        return f"{who} did not return within --timeout-s {timeout_s:g}; it was killed"
+    if run.stopped == "bytes":
+        return (
+            f"{who} was stopped: its trace grew past {ibytes(growth)}, the bound for --max-write-mib "
+            f"{max_write_mib} (4 trace characters per written byte); raise --max-write-mib"
+        )
+    if run.stopped == "lingering":
+        return f"{who} finished but left a process running; its processes were killed"
+    final = next((line for line in reversed(run.status) if line != "begin"), None)
+    if final is not None and final.startswith("spec "):
+        return final.removeprefix("spec ")
+    if final is not None and final.startswith("raised "):
+        return f"{who} {final.removeprefix('raised ')}"
+    code = run.returncode
+    if final == "ok":
+        return None if code == 0 else f"{who} returned, but its process then ended with status {code}"
+    if code is not None and code < 0:
+        return f"{who} was killed by {signal.Signals(-code).name} before it returned"
+    tail = (run.stderr.strip().splitlines() or [""])[-1]
+    last = f" (its last output: {_one_line(tail, 200)})" if tail else ""
+    return f"{who} ended its process with exit status {code} before returning (os._exit or a crash){last}"
+
+
+def _clean_outside(outside: dict[str, str], since_ns: int) -> str:
+    """Remove what the save created outside its directory since ``since_ns``; each path and its fate."""
+    fate = {}
+    for path in sorted(outside, key=lambda p: -p.count("/")):  # files in a directory it made first
+        effect = outside[path]
+        fate[path] = _remove_if_created(path, since_ns) if effect in ("written", "made") else effect
+    parts = [f"{path} ({fate[path]})" for path in outside]
+    shown = parts[:3] + ([f"and {len(parts) - 3} more"] if len(parts) > 3 else [])
+    return ", ".join(shown)
+
+
+def _remove_if_created(path: str, since_ns: int) -> str:
+    if not os.path.lexists(path):
+        return "no longer there"
+    born = _birth_time_ns(path)
+    if born is None:
+        return "left in place: its creation time is unknown"
+    if born < since_ns:
+        return "left in place: it was there before the check"
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError as exc:
+        return f"left in place: {exc.strerror}"
+    return "removed"
+
+
+def _birth_time_ns(path: str) -> int | None:
+    """The file's creation time (statx(2) STATX_BTIME, not following links), or None where unknown."""
+    statx = getattr(ctypes.CDLL(None, use_errno=True), "statx", None)
+    if statx is None:
+        return None
+    at_fdcwd, at_symlink_nofollow, statx_btime = -100, 0x100, 0x800
+    buf = ctypes.create_string_buffer(256)  # struct statx
+    statx.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
+    if statx(at_fdcwd, os.fsencode(path), at_symlink_nofollow, statx_btime, buf) != 0:
+        return None
+    raw = buf.raw
+    if not int.from_bytes(raw[0:4], sys.byteorder) & statx_btime:  # stx_mask
+        return None
+    sec = int.from_bytes(raw[80:88], sys.byteorder, signed=True)  # stx_btime.tv_sec
+    return sec * 1_000_000_000 + int.from_bytes(raw[88:92], sys.byteorder)
 
 
 def check_after_return(path: Path, fmt: str, want: str, old_state: dict, new_state: dict) -> None:
@@ -229,17 +437,19 @@ def writes_after_last_fsync(ops: list) -> int:
 
 
 def analyse(
-    spec: str, fmt: str, base: Path, state_mib: int, max_torn: int = pc_states.DEFAULT_MAX_TORN
-) -> dict:
+    spec: str, fmt: str, base: Path, state_mib: int, max_torn: int = pc_states.DEFAULT_MAX_TORN, *,
+    timeout_s: float = DEFAULT_TIMEOUT_S, max_write_mib: int = DEFAULT_MAX_WRITE_MIB,
+) -> dict:  # fmt: skip
     """Record ``spec`` and classify its crash states under both models; one JSON-able dict.
 
+    ``timeout_s`` and ``max_write_mib`` bound each save (see :func:`record`).
     Raises SpecError or pc_record.RecordError (see :func:`record`).
     """
     from ..checkpoint import saver
 
     if fmt not in CKPT_NAMES:
         raise SpecError(f"format must be one of {sorted(CKPT_NAMES)}, got {fmt!r}")
-    rec, facts = record(spec, fmt, base, state_mib)
+    rec, facts = record(spec, fmt, base, state_mib, timeout_s=timeout_s, max_write_mib=max_write_mib)
     old, new = saver.make_state(state_mib, OLD_STEP), saver.make_state(state_mib, NEW_STEP)
     start = time.perf_counter()
     models = {}
@@ -257,7 +467,7 @@ def analyse(
     }
 
 
-def compare_with_lesson(recipe: pc_recipes.Recipe, result: dict) -> dict:
+def compare_with_lesson(recipe, result: dict) -> dict:
     """The lesson's expectation next to what the recording gave, and each difference in words."""
     diffs = []
     for name, expected in recipe.expects.items():
@@ -305,44 +515,57 @@ def main(argv: list[str] | None = None) -> int:
     chk.add_argument("--model", default="power-cut", choices=sorted(pc_states.MODELS))
     chk.add_argument("--format", default="torch", choices=sorted(CKPT_NAMES))
     chk.add_argument("--state-mib", type=int, default=4)
-    chk.add_argument("--workdir", type=Path, default=None)
+    chk.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S)
+    chk.add_argument("--max-write-mib", type=int, default=DEFAULT_MAX_WRITE_MIB)
+    chk.add_argument("--workdir", type=Path, default=None, help="kept; by default a temp dir, always removed")
     chk.add_argument("--json", type=Path, default=None, help="also write the result here")
     tr = sub.add_parser("_traced")
     for opt in ("--spec", "--dir", "--ckpt"):
         tr.add_argument(opt, required=True)
     tr.add_argument("--state-mib", type=int, required=True)
     tr.add_argument("--step", type=int, required=True)
+    tr.add_argument("--status-fd", type=int, default=None)
     args = ap.parse_args(argv)
     if args.cmd == "_traced":
         return _traced_child(args)
-    return _check(args)
+    with interrupt_once(STOP_SIGNALS):
+        return _check(args)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _check(args) -> int:
-    if pc_record.find_strace() is None:
-        print("disklab powercut: strace is not installed (apt-get install strace)", file=sys.stderr)
-        return 2
-    if args.state_mib <= 0 or args.state_mib % 4:
-        print(
-            f"disklab powercut: --state-mib must be a positive multiple of 4, got {args.state_mib}",
-            file=sys.stderr,
-        )
-        return 2
-    base = args.workdir or Path(tempfile.mkdtemp(prefix="disklab-powercut-"))
+    base = None
     try:
-        result = analyse(args.spec, args.format, base, args.state_mib)
+        if pc_record.find_strace() is None:
+            raise SpecError("strace is not installed (apt-get install strace)")
+        if args.state_mib <= 0 or args.state_mib % 4:
+            raise SpecError(f"--state-mib must be a positive multiple of 4, got {args.state_mib}")
+        check_limits(args.state_mib, args.timeout_s, args.max_write_mib)
+        base = args.workdir or Path(tempfile.mkdtemp(prefix="disklab-powercut-"))
+        result = analyse(
+            args.spec, args.format, base, args.state_mib,
+            timeout_s=args.timeout_s, max_write_mib=args.max_write_mib,
+        )  # fmt: skip
+        print(render(result, args.spec))
+        if args.json:
+            atomic_write_json(args.json, result)
+        chosen = result["models"][MODEL_KEYS[args.model]]
+        print(f"\nverdict under {args.model}: {chosen['verdict']}")
+        return 1 if chosen["verdict"] == "unsafe" else 0
     except (SpecError, pc_record.RecordError) as exc:
-        print(f"disklab powercut: {exc}", file=sys.stderr)
+        print(f"disklab powercut: {_one_line(exc, 2000)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("disklab powercut: interrupted; no verdict (the save was stopped)", file=sys.stderr)
+        return INTERRUPTED
     finally:
-        if args.workdir is None:
+        if in_main_thread():  # interrupt_once restores the handlers afterwards
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
+        if base is not None and args.workdir is None:
             shutil.rmtree(base, ignore_errors=True)
-    print(render(result, args.spec))
-    if args.json:
-        atomic_write_json(args.json, result)
-    chosen = result["models"][MODEL_KEYS[args.model]]
-    print(f"\nverdict under {args.model}: {chosen['verdict']}")
-    return 1 if chosen["verdict"] == "unsafe" else 0
 
 
 if __name__ == "__main__":
