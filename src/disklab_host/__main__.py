@@ -1,7 +1,8 @@
 """Entry point of the shipped zipapp: ``python disklab_host.pyz COMMAND [ARGS]``.
 
 Commands: ``lab`` (the lab runner), ``preflight``, ``audit``, ``powercut`` (the
-simulator's command line), ``provision`` (the lab venv) and ``stop`` (end a running lab). Each is the ``main(argv)`` of its module.
+simulator's command line), ``provision`` (the lab venv) and ``stop`` (end a running
+lab). Each is the ``main(argv)`` of its module.
 The archive's own path goes first on PYTHONPATH for every child process.
 """
 
