@@ -303,3 +303,26 @@ def test_check_mode_on_a_fresh_host_changes_nothing_and_a_failure_names_its_kept
     proc = run_disklab("run", "-i", str(bad), reports=reports)
     assert proc.returncode == 1 and "Ansible's full output and events of this run:" in proc.stdout
     assert "lab_run_fsync_blocks must be an integer > 0, got -3" in proc.stdout
+
+
+def test_a_truncated_older_run_is_named_and_the_latest_still_renders(tmp_path):
+    reports = tmp_path / "reports"
+    good = _results_doc(fsync_bench={"status": "not_run", "reason": "test", "step_wall_s": 0})
+    stored.write(reports / "h1" / "runs" / "20261201T120000Z.json", "results", good)
+    older = reports / "h1" / "runs" / "20261201T110000Z.json"
+    older.write_text('{"file_kind": "results", "schema_version": 2, "run_id": "2026')
+    written, errors = report.render_all(reports, force=True)
+    assert errors == []
+    text = (reports / "h1" / "report.md").read_text()
+    assert "Earlier stored runs that cannot be read" in text and str(older) in text and "not JSON" in text
+    assert "## Since the previous run" not in text
+
+
+@pytest.mark.slow
+def test_a_misspelled_inventory_wide_setting_is_refused(tmp_path):
+    inv = write_local_inventory(tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb",
+                                disklab_workbnch=str(tmp_path / "elsewhere"))  # fmt: skip
+    proc = run_disklab("run", "-i", str(inv), reports=tmp_path / "reports")
+    assert proc.returncode == 1
+    assert "unknown setting(s) disklab_workbnch" in proc.stdout
+    assert not (tmp_path / "root").exists()  # refused before any work

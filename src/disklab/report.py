@@ -70,14 +70,23 @@ def host_context(host_dir: Path) -> dict | None:
     # the newest facts: an audit made after the last run shows the host as it is now
     audit_newer = audit is not None and (not doc or store.run_key(audit_path) > store.run_key(run_files[-1]))
     # experiments an earlier run had and this one did not (a run with fewer lab_run_steps)
-    not_in_latest: dict[str, str] = {}
+    # an older run that cannot be read costs only what needed it (the comparison), never the report
+    older: dict[Path, dict | None] = {}
+    unreadable: list[str] = []
     for path in reversed(run_files[-6:-1]) if doc else []:
-        for name in stored.read(path, "results")["experiments"]:
+        try:
+            older[path] = stored.read(path, "results")
+        except stored.StoredFileError as exc:
+            older[path] = None
+            unreadable.append(str(exc))
+    not_in_latest: dict[str, str] = {}
+    for path, old in older.items():
+        for name in old["experiments"] if old else ():
             if name not in doc["experiments"]:
                 not_in_latest.setdefault(name, path.stem)
     since = None
-    if len(run_files) >= 2:
-        since = compare.compare_runs(stored.read(run_files[-2], "results"), doc)
+    if len(run_files) >= 2 and older.get(run_files[-2]):
+        since = compare.compare_runs(older[run_files[-2]], doc)
     return {
         "host": host_dir.name,
         "doc": doc,
@@ -89,6 +98,7 @@ def host_context(host_dir: Path) -> dict | None:
         "since": since,
         "n_runs": len(run_files),
         "not_in_latest": not_in_latest,
+        "unreadable_runs": unreadable,
     }
 
 
