@@ -12,7 +12,6 @@ Exit status: 0 when every host succeeded, 1 when a host failed, 2 on bad input.
 from __future__ import annotations
 
 import argparse
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -142,13 +141,11 @@ def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, lim
         for sig, handler in before.items():
             signal.signal(sig, handler)
     if args.check:  # Ansible's --check: nothing was measured or fetched, so nothing is stored
-        shutil.rmtree(store.incoming_dir(reports, run_id), ignore_errors=True)
+        store.discard_incoming(reports, run_id)
         for host, outcome in sorted(run.hosts.items()):
             where = f" at '{outcome.task}': {outcome.message}" if outcome.status != "ok" else ""
             print(f"{host}: check {outcome.status}{where}")
-        print(
-            f"check mode: nothing was changed, measured or stored (Ansible's output: {run.artifacts}/stdout)"
-        )
+        print(f"check mode: nothing changed, measured or stored (Ansible's output: {run.artifacts}/stdout)")
         return 0 if run.hosts and all(o.status == "ok" for o in run.hosts.values()) else 1
     status = store.store_fetched(reports, run_id, kind, run.hosts)
     progress.finish(status)
@@ -218,7 +215,7 @@ def _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, w
             where = f"task '{task}'" if task else "the start"
         print(f"interrupted at {where} on {host}")
         status[host] = "interrupted"
-    shutil.rmtree(store.incoming_dir(reports, run_id), ignore_errors=True)
+    store.discard_incoming(reports, run_id)
     if status:
         store.record_invocation(reports, run_id, kind, inventory, status)
     print(f"run {run_id} interrupted: nothing from it was stored", file=sys.stderr)

@@ -11,7 +11,9 @@ Layout (every file written atomically through disklab.stored, none ever overwrit
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import shutil
 import sys
 from pathlib import Path
 
@@ -36,6 +38,13 @@ def new_run_id(reports: Path, now: dt.datetime | None = None) -> str:
 
 def incoming_dir(reports: Path, run_id: str) -> Path:
     return reports / ".incoming" / run_id
+
+
+def discard_incoming(reports: Path, run_id: str) -> None:
+    """Remove a run's staging directory and what it holds (an interrupted or --check run stores nothing)."""
+    shutil.rmtree(incoming_dir(reports, run_id), ignore_errors=True)
+    with contextlib.suppress(OSError):  # .incoming itself goes when no other run is staging
+        (reports / ".incoming").rmdir()
 
 
 def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, HostOutcome]) -> dict[str, str]:
