@@ -167,13 +167,19 @@ def index_row(ctx: dict) -> dict:
 def renderer_stamp() -> str:
     """A digest of everything that shapes a report besides the stored files: version and templates.
 
-    Any change to a template, a section module or disklab's version makes
-    every host report stale, so `disklab report` renders it again.
+    Any change to a template, a section module, the host package's modules the
+    controller renders with (the registry's section order, common/'s units and
+    formats) or disklab's version makes every host report stale, so
+    `disklab report` renders it again.
     """
     pkg = Path(__file__).parent
+    host = Path(registry.__file__).parent
     digest = hashlib.sha256(__version__.encode())
-    for path in sorted([*pkg.glob("*.py"), *pkg.glob("sections/*.py"), *pkg.glob("templates/**/*.j2")]):
-        digest.update(path.relative_to(pkg).as_posix().encode() + b"\0" + path.read_bytes())
+    own = [*pkg.glob("*.py"), *pkg.glob("sections/*.py"), *pkg.glob("templates/**/*.j2")]
+    shared = [host / "registry.py", *host.glob("common/*.py")]
+    for base, paths in ((pkg.parent, sorted(own)), (host.parent, sorted(shared))):
+        for path in paths:
+            digest.update(path.relative_to(base).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 

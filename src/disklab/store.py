@@ -28,6 +28,7 @@ def new_run_id(reports: Path, now: dt.datetime | None = None) -> str:
         {p.stem for p in reports.glob("*/runs/*.json")}
         | {p.stem for p in reports.glob(".runs/*.json")}
         | {p.name for p in reports.glob(".incoming/*")}
+        | {p.name for p in reports.glob(".artifacts/*")}  # a --check run keeps only its artifacts
     )
     run_id, n = base, 0
     while run_id in taken:
