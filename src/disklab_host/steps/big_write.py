@@ -28,6 +28,7 @@ from pathlib import Path
 from ..common.facts import require_positive
 from ..common.stats import spread
 from ..common.units import MIB
+from ..registry import SIZES
 
 WARMUP_REPEATS = 1
 REPEATS = 3
@@ -119,7 +120,7 @@ def run(cfg: dict, workdir: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", type=Path, required=True)
-    ap.add_argument("--mib", type=int, default=64, help="size of the write in MiB")
+    ap.add_argument("--mib", type=int, default=SIZES["big_write_mib"].quick, help="size of the write in MiB")
     args = ap.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     cfg = {"sizes": {"big_write_mib": args.mib}, "system": platform.system()}

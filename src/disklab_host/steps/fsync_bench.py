@@ -46,6 +46,7 @@ from pathlib import Path
 
 from ..common.facts import require_positive
 from ..common.stats import latency_summary_us
+from ..registry import SIZES
 
 try:
     import fcntl
@@ -260,8 +261,8 @@ def run(cfg: dict, workdir: Path, *, fcntl_mod=fcntl) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", type=Path, required=True)
-    ap.add_argument("--blocks", type=int, default=1000)
-    ap.add_argument("--block-bytes", type=int, default=4096)
+    ap.add_argument("--blocks", type=int, default=SIZES["fsync_blocks"].quick)
+    ap.add_argument("--block-bytes", type=int, default=SIZES["fsync_block_bytes"].quick)
     args = ap.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     sizes = {"fsync_blocks": args.blocks, "fsync_block_bytes": args.block_bytes}

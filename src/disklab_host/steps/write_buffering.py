@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..common.facts import require_positive
 from ..common.stats import spread
+from ..registry import SIZES
 
 WARMUP_REPEATS = 1
 REPEATS = 5
@@ -149,7 +150,9 @@ def run(cfg: dict, workdir: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", type=Path, required=True)
-    ap.add_argument("--calls", type=int, default=200_000, help="1-byte calls per repeat")
+    ap.add_argument(
+        "--calls", type=int, default=SIZES["write_buffering_calls"].quick, help="1-byte calls per repeat"
+    )
     args = ap.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     cfg = {"sizes": {"write_buffering_calls": args.calls}, "system": platform.system()}
