@@ -43,6 +43,9 @@ def test_naive_killed_at_half_fails_to_load_with_the_zip_error(server, states, w
     assert k["error"].startswith("RuntimeError:") and "central directory" in k["error"]
     (final,) = [f for f in k["files"] if f["name"] == "ckpt.pt"]
     assert 0.5 * m["full_bytes"] <= final["size_bytes"] < m["full_bytes"]
+    # stopped at the exit of the first write that took the file past half, exactly where the plan said
+    assert k["kill_method"] == "strace_stop" and k["attempts"] == 1
+    assert final["size_bytes"] == k["stopped_at"]["planned_bytes"]
     assert k["new_written_bytes"] == min(final["size_bytes"], final["allocated_bytes"])
 
 
@@ -72,9 +75,10 @@ def test_safetensors_kill_leaves_old_file_and_a_sparse_hidden_temp(server, state
     assert saver.SAFETENSORS_TEMP_RE.fullmatch(tmp["name"])
     # safetensors 0.8.0 ftruncates to the full size before writing: size says complete, blocks do not
     assert tmp["size_bytes"] == m["full_bytes"]
-    assert tmp["allocated_bytes"] <= tmp["size_bytes"]
-    if k["progress_at_kill_fraction"] < 0.99:  # on a loaded machine the kill can land after the last write
-        assert tmp["allocated_bytes"] < tmp["size_bytes"]
+    # stopped after the write that took it past half: about half is allocated, the rest is a hole
+    assert k["kill_method"] == "strace_stop"
+    assert k["stopped_at"]["planned_bytes"] <= tmp["allocated_bytes"] < tmp["size_bytes"]
+    assert 0.5 <= k["progress_at_kill_fraction"] < 0.99
     assert k["recovered"] == [{"name": tmp["name"], "size_bytes": tmp["size_bytes"]}]
 
 
@@ -179,3 +183,65 @@ def test_make_state_and_savers_refuse_bad_input(workbench):
         saver.save_with_recovery("rsync", {}, workbench / "x.pt")
     with pytest.raises(ValueError, match="fmt must be"):
         saver.recover(workbench / "x.pt", fmt="zip")
+
+
+def test_progress_kills_land_at_the_planned_write_beside_a_cpu_hog(states, workbench):
+    """Two busy processes share the cores; every progress kill still stops at its planned write."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        with crash.SaverServer(STATE_MIB) as srv:
+            for mode in ("naive", "atomic"):
+                m = _progress_run(srv, mode, workbench, states, crash.PROGRESS_POINTS)
+                for k in m["kills"]:
+                    assert k["kill_method"] == "strace_stop" and not k["save_completed"], k
+                    written = k["progress_at_kill_fraction"] * m["full_bytes"]
+                    assert written == k["stopped_at"]["planned_bytes"] >= k["kill_point"] * m["full_bytes"]
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+
+
+def test_without_strace_progress_kills_watch_the_file_and_say_so(states, workbench, monkeypatch):
+    monkeypatch.setattr(crash.killpoint, "unusable", lambda: "strace is not installed")
+    with crash.SaverServer(STATE_MIB) as srv:
+        m = _progress_run(srv, "atomic", workbench, states, (0.5,))
+        assert srv.stop_unusable == "strace is not installed"
+    (k,) = m["kills"]
+    assert k["kill_method"] == "poll" and k["stopped_at"] is None
+    assert k["outcome"] in ("old_ok", "new_ok")
+
+
+def test_a_tracer_that_cannot_attach_falls_back_to_watching(states, workbench, monkeypatch):
+    """strace refused (as ptrace is in some containers): the waiting saver is released and watched."""
+    monkeypatch.setattr(crash.killpoint, "record_args", lambda out: ["--no-such-strace-option"])
+    with crash.SaverServer(STATE_MIB) as srv:
+        m = _progress_run(srv, "naive", workbench, states, (0.5,))
+        assert srv.stop_unusable and "could not attach" in srv.stop_unusable
+    (k,) = m["kills"]
+    assert k["kill_method"] == "poll"
+
+
+def test_the_stop_point_is_the_first_write_that_reaches_the_target():
+    trace = "\n".join(
+        [
+            '41 openat(AT_FDCWD</wb>, "/wb/ckpt.pt.tmp", O_WRONLY|O_CREAT) = 3</wb/ckpt.pt.tmp>',
+            '41 write(1<pipe:[7]>, "x", 1) = 1',
+            '41 write(3</wb/ckpt.pt.tmp>, "PK"..., 100) = 100',
+            "41 writev(3</wb/ckpt.pt.tmp>, [...], 2) = 400",
+            '41 write(3</wb/ckpt.pt.tmp>, "PK"..., 500) = 500',
+            "41 fsync(3</wb/ckpt.pt.tmp>) = 0",
+        ]
+    )
+    plan = crash.killpoint.parse_plan(trace, 41, lambda p: p == "/wb/ckpt.pt.tmp")
+    # the write to stdout counts among the saver's write calls, so the file's first write is write #2
+    assert [(p.syscall, p.ordinal, p.planned_bytes) for p in plan.points] == [
+        ("write", 2, 100),
+        ("writev", 1, 500),
+        ("write", 3, 1000),
+    ]
+    assert plan.stop_for(100).ordinal == 2 and plan.stop_for(101).syscall == "writev"
+    assert plan.stop_for(5000) == plan.points[-1]
+    other_thread = trace.replace("41 writev", "42 writev")
+    with pytest.raises(crash.killpoint.KillpointError, match="thread 42"):
+        crash.killpoint.parse_plan(other_thread, 41, lambda p: p == "/wb/ckpt.pt.tmp")

@@ -111,3 +111,26 @@ def test_failed_and_not_run_sections_render(s, tmp_path):
     assert x["plot"] is None and not list(tmp_path.iterdir())
     md = _render(s, x, {})
     assert (s.get("reason") or s.get("error")) in md
+
+
+def test_the_report_says_how_the_progress_kills_were_placed(section, tmp_path):
+    # strace is installed here (CI installs it): every progress kill is a stop at a named write
+    assert section["progress_stop_unusable"] is None
+    progress = [k for m in section["modes"].values() for k in m["kills"] if k["kill_by"] == "progress"]
+    assert progress and all(k["kill_method"] == "strace_stop" for k in progress)
+    x = section_mod.build(section, {"experiments": {"crash": section}}, tmp_path / "plots")
+    md = _render(section, x, {})
+    assert "Kills by progress are exact" in md
+    at = progress[0]["stopped_at"]
+    assert f"stopped after {at['syscall']} #{at['ordinal']}" in md
+    # where strace could not stop the saver, the report says why and what it means
+    s = copy.deepcopy(section)
+    s["progress_stop_unusable"] = "strace is not installed"
+    for m in s["modes"].values():
+        for k in m["kills"]:
+            if k["kill_by"] == "progress":
+                k["kill_method"], k["stopped_at"] = "poll", None
+    jsonschema.validate(s, SCHEMA)
+    md = _render(s, section_mod.build(s, {"experiments": {"crash": s}}, tmp_path / "p2"), {})
+    assert "watched the file and sent SIGKILL once it had grown that far (strace is not installed)" in md
+    assert "by watching the file" in md

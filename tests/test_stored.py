@@ -131,6 +131,14 @@ def test_every_kind_written_by_disklab_0_1_is_read_and_upgraded(rel, kind):
         )
     if kind == "results":
         assert "unavailable" in doc["lab_code"]
+        crash = doc["experiments"]["crash"]  # version 3: how each kill was placed, old ones by watching
+        assert "predates exact stops" in crash["progress_stop_unusable"]
+        methods = {
+            (k["kill_by"], k["kill_method"], k["stopped_at"])
+            for m in crash["modes"].values()
+            for k in m["kills"]
+        }
+        assert methods == {("progress", "poll", None), ("time", "timer", None)}
 
 
 def test_a_reports_tree_from_disklab_0_1_renders(tmp_path):
@@ -142,6 +150,7 @@ def test_a_reports_tree_from_disklab_0_1_renders(tmp_path):
     assert "## fsync: the cost of durability" in text and "## Crash: does a checkpoint survive" in text
     assert "## Since the previous run" in text
     assert "cannot be ruled out" in text  # lab code not recorded in version-1 runs
+    assert "Kills by progress watched the file" in text and "predates exact stops" in text
     index = (reports / "index.md").read_text()
     assert "deadhost" in index
     assert "| 381 µs (fsync) |" in index  # the 0.1 run's fsync p50 (380.636 µs), named as the Linux call

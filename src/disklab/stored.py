@@ -35,6 +35,22 @@ def _results_update_to_2(doc: dict) -> None:
     doc["lab_code"] = {"unavailable": "written before results recorded the lab code, at results version 1"}
 
 
+def _results_3_kill_method(doc: dict) -> None:
+    """Crash kills before exact stops: progress kills watched the file, time kills used a timer."""
+    crash = doc.get("experiments", {}).get("crash")
+    if not isinstance(crash, dict) or crash.get("status") != "ok":
+        return
+    crash.setdefault("progress_stop_unusable", "this run predates exact stops (results version 2)")
+    for mode in crash.get("modes", {}).values():
+        for kill in mode.get("kills", []):
+            kill.setdefault("kill_method", "poll" if kill.get("kill_by") == "progress" else "timer")
+            kill.setdefault("stopped_at", None)
+
+
+def _results_update_to_3(doc: dict) -> None:
+    _results_3_kill_method(doc)
+
+
 def _audit_update_to_2(doc: dict) -> None:
     doc.pop("kind", None)
 
@@ -85,7 +101,7 @@ def _nothing(doc: dict) -> None:
 
 
 UPDATES: dict[str, dict[int, Callable[[dict], None]]] = {
-    "results": {2: _results_update_to_2},
+    "results": {2: _results_update_to_2, 3: _results_update_to_3},
     "facts": {2: _facts_update_to_2, 3: _facts_update_to_3},
     "audit": {2: _audit_update_to_2},
     "failure": {2: _run_kind_update_to_2},

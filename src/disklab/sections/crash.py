@@ -27,8 +27,27 @@ def _ms(s: float | None) -> str:
 
 def _point(kill: dict) -> str:
     if kill["kill_by"] == "progress":
-        return f"at {pct(kill['kill_point'])} written"
+        at = kill["stopped_at"]
+        stop = f", stopped after {at['syscall']} #{at['ordinal']}" if at else ", by watching the file"
+        return f"at {pct(kill['kill_point'])} written{stop}"
     return f"after {_ms(kill['kill_point'])}"
+
+
+def _progress_method(section: dict) -> str:
+    """How the progress kills were placed on this host, and what that means for reading them."""
+    why = section["progress_stop_unusable"]
+    if why is None:
+        return (
+            "Kills by progress are exact: strace stopped the saver (SIGSTOP injected at the exit of the "
+            "first write call after which the file held that share) and only then was it sent SIGKILL, so "
+            "each kill lands at its point whatever the host's load. The precision is one system call: a "
+            "tensor written in one call is on disk whole or not at all, so the share written at the kill "
+            "is at or past the point. Kills by time land inside calls."
+        )
+    return (
+        f"Kills by progress watched the file and sent SIGKILL once it had grown that far ({why}), so on a "
+        "loaded host a kill can land later than its point; the table gives the share actually written."
+    )
 
 
 def _short(error: str, limit: int = 100) -> str:
@@ -224,15 +243,17 @@ def _plot(section: dict, plot_dir: Path) -> str | None:
 
 
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
-    """Context for crash.md.j2: ``rows`` (table), ``explanations`` (list of str), ``break_it`` (str by
-    case), ``plot`` (relative path or None). Never raises for a ``failed`` or ``not_run`` section.
+    """Context for crash.md.j2: ``progress_method`` (how kills were placed), ``rows`` (table),
+    ``explanations`` (list of str), ``break_it`` (str by case), ``plot`` (relative path or None).
+    Never raises for a ``failed`` or ``not_run`` section.
     """
     if section.get("status") != "ok":
-        return {"rows": [], "explanations": [], "break_it": {}, "plot": None}
+        return {"rows": [], "explanations": [], "break_it": {}, "plot": None, "progress_method": ""}
     explanations = _explain_naive(section)
     explanations += _explain_safe(section, "atomic", "atomic")
     explanations += _explain_safe(section, "safetensors", "safetensors")
     return {
+        "progress_method": _progress_method(section),
         "rows": _rows(section),
         "explanations": explanations,
         "break_it": _explain_break_it(section, results),

@@ -27,9 +27,8 @@ from pathlib import Path
 import torch
 
 from ..common.fsio import fsync_dir
-
-# Temp files written by disklab's own savers: "<name>.tmp" next to the target.
 from ..common.units import MIB
+from . import killpoint
 
 # Temp files written by disklab's own savers: "<name>.tmp" next to the target.
 TEMP_SUFFIX = ".tmp"
@@ -228,10 +227,14 @@ def _say(*words: object) -> None:
     sys.stdout.flush()
 
 
-def _save_and_report(mode: str, state: dict, path: str) -> None:
+def _save_and_report(mode: str, state: dict, path: str, gate: bool = False) -> None:
     removed = recover(path, fmt=FORMATS[mode])  # every save starts by clearing a killed save's temp
     _say("recovered", json.dumps(removed))
+    if gate:  # wait for "go" on stdin, so a tracer can attach before the first write
+        killpoint.allow_tracing()
     _say("ready", os.getpid())
+    if gate and os.read(0, 3) != b"go\n":
+        raise RuntimeError("gated save: expected 'go' on stdin")
     start = time.perf_counter()
     SAVERS[mode](state, path)
     _say("saved", time.perf_counter() - start)
@@ -240,24 +243,27 @@ def _save_and_report(mode: str, state: dict, path: str) -> None:
 def serve(state_mib: int, seed: int = 0) -> None:
     """Serve saves read from stdin, one forked child per save, so a kill costs no torch import.
 
-    Protocol, one line each: stdin ``save MODE PATH STEP``; the child prints
-    ``recovered JSON``, ``ready PID`` (state built, save starts now) and, if it
-    is not killed, ``saved SECONDS``; this process then prints ``reaped PID RC``
-    (RC < 0: killed by signal -RC). The state of each step is built once here
-    and shared with the children copy-on-write.
+    Protocol, one line each: stdin ``save MODE PATH STEP [gate]``; the child
+    prints ``recovered JSON``, ``ready PID`` (state built, save starts now; with
+    ``gate``, it starts only when stdin next says ``go``, so that strace can
+    attach first) and, if it is not killed, ``saved SECONDS``; this process
+    then prints ``reaped PID RC`` (RC < 0: killed by signal -RC). The state of
+    each step is built once here and shared with the children copy-on-write.
     """
     states: dict[int, dict] = {}
     _say("serving", os.getpid())
     for line in sys.stdin:
-        cmd, mode, path, step = line.split()
-        if cmd != "save" or mode not in SAVERS:
-            raise ValueError(f"bad request {line!r}: want 'save MODE PATH STEP', MODE in {sorted(SAVERS)}")
+        cmd, mode, path, step, *gate = line.split()
+        if cmd != "save" or mode not in SAVERS or gate not in ([], ["gate"]):
+            raise ValueError(
+                f"bad request {line!r}: want 'save MODE PATH STEP [gate]', MODE in {sorted(SAVERS)}"
+            )
         state = states.setdefault(int(step), make_state(state_mib, int(step), seed))
         pid = os.fork()
         if pid == 0:  # the child: save, then leave without running parent cleanup
             code = 0
             try:
-                _save_and_report(mode, state, path)
+                _save_and_report(mode, state, path, gate=bool(gate))
             except BaseException as exc:
                 _say("error", f"{type(exc).__name__}: {exc}")
                 code = 1

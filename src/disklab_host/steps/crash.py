@@ -2,8 +2,10 @@
 
 For each saver mode: one complete save (the good checkpoint, step N), then
 saves of step N+1 killed with SIGKILL partway, by progress (when the file
-being written holds 10 %, 50 %, 90 % of the full size) and by time (delays
-spread over the save time measured first on this host). After each kill it
+being written holds 10 %, 50 %, 90 % of the full size: the saver is stopped by
+strace at the exit of the first write(2) that took the file that far, and
+killed there, see ``checkpoint/killpoint.py``) and by time (delays spread over
+the save time measured first on this host). After each kill it
 records every file in the checkpoint's directory, whether the final path
 loads, which step it holds and the exact error when it does not.
 
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import breakit, saver
+from ..checkpoint import breakit, killpoint, saver
 from ..checkpoint.verdict import classify
 from ..common.child import child_env, module_argv
 from ..common.facts import require_positive
@@ -38,6 +40,7 @@ PROGRESS_POINTS = (0.1, 0.5, 0.9)
 KILL_MODES = ("naive", "atomic", "safetensors", "fsync_before_flush")
 TIME_MODES = ("naive", "atomic", "safetensors")
 SAVER_MODULE = "disklab_host.checkpoint.saver"
+PLAN_DIR = ".disklab-killplan"  # scratch directory of the one recorded save per mode, removed after
 
 
 def written_bytes(st: os.stat_result) -> int:
@@ -106,6 +109,9 @@ class SaverServer:
             bufsize=0,
         )
         self.lines = _Lines(self.proc.stdout.fileno())
+        self.plans: dict[tuple, killpoint.Plan | None] = {}
+        # Why progress kills watch the file instead of stopping the saver at a call (None: they stop it).
+        self.stop_unusable: str | None = killpoint.unusable()
         self._expect("serving")
 
     def __enter__(self) -> SaverServer:
@@ -131,27 +137,75 @@ class SaverServer:
         """Save ``step`` to ``path`` with ``mode``; kill it at a progress fraction or a delay, or not.
 
         ``kill_at``: fraction in (0, 1] of ``full_bytes`` written to the file
-        being written; ``kill_after_s``: seconds after "ready". Returns
-        ``{"recovered_at_start", "save_s" (None if killed first), "kill_after_s",
-        "progress_at_kill_fraction", "exit_code"}`` (exit_code -9: SIGKILL).
+        being written. Where strace can stop the saver (:mod:`..checkpoint.killpoint`),
+        it is stopped at the exit of the first write after which the file
+        holds that much, and killed there; elsewhere the file is watched and
+        the kill sent when it has grown that far. ``kill_after_s``: seconds
+        after "ready". Returns ``{"recovered_at_start", "save_s" (None if
+        killed first), "kill_after_s", "progress_at_kill_fraction",
+        "exit_code" (-9: SIGKILL), "kill_method" ("strace_stop", "poll",
+        "timer" or None), "stopped_at" (the call, for strace_stop)}``.
         """
-        self.proc.stdin.write(f"save {mode} {path} {step}\n".encode())
-        self.proc.stdin.flush()
-        recovered = json.loads(self._expect("recovered")[0])
-        pid = int(self._expect("ready")[0])
-        t0 = time.perf_counter()
-        seen = None
+        path = Path(path)
+        point = None
         if kill_at is not None:
+            plan = self._plan(mode, path, step)
+            point = plan.stop_for(kill_at * full_bytes) if plan else None
+        recovered, pid = self._start(mode, path, step, gate=point is not None)
+        tracer = None
+        if point is not None:
+            tracer = killpoint.Tracer(pid, killpoint.stop_args(point))
+            try:
+                tracer.attached()
+            except killpoint.KillpointError as exc:  # nothing written yet: watch the file instead
+                self.stop_unusable, tracer, point = str(exc), None, None
+            self._go()
+        t0 = time.perf_counter()
+        seen, method = None, None
+        if tracer is not None:
+            method = "strace_stop"
+            if tracer.stopped(self.timeout_s):
+                st = _writing_stat(mode, path, None)
+                seen = 0.0 if st is None else written_bytes(st) / full_bytes
+        elif kill_at is not None:
+            method = "poll"
             seen = _wait_progress(mode, path, kill_at * full_bytes, full_bytes, pid)
         elif kill_after_s is not None:
+            method = "timer"
             _sleep_until(t0 + kill_after_s)
         t_kill = None
-        if kill_at is not None or kill_after_s is not None:
+        if method is not None:
             t_kill = time.perf_counter() - t0
             with contextlib.suppress(ProcessLookupError):  # the save may have ended first
                 os.kill(pid, signal.SIGKILL)
-        save_s, code = None, None
-        while code is None:
+        if tracer is not None:
+            tracer.close()
+        save_s, code = self._finish(mode, path)
+        return {
+            "recovered_at_start": recovered,
+            "save_s": save_s,
+            "kill_after_s": t_kill,
+            "progress_at_kill_fraction": seen,
+            "exit_code": code,
+            "kill_method": method,
+            "stopped_at": point.to_json() if tracer is not None else None,
+        }
+
+    def _start(self, mode: str, path: Path, step: int, *, gate: bool) -> tuple[list, int]:
+        """Ask for one save; return what recovery removed and the saver's pid (waiting, if ``gate``)."""
+        self.proc.stdin.write(f"save {mode} {path} {step}{' gate' if gate else ''}\n".encode())
+        self.proc.stdin.flush()
+        recovered = json.loads(self._expect("recovered")[0])
+        return recovered, int(self._expect("ready")[0])
+
+    def _go(self) -> None:
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.flush()
+
+    def _finish(self, mode: str, path: Path) -> tuple[float | None, int]:
+        """Read the save's words until it is reaped: (save seconds or None if killed first, exit code)."""
+        save_s = None
+        while True:
             line = self.lines.next(self.timeout_s)
             if line is None:
                 raise RuntimeError(f"saver.py: no word from save of {path.name} within {self.timeout_s} s")
@@ -161,14 +215,43 @@ class SaverServer:
             elif word == "error":
                 raise RuntimeError(f"saver.py {mode}: {rest}")
             elif word == "reaped":
-                code = int(rest.split()[1])
-        return {
-            "recovered_at_start": recovered,
-            "save_s": save_s,
-            "kill_after_s": t_kill,
-            "progress_at_kill_fraction": seen,
-            "exit_code": code,
-        }
+                return save_s, int(rest.split()[1])
+
+    def _plan(self, mode: str, path: Path, step: int) -> killpoint.Plan | None:
+        """The recorded write plan of this save (recorded once, on a scratch copy beside ``path``)."""
+        if self.stop_unusable is not None:
+            return None
+        key = (mode, step, path.name)
+        if key not in self.plans:
+            self.plans[key] = self._record_plan(mode, path, step)
+        return self.plans[key]
+
+    def _record_plan(self, mode: str, path: Path, step: int) -> killpoint.Plan | None:
+        scratch = path.parent / PLAN_DIR
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir()
+        target, trace = scratch / path.name, scratch / "save.strace"
+        try:
+            _, pid = self._start(mode, target, step, gate=True)
+            tracer = killpoint.Tracer(pid, killpoint.record_args(trace))
+            try:
+                tracer.attached()
+            except killpoint.KillpointError as exc:
+                self.stop_unusable = str(exc)
+            self._go()
+            save_s, code = self._finish(mode, target)
+            tracer.close()
+            if self.stop_unusable is not None:
+                return None
+            if save_s is None or code != 0:
+                raise RuntimeError(f"{mode}: the recorded save of {path.name} did not complete (exit {code})")
+            try:
+                return killpoint.parse_plan(trace.read_text(), pid, _writes_to(mode, target))
+            except killpoint.KillpointError as exc:
+                self.stop_unusable = f"{mode}: {exc}"
+                return None
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _sleep_until(t: float) -> None:
@@ -215,6 +298,19 @@ def _writing_stat(mode: str, path: Path, good_stat: os.stat_result | None):
         return None
 
 
+def _writes_to(mode: str, path: Path):
+    """Whether a path strace printed is the file ``mode``'s save of ``path`` writes (its progress)."""
+    real = Path(os.path.realpath(path))
+    if mode == "naive":
+        return lambda p: Path(p) == real
+    if mode == "safetensors":
+        return lambda p: (
+            Path(p).parent == real.parent and bool(saver.SAFETENSORS_TEMP_RE.fullmatch(Path(p).name))
+        )
+    temp = saver.temp_path(real)
+    return lambda p: Path(p) == temp
+
+
 def _wait_progress(mode: str, path: Path, target: float, full: int, pid: int) -> float | None:
     """Busy-poll the file being written until it holds ``target`` bytes; return the fraction seen.
 
@@ -258,6 +354,8 @@ def kill_once(server: SaverServer, mode: str, path: Path, pristine: Path, full: 
         "kill_after_s": res["kill_after_s"],
         "progress_at_kill_fraction": res["progress_at_kill_fraction"],
         "exit_code": res["exit_code"],
+        "kill_method": res["kill_method"],
+        "stopped_at": res["stopped_at"],
         "killed": res["exit_code"] == -signal.SIGKILL,
         "save_completed": res["save_s"] is not None,
         "files": files,
@@ -328,6 +426,7 @@ def run(cfg: dict, workdir: Path) -> dict:
                 delays_fn=(lambda s: time_delays(s, points)) if timed else (lambda s: []),
                 repeats=repeats,
             )
+        stop_unusable = server.stop_unusable
     shutil.rmtree(workdir / "pristine", ignore_errors=True)
     fbf = modes["fsync_before_flush"]["kills"]
     break_it = {
@@ -347,6 +446,7 @@ def run(cfg: dict, workdir: Path) -> dict:
         "torch_version": torch.__version__,
         "safetensors_version": _safetensors_version(),
         "progress_points": list(PROGRESS_POINTS),
+        "progress_stop_unusable": stop_unusable,
         "modes": modes,
         "break_it": break_it,
     }
