@@ -282,9 +282,11 @@ def test_a_two_host_fleet_renders_the_side_by_side_tables(tmp_path, lab_doc):
     for plot in (fleet.LOAD_PLOT, fleet.SYNC_PLOT):
         assert (reports / fleet.PLOT_DIR / plot).read_bytes().startswith(b"\x89PNG")
         assert f"]({fleet.PLOT_DIR}/{plot})" in page
-    # a second render reads the fleet columns from the hosts' render stamps, and says the same
+    # a second render reads the fleet columns from the hosts' render stamps, says the same, draws nothing
+    drawn = {p: (reports / fleet.PLOT_DIR / p).stat().st_mtime_ns for p in (fleet.LOAD_PLOT, fleet.SYNC_PLOT)}
     report.render_all(reports)
     assert (reports / "fleet.md").read_text() == page
+    assert drawn == {p: (reports / fleet.PLOT_DIR / p).stat().st_mtime_ns for p in drawn}
 
 
 def test_a_big_fleet_turns_the_tables_round(lab_doc):

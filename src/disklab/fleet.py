@@ -19,10 +19,12 @@ readable.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 from disklab import figures, units
-from disklab.fsio import save_figure
+from disklab.fsio import atomic_write_text, save_figure
 
 FLEET_PAGE = "fleet.md"
 TEMPLATE = "fleet.md.j2"
@@ -30,6 +32,8 @@ PLOT_DIR = "fleet-plots"
 LOAD_PLOT, SYNC_PLOT = "load_all_touched.png", "durable_sync_p50.png"
 STAGE = "all_touched"
 MAX_COLUMNS = 16
+# Past this many hosts the sync plot drops the host names (sorted points instead of bars).
+MAX_BARS = 40
 NOT_MEASURED = "not measured in this run"
 # The order of the load methods in the tables (the host report's), then the rest by name.
 METHODS = ("torch.load", "torch.load-mmap", "load_file", "one-tensor", "load_file+willneed")
@@ -293,59 +297,105 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
     return hosts, out
 
 
-def plots(reports: Path, index_rows: list[dict]) -> dict[str, str | None]:
-    """The two fleet plots under ``reports/fleet-plots/``: ``{table name: path relative to reports | None}``.
+def _digest(data: object) -> str:
+    """What a plot shows, and the code that draws it: equal digests draw the same picture."""
+    code = Path(__file__).read_bytes()
+    return hashlib.sha256(code + json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
-    The load plot sits with the cold load table (it shows cold and warm), the sync plot with its table.
-    """
-    cols = [(r["host"], r["fleet"], r["durable_sync"]) for r in index_rows if r.get("fleet")]
-    out: dict[str, str | None] = {"load_cold": None, "sync": None}
-    keys = sorted(
-        {(x["file"], x["method"], x["populate"]) for _, c, _ in cols for x in c["load"]}, key=_cell_order
-    )
-    syncs = [(h, d["p50_us"], d["call"]) for h, _, d in cols if d["p50_us"] is not None]
-    if not keys and not syncs:
-        return out
+
+def _unchanged(reports: Path, name: str, data: object) -> bool:
+    """True when ``fleet-plots/<name>`` exists and was drawn from the same data by the same code."""
+    mark = reports / PLOT_DIR / f".{name}.sha256"
+    try:
+        return (reports / PLOT_DIR / name).is_file() and mark.read_text().strip() == _digest(data)
+    except OSError:
+        return False
+
+
+def _remember(reports: Path, name: str, data: object) -> None:
+    atomic_write_text(reports / PLOT_DIR / f".{name}.sha256", _digest(data) + "\n")
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _plot_load(path: Path, cols: list, keys: list) -> None:
+    """Load at all_touched, cold and warm side by side: one row per cell, one point per host (log s)."""
+    plt = _pyplot()
     legend = len(cols) <= 10
-    if keys:
-        fig, axes = plt.subplots(1, 2, figsize=(12, 0.4 * len(keys) + 1.8), sharey=True, sharex=True)
-        for ax, cache in zip(axes, figures.PROVEN, strict=True):
-            for i, (host, c, _) in enumerate(cols):
-                pts = [
-                    (x["time"]["median"], keys.index((x["file"], x["method"], x["populate"])))
-                    for x in c["load"]
-                    if x["cache"] == cache
-                ]
-                if pts:
-                    ax.plot(
-                        *zip(*pts, strict=True),
-                        "o",
-                        color=f"C{i % 10}" if legend else "C0",
-                        alpha=0.8,
-                        label=host,
-                    )
-            ax.set_xscale("log")
-            ax.set_title(f"{cache}, {STAGE} (median s)")
-            ax.grid(axis="x", alpha=0.3)
-        axes[0].set_yticks(range(len(keys)), [figures.cell_name(m, f, p) for f, m, p in keys])
-        axes[0].invert_yaxis()
-        if legend:
-            axes[1].legend(loc="best", fontsize="small")
-        save_figure(fig, reports / PLOT_DIR / LOAD_PLOT)
-        out["load_cold"] = f"{PLOT_DIR}/{LOAD_PLOT}"
-    if syncs:
-        fig, ax = plt.subplots(figsize=(7, 0.35 * len(syncs) + 1.2))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.4 * len(keys) + 1.8), sharey=True, sharex=True)
+    for ax, cache in zip(axes, figures.PROVEN, strict=True):
+        for i, (host, c, _) in enumerate(cols):
+            pts = [
+                (x["time"]["median"], keys.index((x["file"], x["method"], x["populate"])))
+                for x in c["load"]
+                if x["cache"] == cache
+            ]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(xs, ys, "o", color=f"C{i % 10}" if legend else "C0", alpha=0.7, label=host)
+        ax.set_xscale("log")
+        ax.set_title(f"{cache}, {STAGE}: median s from the load call")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(range(len(keys)), [figures.cell_name(m, f, p) for f, m, p in keys])
+    axes[0].invert_yaxis()
+    if legend:
+        axes[1].legend(loc="best", fontsize="small")
+    save_figure(fig, path)
+
+
+def _plot_sync(path: Path, syncs: list) -> None:
+    """Durable sync p50 per host (log µs); past MAX_BARS hosts, sorted points without names."""
+    plt = _pyplot()
+    named = len(syncs) <= MAX_BARS
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(syncs) + 1.2 if named else 4))
+    if named:
         ax.barh(range(len(syncs)), [s[1] for s in syncs], color="C0")
         ax.set_yticks(range(len(syncs)), [f"{h} ({call})" for h, _, call in syncs])
         ax.invert_yaxis()
-        ax.set_xscale("log")
-        ax.set_xlabel("4 KiB write + durable sync, p50 (µs, log scale)")
-        ax.grid(axis="x", alpha=0.3)
-        save_figure(fig, reports / PLOT_DIR / SYNC_PLOT)
-        out["sync"] = f"{PLOT_DIR}/{SYNC_PLOT}"
+    else:
+        ax.plot(sorted(s[1] for s in syncs), range(len(syncs)), ".", color="C0")
+        ax.set_ylabel(f"hosts, fastest first ({len(syncs)})")
+    ax.set_xscale("log")
+    ax.set_xlabel("4 KiB write + durable sync, p50 (µs, log scale)")
+    ax.grid(axis="x", alpha=0.3)
+    save_figure(fig, path)
+
+
+def plots(reports: Path, index_rows: list[dict]) -> dict[str, str | None]:
+    """The two fleet plots under ``reports/fleet-plots/``: ``{table name: path relative to reports | None}``.
+
+    The load plot sits with the cold load table (it shows cold and warm), the sync plot with its table.
+    A plot whose data and drawing code are unchanged since it was drawn (its ``.NAME.sha256`` beside
+    it) is not drawn again, so `disklab report` with nothing new costs no matplotlib time.
+    """
+    cols = [(r["host"], r["fleet"], r["durable_sync"]) for r in index_rows if r.get("fleet")]
+    keys = sorted(
+        {(x["file"], x["method"], x["populate"]) for _, c, _ in cols for x in c["load"]}, key=_cell_order
+    )
+    syncs = [(h, d["p50_us"], d["call"]) for h, _, d in cols if d["p50_us"] is not None]
+    load_data = [
+        [keys],
+        *(
+            [h, [[x["file"], x["method"], x["populate"], x["cache"], x["time"]["median"]] for x in c["load"]]]
+            for h, c, _ in cols
+        ),
+    ]
+    out: dict[str, str | None] = {"load_cold": None, "sync": None}
+    for table, name, data, draw, args in (
+        ("load_cold", LOAD_PLOT, load_data, _plot_load, (cols, keys)),
+        ("sync", SYNC_PLOT, syncs, _plot_sync, (syncs,)),
+    ):
+        if not (keys if table == "load_cold" else syncs):
+            continue
+        if not _unchanged(reports, name, data):
+            draw(reports / PLOT_DIR / name, *args)
+            _remember(reports, name, data)
+        out[table] = f"{PLOT_DIR}/{name}"
     return out
