@@ -56,6 +56,8 @@ RANK_TEST_MIN_SAMPLES = 20
 ALPHA = 0.01
 MIN_EFFECT = 0.05
 RANGES, RANK_TEST = "ranges", "mann_whitney_u"
+# The text shows p90/p99 only from this many samples in both runs (below it they are the max, nearly).
+PERCENTILE_MIN_SAMPLES = 5
 NOISE_RULE = (
     f'with fewer than {RANK_TEST_MIN_SAMPLES} samples in either run, a figure is "{CHANGED}" only when '
     "the min..max ranges of the two runs' samples do not overlap; with "
@@ -379,7 +381,7 @@ def compare_runs(old: dict, new: dict) -> dict:
 
 def to_json(cmp: dict) -> str:
     """:func:`compare_runs`'s result as JSON text (``disklab compare --json``), with its noise rule."""
-    return json.dumps(cmp, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    return json.dumps(cmp, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def _latency_us(x: float) -> str:
@@ -464,7 +466,7 @@ def render_compare_text(cmp: dict) -> str:
             f"{format_value(n['min'], u)}..{format_value(n['max'], u)} (n={n['n']}); "
             f"{f['judged_by']}: {f['verdict']}{arrow}"
         )
-        if "p99" in o:
+        if "p99" in o and min(o["n"], n["n"]) >= PERCENTILE_MIN_SAMPLES:
             lines.append(
                 f"      p50/p90/p99 {'/'.join(format_value(o[k], u) for k in ('median', 'p90', 'p99'))} -> "
                 f"{'/'.join(format_value(n[k], u) for k in ('median', 'p90', 'p99'))}"

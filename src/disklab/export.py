@@ -115,7 +115,10 @@ def to_csv(rows: list[dict]) -> str:
 
 def to_json(rows: list[dict]) -> str:
     """JSON text: ``{"columns": [...], "rows": [{column: value, ..., "samples": [...]}]}``."""
-    return json.dumps({"columns": list(COLUMNS), "rows": rows}, indent=1, allow_nan=False) + "\n"
+    return (
+        json.dumps({"columns": list(COLUMNS), "rows": rows}, indent=1, ensure_ascii=False, allow_nan=False)
+        + "\n"
+    )
 
 
 def render(rows: list[dict], fmt: str) -> str:

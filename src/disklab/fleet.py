@@ -220,8 +220,8 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
                 f"load_{cache}",
                 f"{cache.capitalize()} load at {STAGE}",
                 f"Median [min, max] seconds from the load call until every byte of every tensor was touched "
-                f"({STAGE}), {what}; one fresh process per sample. Only samples whose cache proof held count "
-                f"as {cache}.",
+                f"({STAGE}), {what}; one fresh process per sample. Samples whose cache proof failed "
+                f"(cold_unverified, cold_unproven, warm_unverified) are left out.",
                 hosts,
                 [
                     (figures.cell_name(m, f, p), [load_cell(c, (f, m, p), cache, "time") for _, c, _ in cols])
@@ -341,7 +341,8 @@ def _plot_load(path: Path, cols: list, keys: list) -> None:
                 xs, ys = zip(*pts, strict=True)
                 ax.plot(xs, ys, "o", color=f"C{i % 10}" if legend else "C0", alpha=0.7, label=host)
         ax.set_xscale("log")
-        ax.set_title(f"{cache}, {STAGE}: median s from the load call")
+        ax.set_xlabel("seconds from the load call (log scale)")
+        ax.set_title(f"{cache}, {STAGE}: median per host")
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(range(len(keys)), [figures.cell_name(m, f, p) for f, m, p in keys])
     axes[0].invert_yaxis()
