@@ -210,7 +210,10 @@ def test_a_sample_that_failed_its_cache_proof_is_never_compared_as_cold(lab_doc)
     assert f["new"]["n"] == 2 and f["new"]["min"] == 0.001  # only the two that count as cold
     unproven = [u for u in cmp["figures_unproven"] if u["cache"] == "cold_unproven"]
     assert unproven and all(u["n_old"] == 0 and u["n_new"] == 1 for u in unproven)
-    assert "not compared, their cache proof failed" in compare.render_compare_text(cmp)
+    text = compare.render_compare_text(cmp)
+    assert "not compared, their cache proof failed" in text
+    assert cmp["cache_proof"] == {"old": "residency", "new": "three_part"}
+    assert "rest on residency alone in the old run and on the three-part cache proof in the new one" in text
     # without a proof record the sample's own flag decides
     old_flag = copy.deepcopy(lab_doc)
     old_flag["experiments"]["load"]["samples"][0]["cache_state"] = "cold_unverified"

@@ -277,6 +277,18 @@ def compare_figures(old: dict, new: dict) -> dict:
     return out
 
 
+def cache_proofs(doc: dict) -> str:
+    """How a run's load samples were proven cold or warm: ``three_part``, ``residency`` or ``none``.
+
+    ``three_part`` when they carry ``cache_proof``, ``residency`` when not, ``none`` without load samples.
+    """
+    load = (doc.get("experiments") or {}).get("load")
+    samples = (load.get("samples") or []) if isinstance(load, dict) else []
+    if not samples:
+        return "none"
+    return "three_part" if any(isinstance(s.get("cache_proof"), dict) for s in samples) else "residency"
+
+
 def n_changed(cmp: dict) -> int:
     """How many figures of a comparison changed beyond noise, verdict changes included."""
     return sum(f["verdict"] == CHANGED for f in cmp["figures"]) + sum(v["changed"] for v in cmp["verdicts"])
@@ -327,6 +339,7 @@ def compare_runs(old: dict, new: dict) -> dict:
                       "ratio", "direction", "verdict", "test", "p_value", "judged_by"}],
          "figures_only_old": [path], "figures_only_new": [path],
          "figures_unproven": [{"path", "name", "cache", "n_old", "n_new"}],
+         "cache_proof": {"old", "new"}: "three_part" | "residency" | "none" (see cache_proofs),
          "values": [{"path", "name", "unit", "cache", "old", "new", "ratio"}],
          "verdicts": [{"path", "name", "old", "new", "changed"}],
          "counts": {"changed", "within_noise", "too_few", "verdicts_changed"}}
@@ -368,6 +381,7 @@ def compare_runs(old: dict, new: dict) -> dict:
         "figures_only_old": found["only_old"],
         "figures_only_new": found["only_new"],
         "figures_unproven": found["unproven"],
+        "cache_proof": {"old": cache_proofs(old), "new": cache_proofs(new)},
         "values": found["values"],
         "verdicts": found["verdicts"],
         "counts": {
@@ -483,6 +497,13 @@ def render_compare_text(cmp: dict) -> str:
     for v in cmp["verdicts"]:
         what = "changed" if v["changed"] else "unchanged"
         lines.append(f"  {v['name']}: {v['old']} -> {v['new']}: {what}")
+    cp = cmp["cache_proof"]
+    if "none" not in cp.values() and cp["old"] != cp["new"]:
+        words = {"three_part": "the three-part cache proof", "residency": "residency alone"}
+        lines.append(
+            f"  cold and warm load samples rest on {words[cp['old']]} in the old run and on "
+            f"{words[cp['new']]} in the new one"
+        )
     if cmp["figures_unproven"]:
         lines.append(
             "  not compared, their cache proof failed (never reported as cold or warm): "

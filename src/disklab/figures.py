@@ -349,9 +349,15 @@ def _powercut(section: object) -> list[Figure]:
     return out
 
 
-def extract(doc: dict) -> list[Figure]:
-    """Every figure of a results document (see the module docstring), generic ones first."""
+def extract(doc: dict, experiments: tuple[str, ...] | None = None) -> list[Figure]:
+    """Every figure of a results document (see the module docstring), generic ones first.
+
+    ``experiments`` keeps only those experiments' figures (the fleet page needs a few, and reads
+    hundreds of hosts).
+    """
     exps = doc.get("experiments") or {}
+    if experiments is not None:
+        exps = {k: v for k, v in exps.items() if k in experiments}
     generic = _generic(exps)
     have = {f.key for f in generic}
     return (

@@ -60,7 +60,7 @@ def host_column(doc: dict | None) -> dict | None:
         return None
     exps = doc.get("experiments") or {}
     facts = doc.get("facts") or {}
-    found = figures.extract(doc)
+    found = figures.extract(doc, experiments=("load", "ceiling", "powercut"))
     load, rss = [], {}
     for f in found:
         if f.experiment == "load" and f.stage == STAGE and f.cache in figures.PROVEN:
