@@ -1,12 +1,15 @@
-"""disklab's command line: run | audit | report | compare | powercut.
+"""disklab's command line: run | audit | report | compare | export | powercut.
 
     disklab run [-i INVENTORY] [--profile quick|full] [--limit HOSTS] [--retry-failed]
     disklab audit [-i INVENTORY]
     disklab report
-    disklab compare HOST | RUN_A.json RUN_B.json
+    disklab compare [--json] [--fail-on-change] HOST | RUN_A.json RUN_B.json
+    disklab export [--format csv|json] [--out FILE] [--host HOST]
     disklab powercut MODULE.py:FUNCTION
 
-Exit status: 0 when every host succeeded, 1 when a host failed, 2 on bad input.
+Exit status: 0 when every host succeeded, 1 when a host failed, 2 on bad input. compare
+--fail-on-change exits 1 when a figure changed beyond noise; export exits 1 when a stored run
+could not be read (the others are exported).
 """
 
 from __future__ import annotations
@@ -252,12 +255,49 @@ def cmd_compare(args) -> int:
         old, new = (Path(t) for t in args.targets)
     else:
         raise UsageError("compare takes HOST or two run files")
+    for path in (old, new):
+        if not Path(path).is_file():
+            raise UsageError(f"compare: run file {path} does not exist")
     try:
         cmp = compare.compare_runs(stored.read(old, "results"), stored.read(new, "results"))
-    except stored.StoredFileError as exc:
+    except (stored.StoredFileError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
-    print(compare.render_compare_text(cmp))
+    if args.json:
+        sys.stdout.write(compare.to_json(cmp))
+    else:
+        print(compare.render_compare_text(cmp))
+    changed = compare.n_changed(cmp)
+    if args.fail_on_change and changed:
+        print(
+            f"disklab compare: {changed} figure(s) changed beyond noise (--fail-on-change)", file=sys.stderr
+        )
+        return 1
     return 0
+
+
+def cmd_export(args) -> int:
+    from disklab import export
+    from disklab.fsio import atomic_write_text
+
+    reports = Path(args.reports)
+    if not reports.is_dir():
+        raise UsageError(f"no reports directory at {reports}: run `disklab run` first")
+    if args.out and Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out} is a directory; give a file name")
+    try:
+        rows, errors = export.collect(reports, args.host or None)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    text = export.render(rows, args.format)
+    if args.out:
+        atomic_write_text(Path(args.out), text)
+        runs = len({(r["host"], r["run_id"]) for r in rows})
+        print(f"exported {len(rows)} figures of {runs} run(s) to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    for error in errors:
+        print(f"disklab export: {error}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 def _add_ansible_options(p: argparse.ArgumentParser) -> None:
@@ -313,7 +353,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST | RUN_A.json RUN_B.json",
         help="a host under --reports (its last two runs), or two run files",
     )
+    cmp.add_argument(
+        "--json", action="store_true", help="print the comparison as JSON (see disklab.compare.compare_runs)"
+    )
+    cmp.add_argument(
+        "--fail-on-change",
+        action="store_true",
+        help="exit 1 when any figure changed beyond noise or a power-cut verdict changed (for CI)",
+    )
     cmp.set_defaults(func=cmd_compare)
+
+    exp = sub.add_parser("export", help="every figure of every stored run, one row per host, run and figure")
+    exp.add_argument("--format", choices=("csv", "json"), default="csv", help="default: %(default)s")
+    exp.add_argument("--out", metavar="FILE", help="write here (atomically) instead of to stdout")
+    exp.add_argument("--host", action="append", metavar="HOST", help="only this host (repeatable)")
+    exp.set_defaults(func=cmd_export)
 
     # Parsed by disklab.powercut_cli itself (see main); listed here for `disklab --help`.
     sub.add_parser("powercut", help="check every crash state of your own save function (MODULE.py:FUNCTION)")

@@ -17,16 +17,34 @@ more than :data:`MIN_EFFECT` of the previous median (so a huge n cannot flag a
 trivial shift). Anything else is ``"within noise"``; fewer than
 :data:`MIN_SAMPLES` on either side is ``"too few samples"``. Medians and their
 ratio are shown either way, never a mean.
+
+Figures come from :func:`disklab.figures.extract`, the one extraction shared
+with the fleet page and ``disklab export``: every raw sample list, and the load
+step's samples grouped by file, method, populate mode, cache state and
+readiness stage (a figure's key names all of them, so only figures at the same
+stage and cache state are ever paired). A cold figure holds only samples whose
+cache proof says cold (``cache_proof.verdict``, else the sample's
+``cache_state``); samples that failed their proof are listed as not compared.
+:func:`to_json` is what ``disklab compare --json`` prints; :func:`n_changed`
+counts what ``--fail-on-change`` fails on (figures changed beyond noise and
+changed power-cut verdicts; changed facts alone do not count).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
+from disklab import figures as figs
 from disklab import units
+from disklab.figures import (  # noqa: F401  (re-exported: compare's figures are figures.py's)
+    LATENCY_UNITS,
+    figure_labels,
+    find_samples,
+    sample_stats,
+    unit_of,
+)
 from disklab_host.common.stats import percentile
 
 CHANGED, WITHIN_NOISE, TOO_FEW = "changed", "within noise", "too few samples"
@@ -38,6 +56,8 @@ RANK_TEST_MIN_SAMPLES = 20
 ALPHA = 0.01
 MIN_EFFECT = 0.05
 RANGES, RANK_TEST = "ranges", "mann_whitney_u"
+# The text shows p90/p99 only from this many samples in both runs (below it they are the max, nearly).
+PERCENTILE_MIN_SAMPLES = 5
 NOISE_RULE = (
     f'with fewer than {RANK_TEST_MIN_SAMPLES} samples in either run, a figure is "{CHANGED}" only when '
     "the min..max ranges of the two runs' samples do not overlap; with "
@@ -48,11 +68,6 @@ NOISE_RULE = (
 )
 # Run-level settings compared alongside the host facts (a profile change makes figures incomparable).
 RUN_KEYS = ("host", "profile", "sizes", "lab_python", "lab_platform")
-# Keys that name an element of a list of dicts, so list items match by name, not position.
-LABEL_KEYS = ("name", "mode", "method", "stage", "kind", "label", "id")
-# A samples key: "samples", "samples_ns", "fsync_samples_us", "read_samples_mib_s", ...
-_SAMPLES_KEY = re.compile(r"(?:^|_)samples(?:_(?P<unit>[a-z_]+))?$")
-LATENCY_UNITS = {"ns", "us", "ms", "s"}
 _NOT_RECORDED = {"unavailable": "not recorded in this run"}
 # Leaves that record when or how the audit ran, not a property of the host: never a "changed fact".
 NOT_FACTS = {"facts.collected_utc", "facts.versions.python_executable"}
@@ -90,109 +105,6 @@ def fact_changes(old: dict, new: dict) -> list[dict]:
         if a != b:
             changes.append({"path": path, "old": a, "new": b})
     return changes
-
-
-def _is_samples(key: str, value: object) -> bool:
-    return (
-        isinstance(value, list)
-        and bool(value)
-        and bool(_SAMPLES_KEY.search(key))
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
-    )
-
-
-def _item_label(item: object, index: int) -> tuple[str, str]:
-    """(path segment, readable part) of a list item: ``("[mode=fsync]", "fsync")`` or ``("[3]", "#3")``."""
-    if isinstance(item, dict):
-        for key in LABEL_KEYS:
-            if isinstance(item.get(key), (str, int)) and not isinstance(item.get(key), bool):
-                return f"[{key}={item[key]}]", str(item[key])
-    return f"[{index}]", f"#{index}"
-
-
-def _walk(obj: object, path: str, words: tuple[str, ...]):
-    """Yield ``(path, words, samples)`` for every samples list; ``words`` are the label parts so far.
-
-    A dict key adds a word unless the next step is into a list (``modes`` in
-    ``modes[mode=fsync]`` says less than the item's own label).
-    """
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            sub = f"{path}.{key}" if path else str(key)
-            if _is_samples(str(key), value):
-                yield sub, words + (str(key),), value
-            else:
-                yield from _walk(value, sub, words if isinstance(value, list) else words + (str(key),))
-    elif isinstance(obj, list):
-        for i, item in enumerate(obj):
-            if isinstance(item, (dict, list)):
-                segment, word = _item_label(item, i)
-                yield from _walk(item, f"{path}{segment}", words + (word,))
-
-
-def find_samples(obj: object, path: str = "") -> dict[str, list[float]]:
-    """Every list of raw samples in a results tree, by path, in document order.
-
-    A samples list is a non-empty list of finite numbers under a key that is
-    ``samples`` or contains ``samples`` as a whole ``_``-separated word, e.g.
-    ``samples_ns``, ``fsync_samples_us``, ``read_samples_mib_s``. Dict keys add
-    ``.key``; items of a list of dicts add ``[mode=fsync]`` when the item has a
-    label key (:data:`LABEL_KEYS`), else ``[i]``, so both runs' paths match.
-    """
-    return {sub: samples for sub, _, samples in _walk(obj, path, ())}
-
-
-# What a samples list measures, by its unit; the label's last word when the key names nothing else.
-_KIND = {"ns": "latency", "us": "latency", "ms": "latency", "s": "time", "mib_s": "rate", "bytes": "size"}
-
-
-def _key_words(key: str) -> str:
-    """``fsync_samples_s`` -> ``fsync time``, ``samples_ns`` -> ``latency``, ``write_rate_samples_mib_s`` ->
-    ``write rate``: the key without ``samples`` and its unit, plus what the unit measures."""
-    m = _SAMPLES_KEY.search(key)
-    prefix = key[: m.start()].replace("_", " ").strip() if m else key
-    kind = _KIND.get(m.group("unit") if m else None, "samples")
-    if not prefix:
-        return kind
-    return prefix if prefix.split()[-1] == kind else f"{prefix} {kind}"
-
-
-def figure_labels(obj: object) -> dict[str, str]:
-    """A readable label for each samples list of an ``experiments`` tree, by its :func:`find_samples` path.
-
-    The label joins the experiment, inner keys, list items' labels and the
-    samples key read as words, with `` · ``: ``experiments.fsync_bench.modes[mode=fsync].samples_ns``
-    -> ``fsync_bench · fsync · latency``; ``experiments.big_write.fsync_samples_s`` ->
-    ``big_write · fsync time``. Labels that would repeat fall back to the path.
-    """
-    labels = {}
-    for sub, words, _ in _walk(obj, "experiments", ()):
-        labels[sub] = " · ".join(words[:-1] + (_key_words(words[-1]),))
-    counts: dict[str, int] = {}
-    for label in labels.values():
-        counts[label] = counts.get(label, 0) + 1
-    return {sub: label if counts[label] == 1 else sub for sub, label in labels.items()}
-
-
-def unit_of(path: str) -> str | None:
-    """The unit a samples key names (``fsync_samples_us`` -> ``us``), or None when it names none."""
-    m = _SAMPLES_KEY.search(path.rsplit(".", 1)[-1])
-    return m.group("unit") if m else None
-
-
-def sample_stats(samples: list[float], unit: str | None = None) -> dict:
-    """n, median, min and max of raw samples; latency units also get p90 and p99.
-
-    Units are the samples' own (no conversion). Raises ValueError on an empty list.
-    """
-    if not samples:
-        raise ValueError("samples must be a non-empty list of numbers, got []")
-    s = sorted(samples)
-    stats = {"n": len(s), "median": percentile(s, 50), "min": s[0], "max": s[-1]}
-    if unit in LATENCY_UNITS:
-        stats["p90"] = percentile(s, 90)
-        stats["p99"] = percentile(s, 99)
-    return stats
 
 
 def _ranks(values: list[float]) -> tuple[list[float], float]:
@@ -264,41 +176,122 @@ def judge(old_samples: list[float], new_samples: list[float]) -> dict:
     }
 
 
-def compare_figures(old: dict, new: dict) -> tuple[list[dict], list[str], list[str]]:
-    """Figures found in both runs' experiments, and the paths found in only one.
+def _figure_entry(fo: figs.Figure, fn: figs.Figure) -> dict:
+    """One judged figure: both runs' stats, the ratio of medians, the noise rule's verdict."""
+    so, sn = fo.summary, fn.summary
+    judged = judge(list(fo.samples), list(fn.samples))
+    direction = None
+    if judged["verdict"] == CHANGED:
+        direction = "up" if sn["median"] > so["median"] else "down"
+    return {
+        "path": fn.key,
+        "label": fn.name,
+        "name": fn.name,
+        "experiment": fn.experiment,
+        "unit": fn.unit,
+        "stage": fn.stage,
+        "cache": fn.cache,
+        "method": fn.method,
+        "file": fn.file,
+        "populate": fn.populate,
+        "old": so,
+        "new": sn,
+        "ratio": sn["median"] / so["median"] if so["median"] else None,
+        "direction": direction,
+        **judged,
+    }
 
-    Returns ``(figures, only_old, only_new)``; each figure is ``{"path", "label",
-    "unit", "old": stats, "new": stats, "ratio": new median / old median (None
-    when the old median is 0), "direction": "up" | "down" | None, "verdict",
-    "test", "p_value", "judged_by"}`` (see :func:`judge`).
+
+def compare_figures(old: dict, new: dict) -> dict:
+    """Every figure of :func:`disklab.figures.extract` that both runs have, paired by key.
+
+    A key names the experiment, and for a load figure its file, method, populate
+    mode, cache state and readiness stage, so only figures at the same stage and
+    the same cache state are ever put side by side. Returns::
+
+        {"figures": [judged figure], "only_old": [key], "only_new": [key],
+         "unproven": [{"path", "name", "cache", "n_old", "n_new"}],
+         "values": [{"path", "name", "unit", "cache", "old", "new", "ratio"}],
+         "verdicts": [{"path", "name", "old", "new", "changed"}]}
+
+    ``figures`` holds the raw-sample figures whose cache state is proven (or has
+    none), judged by :data:`NOISE_RULE`; ``unproven`` the load figures of samples
+    that failed their cache proof (cold_unverified, cold_unproven,
+    warm_unverified), left out of the judgement; ``values`` single stored numbers
+    (no samples, so no noise to judge by); ``verdicts`` categorical figures (the
+    power-cut verdicts), ``changed`` when they differ.
     """
-    a = find_samples(old.get("experiments") or {}, "experiments")
-    b = find_samples(new.get("experiments") or {}, "experiments")
-    labels = figure_labels(new.get("experiments") or {})
-    figures = []
-    for path, new_samples in b.items():
-        if path not in a:
+    a = figs.by_key(figs.extract(old))
+    b = figs.by_key(figs.extract(new))
+    out: dict[str, list] = {
+        k: [] for k in ("figures", "only_old", "only_new", "unproven", "values", "verdicts")
+    }
+    for key, fn in b.items():
+        fo = a.get(key)
+        if not fn.proven or (fo is not None and not fo.proven):
+            out["unproven"].append(
+                {
+                    "path": key,
+                    "name": fn.name,
+                    "cache": fn.cache,
+                    "n_old": fo.summary.get("n") if fo else 0,
+                    "n_new": fn.summary.get("n"),
+                }
+            )
+        elif fo is None or fo.kind != fn.kind:
+            out["only_new"].append(key)
+        elif fn.kind == figs.SAMPLES:
+            out["figures"].append(_figure_entry(fo, fn))
+        elif fn.kind == figs.VALUE:
+            ratio = fn.value / fo.value if isinstance(fo.value, (int, float)) and fo.value else None
+            out["values"].append(
+                {
+                    "path": key,
+                    "name": fn.name,
+                    "unit": fn.unit,
+                    "cache": fn.cache,
+                    "old": fo.value,
+                    "new": fn.value,
+                    "ratio": ratio,
+                }
+            )
+        else:
+            out["verdicts"].append(
+                {
+                    "path": key,
+                    "name": fn.name,
+                    "old": fo.value,
+                    "new": fn.value,
+                    "changed": fo.value != fn.value,
+                }
+            )
+    for key, fo in a.items():
+        if key in b:
             continue
-        unit = unit_of(path)
-        so, sn = sample_stats(a[path], unit), sample_stats(new_samples, unit)
-        judged = judge(a[path], new_samples)
-        direction = None
-        if judged["verdict"] == CHANGED:
-            direction = "up" if sn["median"] > so["median"] else "down"
-        ratio = sn["median"] / so["median"] if so["median"] else None
-        figures.append(
-            {
-                "path": path,
-                "label": labels[path],
-                "unit": unit,
-                "old": so,
-                "new": sn,
-                "ratio": ratio,
-                "direction": direction,
-                **judged,
-            }
-        )
-    return figures, [p for p in a if p not in b], [p for p in b if p not in a]
+        if not fo.proven:
+            out["unproven"].append(
+                {"path": key, "name": fo.name, "cache": fo.cache, "n_old": fo.summary.get("n"), "n_new": 0}
+            )
+        else:
+            out["only_old"].append(key)
+    return out
+
+
+def cache_proofs(doc: dict) -> str:
+    """How a run's load samples were proven cold or warm: ``three_part``, ``residency`` or ``none``.
+
+    ``three_part`` when they carry ``cache_proof``, ``residency`` when not, ``none`` without load samples.
+    """
+    load = (doc.get("experiments") or {}).get("load")
+    samples = (load.get("samples") or []) if isinstance(load, dict) else []
+    if not samples:
+        return "none"
+    return "three_part" if any(isinstance(s.get("cache_proof"), dict) for s in samples) else "residency"
+
+
+def n_changed(cmp: dict) -> int:
+    """How many figures of a comparison changed beyond noise, verdict changes included."""
+    return sum(f["verdict"] == CHANGED for f in cmp["figures"]) + sum(v["changed"] for v in cmp["verdicts"])
 
 
 def section_changes(old: dict, new: dict) -> list[dict]:
@@ -341,9 +334,21 @@ def compare_runs(old: dict, new: dict) -> dict:
          "fact_changes": [{"path", "old", "new"}],
          "section_changes": [{"name", "old", "new"}],
          "lab_code_changes": {"known", "disklab_version", "steps"},
-         "figures": [{"path", "label", "unit", "old": {"n", "median", "min", "max"[, "p90", "p99"]},
-                      "new": {...}, "ratio", "direction", "verdict", "test", "p_value", "judged_by"}],
-         "figures_only_old": [path], "figures_only_new": [path]}
+         "figures": [{"path", "label", "name", "experiment", "unit", "stage", "cache", "method", "file",
+                      "populate", "old": {"n", "median", "min", "max"[, "p90", "p99"]}, "new": {...},
+                      "ratio", "direction", "verdict", "test", "p_value", "judged_by"}],
+         "figures_only_old": [path], "figures_only_new": [path],
+         "figures_unproven": [{"path", "name", "cache", "n_old", "n_new"}],
+         "cache_proof": {"old", "new"}: "three_part" | "residency" | "none" (see cache_proofs),
+         "values": [{"path", "name", "unit", "cache", "old", "new", "ratio"}],
+         "verdicts": [{"path", "name", "old", "new", "changed"}],
+         "counts": {"changed", "within_noise", "too_few", "verdicts_changed"}}
+
+    ``path`` is the figure's key (:class:`disklab.figures.Figure`), the same in
+    every run and on every host; ``label`` and ``name`` are its readable name;
+    ``old`` and ``new`` hold each run's median and number of samples ``n``;
+    ``stage`` and ``cache`` are None for a figure without a readiness stage or
+    cache state. See :func:`compare_figures` for the other lists.
 
     Raises ValueError when either is not a results document or their
     schema_version differ (read both with disklab.stored first, which upgrades them).
@@ -356,7 +361,8 @@ def compare_runs(old: dict, new: dict) -> dict:
             f"old and new must have the same schema_version (read both with disklab.stored), "
             f"got {old['schema_version']} and {new['schema_version']}"
         )
-    figures, only_old, only_new = compare_figures(old, new)
+    found = compare_figures(old, new)
+    figures = found["figures"]
     return {
         "old_run_id": old.get("run_id"),
         "new_run_id": new.get("run_id"),
@@ -372,9 +378,24 @@ def compare_runs(old: dict, new: dict) -> dict:
         "section_changes": section_changes(old, new),
         "lab_code_changes": lab_code_changes(old, new),
         "figures": figures,
-        "figures_only_old": only_old,
-        "figures_only_new": only_new,
+        "figures_only_old": found["only_old"],
+        "figures_only_new": found["only_new"],
+        "figures_unproven": found["unproven"],
+        "cache_proof": {"old": cache_proofs(old), "new": cache_proofs(new)},
+        "values": found["values"],
+        "verdicts": found["verdicts"],
+        "counts": {
+            "changed": sum(f["verdict"] == CHANGED for f in figures),
+            "within_noise": sum(f["verdict"] == WITHIN_NOISE for f in figures),
+            "too_few": sum(f["verdict"] == TOO_FEW for f in figures),
+            "verdicts_changed": sum(v["changed"] for v in found["verdicts"]),
+        },
     }
+
+
+def to_json(cmp: dict) -> str:
+    """:func:`compare_runs`'s result as JSON text (``disklab compare --json``), with its noise rule."""
+    return json.dumps(cmp, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def _latency_us(x: float) -> str:
@@ -441,18 +462,25 @@ def render_compare_text(cmp: dict) -> str:
     lines += ["", f"Figures ({cmp['rule']}):"]
     if not cmp["figures"]:
         lines.append("  none found in both runs")
+    c = cmp["counts"]
+    lines.append(
+        f"  {c['changed']} changed beyond noise, {c['within_noise']} within noise, {c['too_few']} with too "
+        f"few samples; {c['verdicts_changed']} verdict(s) changed"
+    )
     for f in cmp["figures"]:
         o, n, u = f["old"], f["new"], f["unit"]
         ratio = "" if f["ratio"] is None else f" ({units.ratio(f['ratio'])})"
         arrow = {"up": ", up", "down": ", down", None: ""}[f["direction"]]
+        # a load figure's name already says its file, method, cache state and stage
+        where = "" if f["stage"] else f" ({f['path']})"
         lines.append(
-            f"  {f['label']} ({f['path']}): median {format_value(o['median'], u)} -> "
+            f"  {f['label']}{where}: median {format_value(o['median'], u)} -> "
             f"{format_value(n['median'], u)}{ratio}; "
             f"range {format_value(o['min'], u)}..{format_value(o['max'], u)} (n={o['n']}) vs "
             f"{format_value(n['min'], u)}..{format_value(n['max'], u)} (n={n['n']}); "
             f"{f['judged_by']}: {f['verdict']}{arrow}"
         )
-        if "p99" in o:
+        if "p99" in o and min(o["n"], n["n"]) >= PERCENTILE_MIN_SAMPLES:
             lines.append(
                 f"      p50/p90/p99 {'/'.join(format_value(o[k], u) for k in ('median', 'p90', 'p99'))} -> "
                 f"{'/'.join(format_value(n[k], u) for k in ('median', 'p90', 'p99'))}"
@@ -460,6 +488,27 @@ def render_compare_text(cmp: dict) -> str:
     few = [f["label"] for f in cmp["figures"] if f["verdict"] == TOO_FEW]
     if few:
         lines.append(f"  too few samples to judge: {', '.join(few)}")
+    for v in cmp["values"]:
+        ratio = "" if v["ratio"] is None else f" ({units.ratio(v['ratio'])})"
+        lines.append(
+            f"  {v['name']}: {format_value(v['old'], v['unit'])} -> {format_value(v['new'], v['unit'])}"
+            f"{ratio}; one stored value per run, no samples: not judged"
+        )
+    for v in cmp["verdicts"]:
+        what = "changed" if v["changed"] else "unchanged"
+        lines.append(f"  {v['name']}: {v['old']} -> {v['new']}: {what}")
+    cp = cmp["cache_proof"]
+    if "none" not in cp.values() and cp["old"] != cp["new"]:
+        words = {"three_part": "the three-part cache proof", "residency": "residency alone"}
+        lines.append(
+            f"  cold and warm load samples rest on {words[cp['old']]} in the old run and on "
+            f"{words[cp['new']]} in the new one"
+        )
+    if cmp["figures_unproven"]:
+        lines.append(
+            "  not compared, their cache proof failed (never reported as cold or warm): "
+            + ", ".join(f"{u['name']} (n={u['n_old']} -> {u['n_new']})" for u in cmp["figures_unproven"])
+        )
     for label, paths in (
         ("only in the old run", cmp["figures_only_old"]),
         ("only in the new run", cmp["figures_only_new"]),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import jinja2
 
-from disklab import __version__, compare, store, stored
+from disklab import __version__, compare, fleet, store, stored
 from disklab.fsio import atomic_write_text
 from disklab.units import FILTERS
 from disklab_host import registry
@@ -161,6 +161,7 @@ def index_row(ctx: dict) -> dict:
         "durable_sync": durable_sync(doc),
         "failure": ctx.get("failure"),
         "has_report": doc is not None or ctx.get("audit") is not None,
+        "fleet": fleet.host_column(doc),
     }
 
 
@@ -248,9 +249,27 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
 
 
 def render_index(reports: Path, rows: list[dict], env: jinja2.Environment) -> Path:
-    """Write ``reports/index.md``: one row per host."""
+    """Write ``reports/index.md`` (one row per host) and beside it ``reports/fleet.md`` (disklab.fleet).
+
+    A row cached by an older renderer may lack its fleet column; such a host has
+    none on the fleet page until it is rendered again.
+    """
+    rows = [{"fleet": None, **r} for r in rows]
+    hosts, tables = fleet.tables(rows)
+    text = env.get_template(fleet.TEMPLATE).render(
+        disklab_version=__version__,
+        schema_version=VERSIONS["results"],
+        tables=tables,
+        plots=fleet.plots(reports, rows),
+        columns=len(hosts) <= fleet.MAX_COLUMNS,
+        max_columns=fleet.MAX_COLUMNS,
+    )
+    atomic_write_text(reports / fleet.FLEET_PAGE, tidy_markdown(text))
     text = env.get_template("index.md.j2").render(
-        disklab_version=__version__, schema_version=VERSIONS["results"], rows=rows
+        disklab_version=__version__,
+        schema_version=VERSIONS["results"],
+        rows=rows,
+        fleet_page=fleet.FLEET_PAGE,
     )
     return atomic_write_text(reports / "index.md", tidy_markdown(text))
 

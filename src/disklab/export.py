@@ -1,0 +1,128 @@
+"""``disklab export``: every figure of every stored run, one row per host, run and figure.
+
+Runs are read from ``reports/<host>/runs/*.json`` through :func:`disklab.stored.read`
+(so older files are upgraded first), and their figures through
+:func:`disklab.figures.extract`, the same records ``disklab compare`` and the
+fleet page use. Each row has the columns :data:`COLUMNS`:
+
+host, run_id, started_utc, experiment, figure (readable name), key (the same in
+every run and on every host), unit (``s``, ``ns``, ``bytes``, ``mib_s``, ...,
+``verdict``), stage (readiness stage, load figures only), cache (cold, warm, or
+a failed proof: cold_unverified, cold_unproven, warm_unverified), proven,
+method, file, populate, kind (samples, value or verdict), n (samples, or crash
+states for a verdict), median, min, max, p90, p99 (latency units), value (a
+verdict, or a value stored without samples). Values are in the figure's own
+unit, never converted. Empty cells in CSV are fields that do not apply; in
+JSON they are null. JSON adds each figure's raw ``samples``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from disklab import figures, store, stored
+
+COLUMNS = (
+    "host",
+    "run_id",
+    "started_utc",
+    "experiment",
+    "figure",
+    "key",
+    "unit",
+    "stage",
+    "cache",
+    "proven",
+    "method",
+    "file",
+    "populate",
+    "kind",
+    "n",
+    "median",
+    "min",
+    "max",
+    "p90",
+    "p99",
+    "value",
+)
+FORMATS = ("csv", "json")
+
+
+def rows_of(doc: dict, host: str) -> list[dict]:
+    """One row (:data:`COLUMNS`, plus ``samples``) per figure of one results document."""
+    out = []
+    for f in figures.extract(doc):
+        out.append(
+            {
+                "host": host,
+                "run_id": doc.get("run_id"),
+                "started_utc": doc.get("started_utc"),
+                "experiment": f.experiment,
+                "figure": f.name,
+                "key": f.key,
+                "unit": f.unit,
+                "stage": f.stage,
+                "cache": f.cache,
+                "proven": f.proven,
+                "method": f.method,
+                "file": f.file,
+                "populate": f.populate,
+                "kind": f.kind,
+                **{k: f.summary.get(k) for k in ("n", "median", "min", "max", "p90", "p99")},
+                "value": f.value if f.kind == figures.VERDICT else None,
+                "samples": list(f.samples),
+            }
+        )
+    return out
+
+
+def collect(reports: Path, hosts: list[str] | None = None) -> tuple[list[dict], list[str]]:
+    """Rows of every stored run of every host (or of ``hosts``), oldest run first per host.
+
+    Returns (rows, errors): a run that cannot be read is named in ``errors`` and
+    left out; the other runs are exported. Raises ValueError naming a host of
+    ``hosts`` that has no stored run under ``reports``.
+    """
+    known = store.hosts(reports)
+    for h in hosts or ():
+        if not store.files(reports / h, "runs"):
+            raise ValueError(f"--host {h}: no stored run under {reports / h / 'runs'}")
+    rows: list[dict] = []
+    errors: list[str] = []
+    for host in hosts or known:
+        for path in store.files(reports / host, "runs"):
+            try:
+                doc = stored.read(path, "results")
+            except stored.StoredFileError as exc:
+                errors.append(f"{host}: {path.name} not exported: {exc}")
+                continue
+            rows.extend(rows_of(doc, host))
+    return rows, errors
+
+
+def to_csv(rows: list[dict]) -> str:
+    """CSV text: a header of :data:`COLUMNS`, then one line per row; None is an empty cell."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: "" if r[k] is None else r[k] for k in COLUMNS})
+    return buf.getvalue()
+
+
+def to_json(rows: list[dict]) -> str:
+    """JSON text: ``{"columns": [...], "rows": [{column: value, ..., "samples": [...]}]}``."""
+    return (
+        json.dumps({"columns": list(COLUMNS), "rows": rows}, indent=1, ensure_ascii=False, allow_nan=False)
+        + "\n"
+    )
+
+
+def render(rows: list[dict], fmt: str) -> str:
+    """Rows as ``csv`` or ``json`` text. Raises ValueError naming ``--format`` for any other."""
+    if fmt not in FORMATS:
+        raise ValueError(f"--format must be one of {list(FORMATS)}, got {fmt!r}")
+    return to_csv(rows) if fmt == "csv" else to_json(rows)

@@ -1,0 +1,372 @@
+"""Every figure of a results document as a flat list of :class:`Figure` records: the one extraction.
+
+``disklab compare``, the fleet page (:mod:`disklab.fleet`) and ``disklab export``
+all read figures through :func:`extract`, so a figure has one name, one unit,
+one readiness stage and one cache state wherever it is shown.
+
+Three sources, in document order:
+
+* **Raw sample lists** anywhere in ``experiments`` (a non-empty list of finite
+  numbers under a key that is ``samples`` or has ``samples`` as a whole
+  ``_``-separated word: ``samples_ns``, ``fsync_samples_s``,
+  ``read_samples_mib_s``), found generically (:func:`find_samples`). They carry
+  no readiness stage; their cache state is ``cold`` or ``warm`` only when a word
+  of their path says so (``ceiling.cold_read_samples_mib_s``), else None.
+* **Load samples** (``experiments.load.samples``, one per fresh process), grouped
+  by file, method, populate mode and cache state, and split by readiness stage:
+  one figure of the stage's ``time_s`` per (cell, cache state, stage) that ran,
+  and one of ``peak_rss_bytes`` at each stage of :data:`RSS_STAGES`. A
+  sample's cache state is its ``cache_proof.verdict`` when it has one (``cold``,
+  ``warm``, ``cold_unproven``, ``warm_unverified``), else its ``cache_state``
+  (``cold``, ``cold_unverified``, ``warm``). Only ``cold`` and ``warm`` are
+  *proven* (:data:`PROVEN`); a sample that failed its proof is its own figure
+  under its own state and never joins a cold or warm one.
+* **Values without samples**: the host's ceiling (``experiments.ceiling``,
+  ``cold_read_mib_s`` and ``warm_read_mib_s``, a number or a ``{median, ...}``
+  spread) when no raw sample list of it is stored, and the power-cut verdict of
+  each recipe under each crash model (unit ``verdict``; n is its crash states).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+
+from disklab_host.common.stats import percentile
+
+# Readiness stages of the load step, in the order a load reaches them.
+LOAD_STAGES = ("loader_return", "module_populated", "all_touched", "device_placed")
+# ru_maxrss is a peak since the process started, so it only grows along the stages: at all_touched it
+# covers the whole CPU load, and device_placed adds the copy to the device.
+RSS_STAGES = ("all_touched", "device_placed")
+# Cache states whose proof holds; every other state is kept apart and never compared as cold or warm.
+PROVEN = ("cold", "warm")
+# The verdicts of a sample's three-part cache proof (cache_proof.verdict), when the run has one.
+PROOF_VERDICTS = ("cold", "warm", "cold_unproven", "warm_unverified")
+# experiments.ceiling: (field stem, cache state, readable name). The stem's _mib_s is the figure, its
+# _samples_mib_s the raw samples when stored.
+CEILING = (("cold_read", "cold", "cold sequential read"), ("warm_read", "warm", "warm read"))
+POWERCUT_MODELS = (("process_kill", "process-kill"), ("power_cut", "power-cut"))
+SAMPLES, VALUE, VERDICT = "samples", "value", "verdict"
+
+# Keys that name an element of a list of dicts, so list items match by name, not position.
+LABEL_KEYS = ("name", "mode", "method", "stage", "kind", "label", "id")
+# A samples key: "samples", "samples_ns", "fsync_samples_us", "read_samples_mib_s", ...
+_SAMPLES_KEY = re.compile(r"(?:^|_)samples(?:_(?P<unit>[a-z_]+))?$")
+LATENCY_UNITS = {"ns", "us", "ms", "s"}
+# What a samples list measures, by its unit; the label's last word when the key names nothing else.
+_KIND = {"ns": "latency", "us": "latency", "ms": "latency", "s": "time", "mib_s": "rate", "bytes": "size"}
+# Experiments whose figures are read by their own rules below, not by the generic walk.
+_OWN_RULES = ("load",)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of one run.
+
+    ``key`` is stable across runs and hosts (the same figure has the same key);
+    ``name`` is its readable label. ``kind`` is :data:`SAMPLES` (``samples``
+    holds the raw samples, ``summary`` their n, median, min, max and, for
+    latency units, p90 and p99), :data:`VALUE` (one stored number, no samples:
+    ``summary`` is ``{"n": None, "median": value}`` plus what the spread stored)
+    or :data:`VERDICT` (``value`` is the verdict, ``summary`` ``{"n": states}``).
+    ``stage`` is the readiness stage (load figures only), ``cache`` the cache
+    state, ``proven`` False for a cache state whose proof failed.
+    """
+
+    key: str
+    experiment: str
+    name: str
+    unit: str | None
+    kind: str = SAMPLES
+    stage: str | None = None
+    cache: str | None = None
+    method: str | None = None
+    file: str | None = None
+    populate: str | None = None
+    samples: tuple[float, ...] = ()
+    summary: dict = field(default_factory=dict)
+    value: object = None
+
+    @property
+    def proven(self) -> bool:
+        return self.cache is None or self.cache in PROVEN
+
+    @property
+    def median(self) -> float | None:
+        return self.summary.get("median")
+
+    def as_dict(self, with_samples: bool = True) -> dict:
+        out = asdict(self)
+        out["samples"] = list(self.samples)
+        if not with_samples:
+            del out["samples"]
+        out["proven"] = self.proven
+        return out
+
+
+# --- raw sample lists, found generically ------------------------------------------------------------
+
+
+def _is_samples(key: str, value: object) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and bool(_SAMPLES_KEY.search(key))
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+    )
+
+
+def _item_label(item: object, index: int) -> tuple[str, str]:
+    """(path segment, readable part) of a list item: ``("[mode=fsync]", "fsync")`` or ``("[3]", "#3")``."""
+    if isinstance(item, dict):
+        for key in LABEL_KEYS:
+            if isinstance(item.get(key), (str, int)) and not isinstance(item.get(key), bool):
+                return f"[{key}={item[key]}]", str(item[key])
+    return f"[{index}]", f"#{index}"
+
+
+def _walk(obj: object, path: str, words: tuple[str, ...]):
+    """Yield ``(path, words, samples)`` for every samples list; ``words`` are the label parts so far.
+
+    A dict key adds a word unless the next step is into a list (``modes`` in
+    ``modes[mode=fsync]`` says less than the item's own label).
+    """
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if _is_samples(str(key), value):
+                yield sub, words + (str(key),), value
+            else:
+                yield from _walk(value, sub, words if isinstance(value, list) else words + (str(key),))
+    elif isinstance(obj, list):
+        for i, item in enumerate(obj):
+            if isinstance(item, (dict, list)):
+                segment, word = _item_label(item, i)
+                yield from _walk(item, f"{path}{segment}", words + (word,))
+
+
+def find_samples(obj: object, path: str = "") -> dict[str, list[float]]:
+    """Every list of raw samples in a results tree, by path, in document order.
+
+    A samples list is a non-empty list of finite numbers under a key that is
+    ``samples`` or contains ``samples`` as a whole ``_``-separated word, e.g.
+    ``samples_ns``, ``fsync_samples_us``, ``read_samples_mib_s``. Dict keys add
+    ``.key``; items of a list of dicts add ``[mode=fsync]`` when the item has a
+    label key (:data:`LABEL_KEYS`), else ``[i]``, so both runs' paths match.
+    """
+    return {sub: samples for sub, _, samples in _walk(obj, path, ())}
+
+
+def _key_words(key: str) -> str:
+    """``fsync_samples_s`` -> ``fsync time``, ``samples_ns`` -> ``latency``, ``write_rate_samples_mib_s`` ->
+    ``write rate``: the key without ``samples`` and its unit, plus what the unit measures."""
+    m = _SAMPLES_KEY.search(key)
+    prefix = key[: m.start()].replace("_", " ").strip() if m else key
+    kind = _KIND.get(m.group("unit") if m else None, "samples")
+    if not prefix:
+        return kind
+    return prefix if prefix.split()[-1] == kind else f"{prefix} {kind}"
+
+
+def figure_labels(obj: object) -> dict[str, str]:
+    """A readable label for each samples list of an ``experiments`` tree, by its :func:`find_samples` path.
+
+    The label joins the experiment, inner keys, list items' labels and the
+    samples key read as words, with `` · ``: ``experiments.fsync_bench.modes[mode=fsync].samples_ns``
+    -> ``fsync_bench · fsync · latency``; ``experiments.big_write.fsync_samples_s`` ->
+    ``big_write · fsync time``. Labels that would repeat fall back to the path.
+    """
+    labels = {}
+    for sub, words, _ in _walk(obj, "experiments", ()):
+        labels[sub] = " · ".join(words[:-1] + (_key_words(words[-1]),))
+    counts: dict[str, int] = {}
+    for label in labels.values():
+        counts[label] = counts.get(label, 0) + 1
+    return {sub: label if counts[label] == 1 else sub for sub, label in labels.items()}
+
+
+def unit_of(path: str) -> str | None:
+    """The unit a samples key names (``fsync_samples_us`` -> ``us``), or None when it names none."""
+    m = _SAMPLES_KEY.search(path.rsplit(".", 1)[-1])
+    return m.group("unit") if m else None
+
+
+def sample_stats(samples: list[float], unit: str | None = None) -> dict:
+    """n, median, min and max of raw samples; latency units also get p90 and p99.
+
+    Units are the samples' own (no conversion). Raises ValueError on an empty list.
+    """
+    if not samples:
+        raise ValueError("samples must be a non-empty list of numbers, got []")
+    s = sorted(samples)
+    stats = {"n": len(s), "median": percentile(s, 50), "min": s[0], "max": s[-1]}
+    if unit in LATENCY_UNITS:
+        stats["p90"] = percentile(s, 90)
+        stats["p99"] = percentile(s, 99)
+    return stats
+
+
+def _cache_word(path: str) -> str | None:
+    """``cold`` or ``warm`` when a word of a generic figure's path names it, else None."""
+    words = set(re.split(r"[._\[\]=]+", path))
+    found = [w for w in PROVEN if w in words]
+    return found[0] if len(found) == 1 else None
+
+
+def _generic(experiments: dict) -> list[Figure]:
+    tree = {k: v for k, v in experiments.items() if k not in _OWN_RULES}
+    labels = figure_labels(tree)
+    out = []
+    for path, samples in find_samples(tree, "experiments").items():
+        unit = unit_of(path)
+        out.append(
+            Figure(
+                key=path,
+                experiment=path.split(".")[1].split("[")[0],
+                name=labels[path],
+                unit=unit,
+                cache=_cache_word(path),
+                samples=tuple(samples),
+                summary=sample_stats(samples, unit),
+            )
+        )
+    return out
+
+
+# --- the load step ---------------------------------------------------------------------------------
+
+
+def cache_of(sample: dict) -> str:
+    """A load sample's cache state: its three-part proof's verdict when recorded, else its cache_state."""
+    proof = sample.get("cache_proof")
+    if isinstance(proof, dict) and isinstance(proof.get("verdict"), str):
+        return proof["verdict"]
+    return str(sample.get("cache_state"))
+
+
+def cell_name(method: str, file: str, populate: str | None) -> str:
+    """``torch.load, big_pt`` or ``load_file → module (assign), small_safetensors`` (as the host report)."""
+    return f"{method} → module ({populate}), {file}" if populate else f"{method}, {file}"
+
+
+def load_key(file: str, method: str, populate: str | None, cache: str, stage: str, field: str) -> str:
+    pop = f"[populate={populate}]" if populate else ""
+    return (
+        f"experiments.load.samples[file={file}][method={method}]{pop}[cache={cache}].stages.{stage}.{field}"
+    )
+
+
+def _load(section: dict) -> list[Figure]:
+    if not isinstance(section, dict) or section.get("status") != "ok":
+        return []
+    groups: dict[tuple, list[dict]] = {}
+    for s in section.get("samples") or []:
+        groups.setdefault((s["file"], s["method"], s.get("populate"), cache_of(s)), []).append(s)
+    out = []
+    for (file, method, populate, cache), group in groups.items():
+        for stage in LOAD_STAGES:
+            ok = [st for g in group if (st := g["stages"].get(stage)) and st.get("status") == "ok"]
+            if not ok:
+                continue
+            what = (("time_s", "time", "s"),)
+            if stage in RSS_STAGES:
+                what += (("peak_rss_bytes", "peak RSS", "bytes"),)
+            for fld, word, unit in what:
+                values = [st[fld] for st in ok]
+                out.append(
+                    Figure(
+                        key=load_key(file, method, populate, cache, stage, fld),
+                        experiment="load",
+                        name=f"load · {cell_name(method, file, populate)} · {cache} · {stage} · {word}",
+                        unit=unit,
+                        stage=stage,
+                        cache=cache,
+                        method=method,
+                        file=file,
+                        populate=populate,
+                        samples=tuple(values),
+                        summary=sample_stats(values, unit),
+                    )
+                )
+    return out
+
+
+# --- values without samples: the ceiling, the power-cut verdicts --------------------------------------
+
+
+def _ceiling(section: object, have: set[str]) -> list[Figure]:
+    if not isinstance(section, dict) or section.get("status") != "ok":
+        return []
+    out = []
+    for stem, cache, name in CEILING:
+        if f"experiments.ceiling.{stem}_samples_mib_s" in have:
+            continue  # its raw samples are already a figure
+        v = section.get(f"{stem}_mib_s")
+        if isinstance(v, dict) and isinstance(v.get("median"), (int, float)):
+            summary = {"n": v.get("n"), **{k: v[k] for k in ("median", "min", "max") if k in v}}
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            summary = {"n": None, "median": v}
+        else:
+            continue
+        out.append(
+            Figure(
+                key=f"experiments.ceiling.{stem}_mib_s",
+                experiment="ceiling",
+                name=f"ceiling · {name} · rate",
+                unit="mib_s",
+                kind=VALUE,
+                cache=cache,
+                summary=summary,
+                value=summary["median"],
+            )
+        )
+    return out
+
+
+def _powercut(section: object) -> list[Figure]:
+    if not isinstance(section, dict) or section.get("status") != "ok":
+        return []
+    out = []
+    for r in section.get("recipes") or []:
+        for model, label in POWERCUT_MODELS:
+            m = (r.get("models") or {}).get(model)
+            if not m:
+                continue
+            out.append(
+                Figure(
+                    key=f"experiments.powercut.recipes[name={r['name']}].models.{model}.verdict",
+                    experiment="powercut",
+                    name=f"powercut · {r['number']} {r['title']} · {label}",
+                    unit="verdict",
+                    kind=VERDICT,
+                    method=r["name"],
+                    summary={"n": m.get("states")},
+                    value=m["verdict"],
+                )
+            )
+    return out
+
+
+def extract(doc: dict, experiments: tuple[str, ...] | None = None) -> list[Figure]:
+    """Every figure of a results document (see the module docstring), generic ones first.
+
+    ``experiments`` keeps only those experiments' figures (the fleet page needs a few, and reads
+    hundreds of hosts).
+    """
+    exps = doc.get("experiments") or {}
+    if experiments is not None:
+        exps = {k: v for k, v in exps.items() if k in experiments}
+    generic = _generic(exps)
+    have = {f.key for f in generic}
+    return (
+        generic
+        + _load(exps.get("load"))
+        + _ceiling(exps.get("ceiling"), have)
+        + _powercut(exps.get("powercut"))
+    )
+
+
+def by_key(figures: list[Figure]) -> dict[str, Figure]:
+    return {f.key: f for f in figures}

@@ -1,0 +1,402 @@
+"""The fleet side by side: ``reports/fleet.md``, one table per key question, hosts as columns.
+
+Each table puts the same figure of every host's latest lab run side by side:
+the same call, method, file, readiness stage and cache state. The figures come
+from :func:`disklab.figures.extract` (the one extraction, shared with compare
+and export) and the durable sync p50 from :func:`disklab.report.durable_sync`
+(the index's column), through each host's index row, so a host whose stored
+files did not change is not read again.
+
+Tables: the runs compared (profile, kernel, torch, load file sizes); durable
+sync p50; load at ``all_touched``, cold and warm, for each method; the host's
+own ceiling (``experiments.ceiling.cold_read_mib_s`` and ``warm_read_mib_s``,
+"not measured in this run" without that step); peak RSS at ``all_touched``;
+the power-cut verdicts. Two plots (load at all_touched, durable sync p50),
+one point per host, under ``reports/fleet-plots/``. With more than
+:data:`MAX_COLUMNS` hosts the tables turn round (hosts as rows), so they stay
+readable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from disklab import figures, units
+from disklab.fsio import atomic_write_text, save_figure
+
+FLEET_PAGE = "fleet.md"
+TEMPLATE = "fleet.md.j2"
+PLOT_DIR = "fleet-plots"
+LOAD_PLOT, SYNC_PLOT = "load_all_touched.png", "durable_sync_p50.png"
+STAGE = "all_touched"
+MAX_COLUMNS = 16
+# Past this many hosts the sync plot drops the host names (sorted points instead of bars).
+MAX_BARS = 40
+NOT_MEASURED = "not measured in this run"
+# The order of the load methods in the tables (the host report's), then the rest by name.
+METHODS = ("torch.load", "torch.load-mmap", "load_file", "one-tensor", "load_file+willneed")
+
+
+def _why(section: dict | None, what: str) -> str:
+    if section is None:
+        return f"{what} {NOT_MEASURED}"
+    if section.get("status") == "not_run":
+        return f"{what} not run: {section.get('reason', 'no reason recorded')}"
+    return f"{what} {section.get('status')}: {section.get('error', 'no error recorded')}"
+
+
+def host_column(doc: dict | None) -> dict | None:
+    """What the fleet page needs of one host's latest run, JSON-able (kept in the host's render stamp).
+
+    Returns None without a lab run, else ``{"run_id", "profile", "kernel", "torch",
+    "file_sizes": {file: bytes}, "load": [{"file", "method", "populate", "cache", "time": summary,
+    "peak_rss": summary | None}], "load_why", "ceiling": {"cold": summary | None, "warm": ...},
+    "ceiling_why", "powercut": [{"recipe", "model", "verdict", "states"}], "powercut_why"}``;
+    each ``*_why`` is None when the section ran.
+    """
+    if not doc:
+        return None
+    exps = doc.get("experiments") or {}
+    facts = doc.get("facts") or {}
+    found = figures.extract(doc, experiments=("load", "ceiling", "powercut"))
+    load, rss = [], {}
+    for f in found:
+        if f.experiment == "load" and f.stage == STAGE and f.cache in figures.PROVEN:
+            if f.unit == "bytes":
+                rss[(f.file, f.method, f.populate, f.cache)] = f.summary
+            else:
+                load.append(
+                    {
+                        "file": f.file,
+                        "method": f.method,
+                        "populate": f.populate,
+                        "cache": f.cache,
+                        "time": f.summary,
+                    }
+                )
+    for row in load:
+        row["peak_rss"] = rss.get((row["file"], row["method"], row["populate"], row["cache"]))
+    ceiling = {"cold": None, "warm": None}
+    for f in found:
+        if f.experiment == "ceiling" and f.cache in ceiling and f.unit == "mib_s" and "read" in f.key:
+            ceiling[f.cache] = {k: f.summary.get(k) for k in ("median", "n", "min", "max")}
+    ls, cs, ps = exps.get("load"), exps.get("ceiling"), exps.get("powercut")
+
+    def ok(s: object) -> bool:
+        return isinstance(s, dict) and s.get("status") == "ok"
+
+    return {
+        "run_id": doc.get("run_id"),
+        "profile": doc.get("profile"),
+        "kernel": units.fact((facts.get("host") or {}).get("kernel")),
+        "torch": units.fact((facts.get("versions") or {}).get("torch")),
+        "file_sizes": {k: v["size_bytes"] for k, v in (ls.get("files") or {}).items()} if ok(ls) else {},
+        "load": load,
+        "load_why": None if ok(ls) else _why(ls, "load"),
+        "ceiling": ceiling,
+        "ceiling_why": None if ok(cs) else _why(cs, "ceiling"),
+        "powercut": [
+            {
+                "recipe": f.name.removeprefix("powercut · ").rsplit(" · ", 1)[0],
+                "model": f.name.rsplit(" · ", 1)[1],
+                "verdict": f.value,
+                "states": f.summary.get("n"),
+            }
+            for f in found
+            if f.kind == figures.VERDICT and f.experiment == "powercut"
+        ],
+        "powercut_why": None if ok(ps) else _why(ps, "powercut"),
+    }
+
+
+def _cell_order(key: tuple) -> tuple:
+    file, method, populate = key
+    return (
+        populate is not None,
+        file,
+        METHODS.index(method) if method in METHODS else 99,
+        method,
+        populate or "",
+    )
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "/").replace("\n", " ")
+
+
+def _time(summary: dict) -> str:
+    lo, hi = units.secs(summary["min"]), units.secs(summary["max"])
+    return f"{units.secs(summary['median'])} [{lo}, {hi}] (n={summary['n']})"
+
+
+def _table(name: str, title: str, explain: str, hosts: list[str], rows: list[tuple[str, list[str]]]) -> dict:
+    return {
+        "name": name,
+        "title": title,
+        "explain": explain,
+        "hosts": hosts,
+        "rows": [(_cell(r), [_cell(c) for c in cs]) for r, cs in rows],
+    }
+
+
+def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
+    """(hosts with a lab run, the side-by-side tables) from the index rows (:func:`host_column`)."""
+    cols = [(r["host"], r["fleet"], r["durable_sync"]) for r in index_rows if r.get("fleet")]
+    hosts = [h for h, _, _ in cols]
+    if not cols:
+        return hosts, []
+    out = []
+    files = sorted({f for _, c, _ in cols for f in c["file_sizes"]})
+    out.append(
+        _table(
+            "runs",
+            "Runs side by side",
+            "Each host's latest lab run. A load figure is comparable across hosts only for the same file "
+            "size (the profile sets it).",
+            hosts,
+            [
+                ("run", [f"`{c['run_id']}`" for _, c, _ in cols]),
+                ("profile", [str(c["profile"]) for _, c, _ in cols]),
+                ("kernel", [c["kernel"] for _, c, _ in cols]),
+                ("torch", [c["torch"] for _, c, _ in cols]),
+                *[
+                    (
+                        f"{f} size",
+                        [
+                            units.ibytes(c["file_sizes"][f]) if f in c["file_sizes"] else "n/a"
+                            for _, c, _ in cols
+                        ],
+                    )
+                    for f in files
+                ],
+            ],
+        )
+    )
+    out.append(
+        _table(
+            "sync",
+            "Durable sync p50",
+            "Median latency of a 4 KiB `os.write` followed by the call that reaches stable storage on the "
+            "host's OS: `fsync` on Linux, `fcntl(F_FULLFSYNC)` on macOS, where plain `fsync` stops at the "
+            "drive's cache. "
+            "Lower is faster; a figure far below the device's flush time can mean a volatile write cache "
+            "acknowledged it.",
+            hosts,
+            [
+                (
+                    "4 KiB write + durable sync, p50",
+                    [
+                        f"{units.us_short(d['p50_us'])} ({d['call']})"
+                        if d["p50_us"] is not None
+                        else f"n/a ({d['why']})"
+                        for _, _, d in cols
+                    ],
+                )
+            ],
+        )
+    )
+    keys = sorted(
+        {(x["file"], x["method"], x["populate"]) for _, c, _ in cols for x in c["load"]}, key=_cell_order
+    )
+
+    def load_cell(c: dict, key: tuple, cache: str, field: str) -> str:
+        if c["load_why"]:
+            return c["load_why"]
+        for x in c["load"]:
+            if (x["file"], x["method"], x["populate"]) == key and x["cache"] == cache:
+                if field == "time":
+                    return _time(x["time"])
+                return units.ibytes(x["peak_rss"]["median"]) if x["peak_rss"] else NOT_MEASURED
+        return NOT_MEASURED
+
+    for cache, what in (
+        ("cold", "page cache emptied and proven cold before each call"),
+        ("warm", "file resident in the page cache"),
+    ):
+        out.append(
+            _table(
+                f"load_{cache}",
+                f"{cache.capitalize()} load at {STAGE}",
+                f"Median [min, max] seconds from the load call until every byte of every tensor was touched "
+                f"({STAGE}), {what}; one fresh process per sample. Samples whose cache proof failed "
+                f"(cold_unverified, cold_unproven, warm_unverified) are left out.",
+                hosts,
+                [
+                    (figures.cell_name(m, f, p), [load_cell(c, (f, m, p), cache, "time") for _, c, _ in cols])
+                    for f, m, p in keys
+                ],
+            )
+        )
+    out.append(
+        _table(
+            "ceiling",
+            "Cold ceiling",
+            "The host's own ceiling, measured in the same run: a cold sequential read of a file after "
+            "eviction with large reads, and a warm read (memory copy speed). A cold load that delivers its "
+            "bytes faster than the first was probably served by a cache below this OS.",
+            hosts,
+            [
+                (
+                    name,
+                    [
+                        units.mib_s(c["ceiling"][cache]["median"])
+                        if c["ceiling"].get(cache)
+                        else (c["ceiling_why"] or NOT_MEASURED)
+                        for _, c, _ in cols
+                    ],
+                )
+                for _, cache, name in figures.CEILING
+            ],
+        )
+    )
+    out.append(
+        _table(
+            "rss",
+            f"Peak RSS at {STAGE}",
+            f"Median peak resident set size (getrusage ru_maxrss, since the process started, imports "
+            f"included) when the load reached {STAGE}.",
+            hosts,
+            [
+                (
+                    f"{figures.cell_name(m, f, p)} · {cache}",
+                    [load_cell(c, (f, m, p), cache, "rss") for _, c, _ in cols],
+                )
+                for f, m, p in keys
+                for cache in figures.PROVEN
+            ],
+        )
+    )
+    pkeys = []
+    for _, c, _ in cols:
+        for x in c["powercut"]:
+            if (x["recipe"], x["model"]) not in pkeys:
+                pkeys.append((x["recipe"], x["model"]))
+
+    def verdict(c: dict, key: tuple) -> str:
+        if c["powercut_why"]:
+            return c["powercut_why"]
+        x = next((x for x in c["powercut"] if (x["recipe"], x["model"]) == key), None)
+        if x is None:
+            return NOT_MEASURED
+        v = f"**{x['verdict']}**" if x["verdict"] == "unsafe" else x["verdict"]
+        return f"{v} ({x['states']} states)"
+
+    out.append(
+        _table(
+            "powercut",
+            "Power-cut verdicts",
+            "Each save recipe's verdict over every crash state of this host's own recording: safe, "
+            "rolled_back (an older checkpoint loads) or unsafe (a state that loads nothing, or garbage).",
+            hosts,
+            [(f"{r} · {m}", [verdict(c, (r, m)) for _, c, _ in cols]) for r, m in pkeys]
+            or [("recipes", [c["powercut_why"] or NOT_MEASURED for _, c, _ in cols])],
+        )
+    )
+    return hosts, out
+
+
+def _digest(data: object) -> str:
+    """What a plot shows, and the code that draws it: equal digests draw the same picture."""
+    code = Path(__file__).read_bytes()
+    return hashlib.sha256(code + json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _unchanged(reports: Path, name: str, data: object) -> bool:
+    """True when ``fleet-plots/<name>`` exists and was drawn from the same data by the same code."""
+    mark = reports / PLOT_DIR / f".{name}.sha256"
+    try:
+        return (reports / PLOT_DIR / name).is_file() and mark.read_text().strip() == _digest(data)
+    except OSError:
+        return False
+
+
+def _remember(reports: Path, name: str, data: object) -> None:
+    atomic_write_text(reports / PLOT_DIR / f".{name}.sha256", _digest(data) + "\n")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _plot_load(path: Path, cols: list, keys: list) -> None:
+    """Load at all_touched, cold and warm side by side: one row per cell, one point per host (log s)."""
+    plt = _pyplot()
+    legend = len(cols) <= 10
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.4 * len(keys) + 1.8), sharey=True, sharex=True)
+    for ax, cache in zip(axes, figures.PROVEN, strict=True):
+        for i, (host, c, _) in enumerate(cols):
+            pts = [
+                (x["time"]["median"], keys.index((x["file"], x["method"], x["populate"])))
+                for x in c["load"]
+                if x["cache"] == cache
+            ]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(xs, ys, "o", color=f"C{i % 10}" if legend else "C0", alpha=0.7, label=host)
+        ax.set_xscale("log")
+        ax.set_xlabel("seconds from the load call (log scale)")
+        ax.set_title(f"{cache}, {STAGE}: median per host")
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(range(len(keys)), [figures.cell_name(m, f, p) for f, m, p in keys])
+    axes[0].invert_yaxis()
+    if legend:
+        axes[1].legend(loc="best", fontsize="small")
+    save_figure(fig, path)
+
+
+def _plot_sync(path: Path, syncs: list) -> None:
+    """Durable sync p50 per host (log µs); past MAX_BARS hosts, sorted points without names."""
+    plt = _pyplot()
+    named = len(syncs) <= MAX_BARS
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(syncs) + 1.2 if named else 4))
+    if named:
+        ax.barh(range(len(syncs)), [s[1] for s in syncs], color="C0")
+        ax.set_yticks(range(len(syncs)), [f"{h} ({call})" for h, _, call in syncs])
+        ax.invert_yaxis()
+    else:
+        ax.plot(sorted(s[1] for s in syncs), range(len(syncs)), ".", color="C0")
+        ax.set_ylabel(f"hosts, fastest first ({len(syncs)})")
+    ax.set_xscale("log")
+    ax.set_xlabel("4 KiB write + durable sync, p50 (µs, log scale)")
+    ax.grid(axis="x", alpha=0.3)
+    save_figure(fig, path)
+
+
+def plots(reports: Path, index_rows: list[dict]) -> dict[str, str | None]:
+    """The two fleet plots under ``reports/fleet-plots/``: ``{table name: path relative to reports | None}``.
+
+    The load plot sits with the cold load table (it shows cold and warm), the sync plot with its table.
+    A plot whose data and drawing code are unchanged since it was drawn (its ``.NAME.sha256`` beside
+    it) is not drawn again, so `disklab report` with nothing new costs no matplotlib time.
+    """
+    cols = [(r["host"], r["fleet"], r["durable_sync"]) for r in index_rows if r.get("fleet")]
+    keys = sorted(
+        {(x["file"], x["method"], x["populate"]) for _, c, _ in cols for x in c["load"]}, key=_cell_order
+    )
+    syncs = [(h, d["p50_us"], d["call"]) for h, _, d in cols if d["p50_us"] is not None]
+    load_data = [
+        [keys],
+        *(
+            [h, [[x["file"], x["method"], x["populate"], x["cache"], x["time"]["median"]] for x in c["load"]]]
+            for h, c, _ in cols
+        ),
+    ]
+    out: dict[str, str | None] = {"load_cold": None, "sync": None}
+    for table, name, data, draw, args in (
+        ("load_cold", LOAD_PLOT, load_data, _plot_load, (cols, keys)),
+        ("sync", SYNC_PLOT, syncs, _plot_sync, (syncs,)),
+    ):
+        if not (keys if table == "load_cold" else syncs):
+            continue
+        if not _unchanged(reports, name, data):
+            draw(reports / PLOT_DIR / name, *args)
+            _remember(reports, name, data)
+        out[table] = f"{PLOT_DIR}/{name}"
+    return out

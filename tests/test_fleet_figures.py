@@ -1,0 +1,364 @@
+"""Figures compared stage by stage, the fleet side by side, and every figure exported.
+
+The results documents are real where this host can make them (write_buffering,
+fsync_bench and big_write measured here, the audit of this host: test_report's
+``linux_doc``), with a load section of synthetic samples of known times passed
+through the host-side summariser (test_load_section) and a power-cut section
+written by hand, so every verdict and median below can be checked exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from disklab import cli, compare, export, figures, fleet, report, schemas, stored
+from test_load_section import make_section
+from test_report import linux_doc  # noqa: F401  (the fixture: a results document measured here)
+
+COLD_TL = "experiments.load.samples[file=big_pt][method=torch.load][cache=cold].stages.{stage}.time_s"
+
+
+def _model(verdict: str, states: int) -> dict:
+    counts = {"new_ok": states, "old_ok": 0, "rolled_back": 0, "corrupt": 0, "missing": 0}
+    if verdict == "unsafe":
+        counts.update(new_ok=states - 1, corrupt=1)
+    return {
+        "verdict": verdict,
+        "states": states,
+        "distinct_files": 2,
+        "counts": counts,
+        "first_unsafe": None,
+        "first_rolled_back": None,
+        "samples": [[0, False, "after", "new_ok"]],
+    }
+
+
+def powercut_section(atomic_cut: str = "safe") -> dict:
+    """Two recipes, as the power-cut step records them (verdicts and counts only matter here)."""
+    recipes = []
+    for number, name, title, kill, cut in (
+        (1, "naive", "torch.save in place", "unsafe", "unsafe"),
+        (5, "atomic", "temp + fsync + rename + dir fsync", "safe", atomic_cut),
+    ):
+        recipes.append(
+            {
+                "number": number,
+                "name": name,
+                "title": title,
+                "spec": name,
+                "format": "torch",
+                "recording": {
+                    "calls": 4,
+                    "syscall_counts": {"write": 2},
+                    "written_bytes": 4096,
+                    "returned": True,
+                    "replay_matches_real": True,
+                    "record_wall_s": 0.1,
+                    "trace_bytes": 100,
+                    "call_texts": ["write"],
+                    "writes_after_last_fsync": 0,
+                },
+                "models": {"process_kill": _model(kill, 12), "power_cut": _model(cut, 40)},
+                "check_wall_s": 0.2,
+                "lesson_expects": {"process_kill": kill, "power_cut": cut},
+                "agrees_with_lesson": True,
+                "differences": [],
+            }
+        )
+    return {
+        "status": "ok",
+        "strace": "strace 6.1",
+        "state_mib": 4,
+        "old_step": 1,
+        "new_step": 2,
+        "max_torn_per_point": 2,
+        "models": {"process_kill": "SIGKILL", "power_cut": "power cut"},
+        "recipes": recipes,
+        "wall_s": 1.0,
+        "step_wall_s": 1.2,
+    }
+
+
+@pytest.fixture(scope="module")
+def lab_doc(linux_doc) -> dict:  # noqa: F811
+    doc = copy.deepcopy(linux_doc)
+    doc["experiments"]["load"] = make_section()
+    doc["experiments"]["powercut"] = powercut_section()
+    assert schemas.first_error("results", doc) is None
+    return doc
+
+
+def _scaled(doc: dict, factor: float, *, method: str, cache: str, stage: str, run_id: str) -> dict:
+    """A later run of ``doc``: torch and the kernel upgraded, one cell's stage times scaled by ``factor``."""
+    new = copy.deepcopy(doc)
+    new["run_id"] = run_id
+    new["started_utc"] = "2026-11-30T10:00:00Z"
+    new["facts"]["versions"]["torch"] = "2.14.0"
+    new["facts"]["host"]["kernel"] = "6.19.0-test"
+    for s in new["experiments"]["load"]["samples"]:
+        if s["method"] == method and s["cache_state"] == cache and s["file"] == "big_pt":
+            s["stages"][stage]["time_s"] *= factor
+    return new
+
+
+def _store(reports: Path, doc: dict, host: str | None = None) -> Path:
+    host = host or doc["host"]
+    path = reports / host / "runs" / f"{doc['run_id']}.json"
+    stored.write(path, "results", {**doc, "host": host})
+    return path
+
+
+def _compare_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = cli.main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+# --- compare, loads included ---------------------------------------------------------------------
+
+
+def test_compare_json_has_load_cells_and_fails_on_a_moved_load(tmp_path, capsys, lab_doc):
+    reports = tmp_path / "reports"
+    _store(reports, lab_doc)
+    moved = _scaled(
+        lab_doc, 2.0, method="torch.load", cache="cold", stage="all_touched", run_id="20261130T100000Z"
+    )
+    _store(reports, moved)
+    rc, out, err = _compare_cli(
+        capsys, "--reports", str(reports), "compare", "--json", "--fail-on-change", "linuxbox"
+    )
+    assert rc == 1 and "changed beyond noise (--fail-on-change)" in err
+    cmp = json.loads(out)
+    torch_was = lab_doc["facts"]["versions"]["torch"]
+    assert {"path": "facts.versions.torch", "old": torch_was, "new": "2.14.0"} in cmp["fact_changes"]
+    assert any(c["path"] == "facts.host.kernel" and c["new"] == "6.19.0-test" for c in cmp["fact_changes"])
+    by_path = {f["path"]: f for f in cmp["figures"]}
+    cold = by_path[COLD_TL.format(stage="all_touched")]
+    assert (cold["stage"], cold["cache"], cold["method"], cold["unit"]) == (
+        "all_touched",
+        "cold",
+        "torch.load",
+        "s",
+    )
+    assert cold["verdict"] == compare.CHANGED and cold["direction"] == "up" and cold["test"] == compare.RANGES
+    assert cold["old"]["n"] == cold["new"]["n"] == 3
+    assert cold["old"]["median"] == pytest.approx(1.0) and cold["ratio"] == pytest.approx(2.0)
+    # the same cell at another stage, and warm at the same stage, did not move: stage by stage, cache by cache
+    assert by_path[COLD_TL.format(stage="loader_return")]["verdict"] == compare.WITHIN_NOISE
+    warm = by_path[COLD_TL.format(stage="all_touched").replace("cache=cold", "cache=warm")]
+    assert warm["verdict"] == compare.WITHIN_NOISE and warm["ratio"] == pytest.approx(1.0)
+    load = [f for f in cmp["figures"] if f["experiment"] == "load"]
+    assert len(load) >= 20 and all(f"stages.{f['stage']}." in f["path"] for f in load)
+    assert cmp["counts"]["changed"] == 1  # peak RSS and every other load figure are within noise
+    assert [f["path"] for f in cmp["figures"] if f["verdict"] == compare.CHANGED] == [cold["path"]]
+    # without the option the same comparison exits 0; as text it names the load cell
+    rc, text, _ = _compare_cli(capsys, "--reports", str(reports), "compare", "linuxbox")
+    assert rc == 0
+    line = next(x for x in text.splitlines() if "load · torch.load, big_pt · cold · all_touched · time" in x)
+    assert "(2.0×)" in line and line.endswith("ranges do not overlap: changed, up")
+
+
+def test_an_upgrade_that_moved_no_load_exits_zero(tmp_path, capsys, lab_doc):
+    old = tmp_path / "a.json"
+    new = tmp_path / "b.json"
+    stored.write(old, "results", lab_doc)
+    stored.write(
+        new,
+        "results",
+        _scaled(
+            lab_doc, 1.0, method="torch.load", cache="cold", stage="all_touched", run_id="20261130T100000Z"
+        ),
+    )
+    rc, out, _ = _compare_cli(capsys, "compare", "--json", "--fail-on-change", str(old), str(new))
+    cmp = json.loads(out)
+    assert rc == 0 and cmp["counts"]["changed"] == 0 and cmp["counts"]["verdicts_changed"] == 0
+    assert any(f["path"] == COLD_TL.format(stage="all_touched") for f in cmp["figures"])
+    assert {v["name"]: v["changed"] for v in cmp["verdicts"]}[
+        "powercut · 5 temp + fsync + rename + dir fsync · power-cut"
+    ] is False
+    rc, _, err = _compare_cli(capsys, "compare", "--json", str(old), str(tmp_path / "missing.json"))
+    assert rc == 2 and "missing.json does not exist" in err
+
+
+def test_a_changed_power_cut_verdict_fails_the_gate(tmp_path, capsys, lab_doc):
+    new = copy.deepcopy(lab_doc)
+    new["experiments"]["powercut"] = powercut_section(atomic_cut="unsafe")
+    cmp = compare.compare_runs(lab_doc, new)
+    changed = [v for v in cmp["verdicts"] if v["changed"]]
+    assert [(v["old"], v["new"]) for v in changed] == [("safe", "unsafe")]
+    assert compare.n_changed(cmp) == 1 and cmp["counts"]["changed"] == 0
+
+
+def test_a_sample_that_failed_its_cache_proof_is_never_compared_as_cold(lab_doc):
+    new = copy.deepcopy(lab_doc)
+    cold = [
+        s
+        for s in new["experiments"]["load"]["samples"]
+        if s["method"] == "torch.load" and s["cache_state"] == "cold"
+    ]
+    cold[0]["cache_proof"] = {"verdict": "cold_unproven", "failed": "device reads"}  # the three-part proof
+    cold[1]["stages"]["all_touched"]["time_s"] = 0.001  # a warm-fast time, in a sample whose proof held
+    cold[1]["cache_proof"] = {"verdict": "cold"}
+    cmp = compare.compare_runs(lab_doc, new)
+    f = next(f for f in cmp["figures"] if f["path"] == COLD_TL.format(stage="all_touched"))
+    assert f["new"]["n"] == 2 and f["new"]["min"] == 0.001  # only the two that count as cold
+    unproven = [u for u in cmp["figures_unproven"] if u["cache"] == "cold_unproven"]
+    assert unproven and all(u["n_old"] == 0 and u["n_new"] == 1 for u in unproven)
+    text = compare.render_compare_text(cmp)
+    assert "not compared, their cache proof failed" in text
+    assert cmp["cache_proof"] == {"old": "residency", "new": "three_part"}
+    assert "rest on residency alone in the old run and on the three-part cache proof in the new one" in text
+    # without a proof record the sample's own flag decides
+    old_flag = copy.deepcopy(lab_doc)
+    old_flag["experiments"]["load"]["samples"][0]["cache_state"] = "cold_unverified"
+    keys = {f.key for f in figures.extract(old_flag)}
+    assert any("[cache=cold_unverified]" in k for k in keys)
+
+
+# --- the fleet side by side ----------------------------------------------------------------------
+
+
+def _two_host_fleet(tmp_path: Path, lab_doc: dict) -> Path:
+    reports = tmp_path / "reports"
+    _store(reports, lab_doc, "dgx1")
+    mac = copy.deepcopy(lab_doc)
+    mac["run_id"] = "20261129T110000Z"
+    for s in mac["experiments"]["load"]["samples"]:
+        for st in s["stages"].values():
+            if st["status"] == "ok":
+                st["time_s"] *= 3
+    mac["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"] = 4321.0
+    mac["experiments"]["ceiling"] = {
+        "status": "ok",
+        "cold_read_mib_s": 1536.0,
+        "warm_read_mib_s": 9000.0,
+        "step_wall_s": 1.0,
+    }
+    _store(reports, mac, "spark")
+    return reports
+
+
+def test_a_two_host_fleet_renders_the_side_by_side_tables(tmp_path, lab_doc):
+    reports = _two_host_fleet(tmp_path, lab_doc)
+    written, errors = report.render_all(reports)
+    assert not errors
+    index = (reports / "index.md").read_text()
+    assert "[fleet.md](fleet.md)" in index
+    page = (reports / "fleet.md").read_text()
+    for title in (
+        "Durable sync p50",
+        "Cold load at all_touched",
+        "Warm load at all_touched",
+        "Cold ceiling",
+        "Peak RSS at all_touched",
+        "Power-cut verdicts",
+    ):
+        assert f"## {title}" in page
+    lines = page.splitlines()
+    assert lines.count("| figure | dgx1 | spark |") == 7  # the runs table and six questions
+    sync = next(x for x in lines if x.startswith("| 4 KiB write + durable sync, p50 |"))
+    ours = lab_doc["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"]
+    from disklab import units
+
+    assert sync == f"| 4 KiB write + durable sync, p50 | {units.us_short(ours)} (fsync) | 4.3 ms (fsync) |"
+    cold_at = lines.index("## Cold load at all_touched")
+    row = next(x for x in lines[cold_at:] if x.startswith("| torch.load, big_pt |"))
+    assert (
+        row == "| torch.load, big_pt | 1.000 s [0.900 s, 1.200 s] (n=3) | 3.000 s [2.700 s, 3.600 s] (n=3) |"
+    )
+    ceiling = next(x for x in lines if x.startswith("| cold sequential read |"))
+    assert ceiling == "| cold sequential read | ceiling not measured in this run | 1,536 MiB/s |"
+    rss = next(x for x in lines if x.startswith("| torch.load, big_pt · cold |"))
+    assert rss == "| torch.load, big_pt · cold | 460.00 MiB | 460.00 MiB |"
+    assert (
+        "| 5 temp + fsync + rename + dir fsync · power-cut | safe (40 states) | safe (40 states) |" in lines
+    )
+    assert (
+        "| 1 torch.save in place · process-kill | **unsafe** (12 states) | **unsafe** (12 states) |" in lines
+    )
+    for plot in (fleet.LOAD_PLOT, fleet.SYNC_PLOT):
+        assert (reports / fleet.PLOT_DIR / plot).read_bytes().startswith(b"\x89PNG")
+        assert f"]({fleet.PLOT_DIR}/{plot})" in page
+    # a second render reads the fleet columns from the hosts' render stamps, says the same, draws nothing
+    drawn = {p: (reports / fleet.PLOT_DIR / p).stat().st_mtime_ns for p in (fleet.LOAD_PLOT, fleet.SYNC_PLOT)}
+    report.render_all(reports)
+    assert (reports / "fleet.md").read_text() == page
+    assert drawn == {p: (reports / fleet.PLOT_DIR / p).stat().st_mtime_ns for p in drawn}
+
+
+def test_a_big_fleet_turns_the_tables_round(lab_doc):
+    rows = [
+        {
+            "host": f"h{i:02d}",
+            "fleet": fleet.host_column(lab_doc),
+            "durable_sync": report.durable_sync(lab_doc),
+        }
+        for i in range(fleet.MAX_COLUMNS + 1)
+    ]
+    hosts, tables = fleet.tables(rows)
+    text = (
+        report.environment()
+        .get_template(fleet.TEMPLATE)
+        .render(
+            disklab_version="x",
+            schema_version=2,
+            tables=tables,
+            plots={},
+            columns=False,
+            max_columns=fleet.MAX_COLUMNS,
+        )
+    )
+    assert "hosts are rows here" in text
+    assert sum(1 for x in text.splitlines() if x.startswith("| h16 |")) == len(tables)
+
+
+# --- export ---------------------------------------------------------------------------------------
+
+
+def test_export_csv_and_json_round_trip_every_figure(tmp_path, capsys, lab_doc):
+    reports = _two_host_fleet(tmp_path, lab_doc)
+    out = tmp_path / "figures.csv"
+    rc, _, err = _compare_cli(
+        capsys, "--reports", str(reports), "export", "--format", "csv", "--out", str(out)
+    )
+    assert rc == 0 and "exported" in err
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    docs = {h: stored.read(next((reports / h / "runs").glob("*.json")), "results") for h in ("dgx1", "spark")}
+    expected = [(h, f) for h, d in docs.items() for f in figures.extract(d)]
+    assert len(rows) == len(expected)
+    for row, (host, f) in zip(rows, expected, strict=True):
+        assert (row["host"], row["key"], row["unit"], row["stage"], row["cache"]) == (
+            host,
+            f.key,
+            f.unit or "",
+            f.stage or "",
+            f.cache or "",
+        )
+        if f.kind == figures.SAMPLES:
+            assert float(row["median"]) == f.summary["median"] and int(row["n"]) == len(f.samples)
+    cold = next(r for r in rows if r["host"] == "spark" and r["key"] == COLD_TL.format(stage="all_touched"))
+    assert (cold["method"], cold["file"], cold["n"], float(cold["median"])) == (
+        "torch.load",
+        "big_pt",
+        "3",
+        3.0,
+    )
+    assert next(r for r in rows if r["key"] == "experiments.ceiling.cold_read_mib_s")["median"] == "1536.0"
+    rc, text, _ = _compare_cli(
+        capsys, "--reports", str(reports), "export", "--format", "json", "--host", "dgx1"
+    )
+    data = json.loads(text)
+    assert rc == 0 and data["columns"] == list(export.COLUMNS)
+    assert [(r["key"], r["samples"]) for r in data["rows"]] == [
+        (f.key, list(f.samples)) for f in figures.extract(docs["dgx1"])
+    ]
+    verdict = next(r for r in data["rows"] if r["unit"] == "verdict" and r["method"] == "naive")
+    assert verdict["value"] == "unsafe" and verdict["n"] == 12
+    rc, _, err = _compare_cli(capsys, "--reports", str(reports), "export", "--host", "nope")
+    assert rc == 2 and "--host nope" in err
