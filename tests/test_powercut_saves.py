@@ -13,13 +13,16 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import jsonschema
 import pytest
 
-from disklab import powercut_cli
+from disklab import powercut_cli, report
+from disklab.sections import powercut as section_mod
 from disklab_host.common.units import MIB
 from disklab_host.powercut import record as pc_record
 from disklab_host.powercut import simulate
 
+REPO = Path(__file__).resolve().parent.parent
 pytestmark = [
     pytest.mark.skipif(pc_record.find_strace() is None, reason="strace is not installed"),
     pytest.mark.slow,
@@ -100,9 +103,9 @@ SAVES = {
                 f.truncate(4096)
                 with mmap.mmap(f.fileno(), 4096) as m:
                     m[:5] = b"index"
-            with open(path + ".tmp", "wb") as f:
-                torch.save(sd, f); f.flush(); os.fsync(f.fileno())
-            os.replace(path + ".tmp", path); fsync_path(d)
+            t = shm(path); torch.save(sd, t)
+            shutil.copyfile(t, path + ".tmp"); fsync_path(path + ".tmp")
+            os.replace(path + ".tmp", path); fsync_path(d); os.unlink(t)
     """,
 }
 
@@ -184,6 +187,26 @@ def test_a_call_the_model_cannot_place_is_named_and_the_rest_judged(tmp_path, ca
     assert "unplaced calls (not in the model; the verdict is judged on the placed calls only):" in text
     assert "  the replay of the placed calls differs from the real files in index.bin" in text
     assert "crash states do not show" not in text  # the checkpoint's own replay matches
+    _no_shm_left(tmp_path)
+    # the report section: the lab step's shape, with this recording as its one recipe
+    entry = {"number": 1, "name": "mmap_index", "title": "memmap index", **result}
+    entry.update(lesson_expects={"process_kill": None}, agrees_with_lesson=None, differences=[])
+    section = {
+        "status": "ok", "strace": "strace", "state_mib": 4, "old_step": 1, "new_step": 2,
+        "max_torn_per_point": 32, "models": {"process_kill": "kill", "power_cut": "cut"},
+        "recipes": [entry], "wall_s": 1.0,
+    }  # fmt: skip
+    schema = json.loads((REPO / "src/disklab/schema/experiments/powercut.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(section)
+    results = {"experiments": {"powercut": section}}
+    x = section_mod.build(section, results, tmp_path)
+    md = report.environment().get_template("sections/powercut.md.j2").render(s=section, x=x, results=results)
+    assert "1 recorded call(s) could not be placed in the model (listed below): memmap index judged on" in md
+    at = rec["unplaced_calls"][0]["call_index"]
+    assert rec["call_texts"][at].startswith("mmap(NULL, 4096, PROT_READ|PROT_WRITE, MAP_SHARED, ")
+    assert f"| memmap index | {at} | mmap | index.bin | stores through a shared writable mapping" in md
+    shm = f"/dev/shm/disklab-test-{tmp_path.name}-ckpt.pt"
+    assert f"| memmap index | `{shm}` | tmpfs at /dev/shm | no: in memory |" in md
 
 
 @pytest.fixture

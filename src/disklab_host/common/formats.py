@@ -13,6 +13,8 @@ results
   1: facts, sizes, experiments keyed by step name, each with status and step_wall_s.
   2: file_kind; lab_code (the disklab version and a digest of each step's code);
      facts at their version 2.
+  3: powercut recipes' recordings carry unplaced_calls, judged_on, outside_files and replay_differs
+     (older recordings: none, "every recorded call", none, none).
 facts (a host's audit; host.json on the host, inside every results and audit file)
   1: facts_schema_version 1.
   2: file_kind and schema_version replace facts_schema_version.
@@ -37,7 +39,7 @@ render_stamp (reports/<host>/.rendered.json)
 from __future__ import annotations
 
 VERSIONS: dict[str, int] = {
-    "results": 2,
+    "results": 3,
     "facts": 3,
     "audit": 2,
     "failure": 2,

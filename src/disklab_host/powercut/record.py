@@ -15,11 +15,16 @@ files that do not exist; only the calls between them are kept.
 
 Modelled: one process's file table (threads share it; forked children are
 not modelled), the working directory of the traced process does not change
-(chdir is not traced), no hard links or symlinks are created in the
-directory. Calls outside the directory are not crash points; every write,
-create, truncate, rename, unlink or mkdir of a path outside it (from the
-import of the user's file on) is kept in ``Recording.outside`` so the
-caller can refuse the save, except under /dev (not /dev/shm) and /proc.
+(chdir is not traced). Copies (sendfile, copy_file_range, splice, reflink
+clones) become writes of the bytes the source held at that moment (see
+:class:`_Translator`). Calls outside the directory are not crash points;
+every write, create, truncate, rename, unlink or mkdir of a path outside it
+(from the import of the user's file on) is kept in ``Recording.outside`` so
+the caller can refuse the save, except under /dev (not /dev/shm) and /proc,
+and except the save's temp files: paths it created and removed again
+(``Recording.outside_files``, with their filesystem). Calls on the directory
+that the model cannot place (a shared writable mmap, RENAME_EXCHANGE, links)
+are crash points with no effect, listed in ``Recording.unplaced``.
 
 :func:`run_traced` owns the traced process: it runs in its own session,
 is killed with its whole process group when it ends or breaks a limit

@@ -13,8 +13,8 @@ Exit status: 0 when no state is corrupt or missing under the chosen model,
 1 when one is, 2 for bad input (one line on stderr, no traceback), 130 when
 interrupted. Both saves (step 1, the old checkpoint, and the traced step 2)
 run in a child process, under strace, within a time and a byte limit; a save
-that exits, is killed, hangs, raises, writes more than the limit or writes
-outside its directory gets no verdict (exit 2), and neither does one that
+that exits, is killed, hangs, raises, writes more than the limit or leaves
+a file outside its directory gets no verdict (exit 2), and neither does one that
 returns without leaving its state dict at the path in the declared format
 (see :func:`check_after_return`). Temp directories are removed on every path.
 """
@@ -200,7 +200,9 @@ def record(
     the limit, writes outside its directory (what it created there is removed
     and named), or, after it returned, the file at the path does not hold that
     save's state dict in ``fmt`` (:func:`check_after_return`); pc_record.RecordError
-    when the replay differs from the real files or the trace cannot be modelled.
+    when the replay differs from the real files although every call was placed, or
+    the trace cannot be read. Calls the model cannot place are in the facts
+    (``unplaced_calls``, with the files where the replay differs, ``replay_differs``).
     """
     from ..checkpoint import saver
 
