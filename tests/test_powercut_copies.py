@@ -8,7 +8,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from disklab_host.powercut import record as pc_record
+from disklab_host.powercut import simulate
 from disklab_host.powercut.states import POWER_CUT, apply_ops, states_at
 
 
@@ -113,20 +116,51 @@ def test_a_copy_from_what_the_recording_cannot_see_is_unplaced_not_refused(tmp_p
     assert [c.ops for c in rec.calls][1:3] == [(), ()]  # crash points, with no effect in the model
 
 
-def test_a_rename_exchange_is_unplaced_and_later_calls_follow_the_real_names(tmp_path):
+def test_a_rename_exchange_swaps_the_names_and_persists_with_the_directory(tmp_path):
     initial = {"a": b"A", "b": b"B"}
     lines = _trace(
         tmp_path,
         f"renameat2(AT_FDCWD, {_h(f'{tmp_path}/a')}, AT_FDCWD, {_h(f'{tmp_path}/b')}, RENAME_EXCHANGE) = 0",
         f"openat(AT_FDCWD, {_h(f'{tmp_path}/a')}, O_WRONLY|O_APPEND) = 3",
-        f"write(3, {_h('+')}, 1) = 1",
+        f"write(3, {_h('+')}, 1) = 1",  # to the file now named a: b's
     )
     rec = _parse(tmp_path, lines, initial)
-    assert [u["syscall"] for u in rec.unplaced] == ["renameat2"] and "RENAME_EXCHANGE" in rec.unplaced[0][
-        "why"
-    ]
-    # the write went to the inode now named a (b's), which the model still calls b
-    assert _final(rec) == {"a": b"A", "b": b"B+"}
+    assert rec.unplaced == [] and _final(rec) == {"a": b"B+", "b": b"A"}
+    none = next(s for s in states_at(rec.ops, 2, True, POWER_CUT) if s.name == "none")
+    assert apply_ops(rec.initial, rec.initial_inodes, rec.ops, none.applied) == initial  # no directory fsync
+
+
+def test_an_unplaced_call_is_skipped_and_later_calls_follow_the_real_names(tmp_path):
+    lines = _trace(
+        tmp_path,
+        f"mkdir({_h(f'{tmp_path}/d')}, 0777) = 0",
+        f"rename({_h(f'{tmp_path}/d')}, {_h(f'{tmp_path}/e')}) = 0",  # renaming a directory: not modelled
+        f"openat(AT_FDCWD, {_h(f'{tmp_path}/e/f')}, O_WRONLY|O_CREAT|O_TRUNC, 0666) = 3",
+        f"write(3, {_h('x')}, 1) = 1",
+    )
+    rec = _parse(tmp_path, lines)
+    assert [(u["call_index"], u["syscall"], u["path"]) for u in rec.unplaced] == [(1, "rename", "d")]
+    assert "renaming the directory 'd' to 'e' is not modelled" in rec.unplaced[0]["why"]
+    assert _final(rec) == {"e/f": b"x"}
+
+
+def test_no_verdict_when_an_unplaced_call_changes_the_checkpoint(tmp_path):
+    lines = _trace(
+        tmp_path,
+        f"openat(AT_FDCWD, {_h(f'{tmp_path}/ckpt.pt')}, O_RDWR|O_CREAT|O_TRUNC, 0666) = 3",
+        "ftruncate(3, 4) = 0",
+        "mmap(NULL, 4, PROT_READ|PROT_WRITE, MAP_SHARED, 3, 0) = 0x7f0000000000",
+    )
+    rec = _parse(tmp_path, lines)
+    assert simulate.check_replay(rec, {"ckpt.pt": b"\0" * 4}, "ckpt.pt") == []  # the stores changed nothing
+    with pytest.raises(
+        pc_record.RecordError, match=r"no verdict: ckpt.pt is changed by .*\(call 2 mmap ckpt.pt: stores"
+    ):
+        simulate.check_replay(rec, {"ckpt.pt": b"data"}, "ckpt.pt")
+    assert simulate.check_replay(rec, {"ckpt.pt": b"\0" * 4, "side": b"s"}, "ckpt.pt") == ["side"]
+    placed = _parse(tmp_path, lines[:3] + lines[4:])
+    with pytest.raises(pc_record.RecordError, match="every call was placed: a disklab bug"):
+        simulate.check_replay(placed, {"ckpt.pt": b"data"}, "ckpt.pt")
 
 
 def test_syncfs_of_another_filesystem_does_not_make_the_directory_durable(tmp_path):

@@ -111,7 +111,7 @@ EPILOG = """exit status:
      outside its directory (what it created there is removed and named; a
      temp file it removed again is followed, not refused), or returns
      without leaving its state dict at the path in --format
-  Calls the model cannot place (a shared writable mmap, RENAME_EXCHANGE...)
+  Calls the model cannot place (a shared writable mmap, a link...)
   are listed after the table; the verdict is then judged on the others.
   130  interrupted (Ctrl-C); the save is stopped and temp files removed
 

@@ -23,7 +23,7 @@ every write, create, truncate, rename, unlink or mkdir of a path outside it
 the caller can refuse the save, except under /dev (not /dev/shm) and /proc,
 and except the save's temp files: paths it created and removed again
 (``Recording.outside_files``, with their filesystem). Calls on the directory
-that the model cannot place (a shared writable mmap, RENAME_EXCHANGE, links)
+that the model cannot place (a shared writable mmap, a renamed directory, links)
 are crash points with no effect, listed in ``Recording.unplaced``.
 
 :func:`run_traced` owns the traced process: it runs in its own session,
@@ -920,14 +920,20 @@ class _Translator:
             self.note_outside(src, "written")
             self.note_outside(dst, "written")
             return
-        if rs is not None and rd is not None:
+        if rs is not None and rd is not None and rs not in self.dirs and rd not in self.dirs:
             a, b = self.names.pop(rs, None), self.names.pop(rd, None)
             for rel, ino in ((rs, b), (rd, a)):
                 if ino is not None:
                     self.names[rel] = ino
+            self.add(name, args, ret, [Op(len(self.calls), "exchange", path=rs, dst=rd)])
+            return
+        if rs is not None and rd is not None:
+            self.names.pop(rs, None)
+            self.names.pop(rd, None)
         else:
             self.names.pop(rs or rd, None)
-        why = f"RENAME_EXCHANGE of {rs or src!r} and {rd or dst!r} is not modelled"
+        what = "directories" if rs in self.dirs or rd in self.dirs else "a file outside with one inside"
+        why = f"RENAME_EXCHANGE of {rs or src!r} and {rd or dst!r} ({what}) is not modelled"
         self.unplace(name, args, ret, rs or rd, why)
 
     def _rename_dir(self, rs: str, rd: str) -> None:

@@ -226,13 +226,7 @@ def record(
     rec, trace_bytes, save_s = _run_save(**traced, **run, **limits)
     wall = time.perf_counter() - start
     real, _ = pc_record.snapshot(root)
-    replay = pc_states.apply_ops(rec.initial, rec.initial_inodes, rec.ops, frozenset(range(len(rec.ops))))
-    diff = sorted(k for k in set(real) | set(replay) if real.get(k) != replay.get(k))
-    if diff and not rec.unplaced:  # every call was placed, and yet: a fault of the recorder, not of the save
-        raise pc_record.RecordError(
-            f"the replayed recording differs from the real files: {diff} (every call was placed: "
-            "a disklab bug; please report it with the save function)"
-        )
+    diff = check_replay(rec, real, ckpt)
     check_after_return(root / ckpt, fmt, "new", old_state, new_state)
     facts = {
         "calls": len(rec.calls),
@@ -251,6 +245,31 @@ def record(
         "call_texts": [c.text for c in rec.calls],
     }
     return rec, facts
+
+
+def check_replay(rec: pc_record.Recording, real: dict[str, bytes], ckpt: str) -> list[str]:
+    """The files where replaying every placed call differs from ``real`` (only where calls are unplaced).
+
+    Raises pc_record.RecordError when they differ although every call was placed (the
+    recorder is wrong, not the save), or when the checkpoint itself differs: then the
+    crash states do not show what the save leaves there, and no verdict is given.
+    """
+    replay = pc_states.apply_ops(rec.initial, rec.initial_inodes, rec.ops, frozenset(range(len(rec.ops))))
+    diff = sorted(k for k in set(real) | set(replay) if real.get(k) != replay.get(k))
+    if diff and not rec.unplaced:
+        raise pc_record.RecordError(
+            f"the replayed recording differs from the real files: {diff} (every call was placed: "
+            "a disklab bug; please report it with the save function)"
+        )
+    if ckpt in diff:
+        calls = "; ".join(
+            f"call {u['call_index']} {u['syscall']} {u['path']}: {u['why']}" for u in rec.unplaced
+        )
+        raise pc_record.RecordError(
+            f"no verdict: {ckpt} is changed by what the model cannot place, so its crash states would "
+            f"not show what the save leaves there ({calls})"
+        )
+    return diff
 
 
 def _run_save(
@@ -514,10 +533,10 @@ def render(result: dict, title: str) -> str:
                 f"  state {p['state']} -> {p['outcome']}" + (f": {p['error']}" if p["error"] else ""),
                 f"  why: {p['why']}",
             ]
-    return "\n".join(lines + render_recording_notes(result["recording"], result.get("checkpoint")))
+    return "\n".join(lines + render_recording_notes(result["recording"]))
 
 
-def render_recording_notes(rec: dict, ckpt: str | None = None) -> list[str]:
+def render_recording_notes(rec: dict) -> list[str]:
     """Lines on the save's temp files outside the directory and on the calls the model could not place."""
     lines = []
     if rec.get("outside_files"):
@@ -529,12 +548,8 @@ def render_recording_notes(rec: dict, ckpt: str | None = None) -> list[str]:
         for u in rec["unplaced_calls"]:
             lines.append(f"  call {u['call_index']} {u['syscall']} {u['path']}: {u['why']}")
         if rec.get("replay_differs"):
-            hit = ckpt in rec["replay_differs"]
             where = ", ".join(rec["replay_differs"])
-            lines.append(
-                f"  the replay of the placed calls differs from the real files in {where}"
-                + (": the crash states do not show what the save leaves at the checkpoint" if hit else "")
-            )
+            lines.append(f"  the replay of the placed calls differs from the real files in {where}")
     return lines
 
 
