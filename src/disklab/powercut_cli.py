@@ -7,9 +7,10 @@ temp directory it owns and removes afterwards, passing its output and exit
 status through: 0 when no crash state under the chosen model is corrupt or
 missing, 1 when one is, 2 for bad input or a save that gets no verdict (a
 one-line error, never a traceback): one that exits, is killed, hangs past
---timeout-s, raises, writes more than --max-write-mib or outside its
-directory, or returns without leaving its state dict at the path in the
-declared --format. 130 when interrupted (Ctrl-C): the check stops its save,
+--timeout-s, raises, writes more than --max-write-mib, leaves a file
+outside its directory, or returns without leaving its state dict at the
+path in the declared --format. Calls the model cannot place are listed,
+and the verdict is judged on the others. 130 when interrupted (Ctrl-C): the check stops its save,
 and the temp directories are removed. ``main`` parses the raw argument list
 itself: ``-h``/``--help`` print the usage and return 0, and options may come
 before or after the spec.
@@ -106,9 +107,12 @@ EPILOG = """exit status:
      not a .py file that imports, strace or a Python with torch missing, a
      bad limit), or a save that exits (sys.exit or os._exit, any status), is
      killed, does not return within --timeout-s, raises (KeyboardInterrupt
-     and SystemExit too), writes more than --max-write-mib, writes outside
-     its directory (what it created there is removed and named), or returns
+     and SystemExit too), writes more than --max-write-mib, leaves a file
+     outside its directory (what it created there is removed and named; a
+     temp file it removed again is followed, not refused), or returns
      without leaving its state dict at the path in --format
+  Calls the model cannot place (a shared writable mmap, a link...)
+  are listed after the table; the verdict is then judged on the others.
   130  interrupted (Ctrl-C); the save is stopped and temp files removed
 
 Options may come before or after FILE.py:FUNC. See docs/powercut.md."""

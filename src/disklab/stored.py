@@ -47,8 +47,27 @@ def _results_3_kill_method(doc: dict) -> None:
             kill.setdefault("stopped_at", None)
 
 
+def _results_3_powercut_unplaced(doc: dict) -> None:
+    """Power-cut recordings from before copies, temp files outside and unplaced calls were recorded.
+
+    Every call of those recordings was placed (an unplaced one refused the save), none had a temp file
+    outside the directory (a write outside refused it), and their replay matched the real files.
+    """
+    section = (doc.get("experiments") or {}).get("powercut")
+    if not isinstance(section, dict):
+        return
+    for recipe in section.get("recipes") or ():
+        rec = recipe.get("recording") if isinstance(recipe, dict) else None
+        if isinstance(rec, dict):
+            rec.setdefault("unplaced_calls", [])
+            rec.setdefault("judged_on", "every recorded call")
+            rec.setdefault("outside_files", [])
+            rec.setdefault("replay_differs", [])
+
+
 def _results_update_to_3(doc: dict) -> None:
     _results_3_kill_method(doc)
+    _results_3_powercut_unplaced(doc)
 
 
 def _audit_update_to_2(doc: dict) -> None:

@@ -38,7 +38,8 @@ def _unsafe_points(recipe: dict) -> list[dict]:
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """Rows of the verdict table, first unsafe points and the comparison with the lesson.
 
-    Returns {"ok", "rows", "unsafe_points", "rolled_back_points", "summary"}; with a
+    Returns {"ok", "rows", "unsafe_points", "rolled_back_points", "unplaced", "outside_files",
+    "summary"}; with a
     section whose status is not "ok" it returns {"ok": False}. No plots.
     """
     if section.get("status") != "ok":
@@ -69,6 +70,17 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         f"{total} power-cut crash states were built and loaded in all, "
         f"at most {section['max_torn_per_point']} torn-write states per crash point.",
     ]
+    unplaced = [{"recipe": r["title"], **u} for r in recipes for u in r["recording"]["unplaced_calls"]]
+    outside = [{"recipe": r["title"], **f} for r in recipes for f in r["recording"]["outside_files"]]
+    if unplaced:
+        partial = sorted({u["recipe"] for u in unplaced})
+        summary.append(
+            f"{len(unplaced)} recorded call(s) could not be placed in the model (listed below): "
+            + "; ".join(partial)
+            + " judged on the placed calls only."
+        )
+    else:
+        summary.append("Every recorded call of every recipe was placed in the model.")
     for r in recipes:
         summary += [f"{r['title']}: {d}" for d in r["differences"]]
     return {
@@ -76,5 +88,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "rows": rows,
         "unsafe_points": points,
         "rolled_back_points": rolled,
+        "unplaced": unplaced,
+        "outside_files": outside,
         "summary": summary,
     }

@@ -14,7 +14,9 @@ results
   2: file_kind; lab_code (the disklab version and a digest of each step's code);
      facts at their version 2.
   3: crash kills say how they were placed: kill_method (strace_stop, poll, timer) and stopped_at (the
-     write call a strace stop came after), and the section's progress_stop_unusable says why not.
+     write call a strace stop came after), and the section's progress_stop_unusable says why not;
+     powercut recipes' recordings carry unplaced_calls, judged_on, outside_files and replay_differs
+     (older recordings: none, "every recorded call", none, none).
 facts (a host's audit; host.json on the host, inside every results and audit file)
   1: facts_schema_version 1.
   2: file_kind and schema_version replace facts_schema_version.

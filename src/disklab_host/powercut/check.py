@@ -90,11 +90,13 @@ def describe_loss(ops: list[Op], state: CrashState, names: dict[int, str]) -> st
             writes.setdefault(names.get(op.ino, f"inode {op.ino}"), []).append(len(op.data))
         elif op.kind == "rename":
             parts.append(f"rename {op.path} -> {op.dst}")
+        elif op.kind == "exchange":
+            parts.append(f"exchange {op.path} <-> {op.dst}")
         else:
             parts.append(f"{op.kind} {op.path}")
     for name, sizes in writes.items():
         parts.append(f"{len(sizes)} data op(s) ({ibytes(sum(sizes))}) to {name}")
-    kept = [ops[i] for i in state.applied if ops[i].kind in ("rename", "create", "unlink")]
+    kept = [ops[i] for i in state.applied if ops[i].kind in ("rename", "exchange", "create", "unlink")]
     note = "not persisted: " + "; ".join(parts)
     if kept and any(op.kind in ("write", "truncate") for op in lost):
         note += " (while the directory changes did persist)"
@@ -113,6 +115,12 @@ def inode_names(ops: list[Op], initial_inodes: dict[str, int]) -> dict[int, str]
             ino = by_path.pop(op.path)
             names[ino] = f"{op.path} (renamed to {op.dst})"
             by_path[op.dst] = ino
+        elif op.kind == "exchange":
+            a, b = by_path.pop(op.path, None), by_path.pop(op.dst, None)
+            for path, other, ino in ((op.dst, op.path, a), (op.path, op.dst, b)):
+                if ino is not None:
+                    names[ino] = f"{other} (exchanged with {path})"
+                    by_path[path] = ino
     return names
 
 

@@ -10,7 +10,7 @@ Models (docs/powercut.md states them in full):
   One state per crash point.
 * ``power-cut`` (the POSIX minimum, fsync(2) and rename(2)): a file's data and
   size are durable only after fsync or fdatasync of that file (or sync/syncfs);
-  a directory entry (create, mkdir, rename, unlink) is durable only after
+  a directory entry (create, mkdir, rename, exchange, unlink) is durable only after
   fsync of its directory. Anything not yet durable may or may not have
   reached the disk, and metadata may reach it before data. Writes through an
   fd opened with O_SYNC/O_DSYNC are durable when they return.
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 DATA_KINDS = frozenset({"write", "truncate"})
-META_KINDS = frozenset({"create", "mkdir", "rename", "unlink"})
+META_KINDS = frozenset({"create", "mkdir", "rename", "exchange", "unlink"})
 BARRIER_KINDS = frozenset({"fsync", "fdatasync", "dirsync", "sync"})
 DEFAULT_MAX_TORN = 32
 
@@ -197,6 +197,11 @@ def apply_ops(
             content.setdefault(op.ino, bytearray())
         elif op.kind == "rename" and op.path in names:
             names[op.dst] = names.pop(op.path)
+        elif op.kind == "exchange":  # renameat2 RENAME_EXCHANGE: the two names swap their files
+            a, b = names.pop(op.path, None), names.pop(op.dst, None)
+            for path, ino in ((op.path, b), (op.dst, a)):
+                if ino is not None:
+                    names[path] = ino
         elif op.kind == "unlink":
             names.pop(op.path, None)
         elif op.kind == "truncate":
