@@ -137,6 +137,23 @@ STEPS: tuple[Step, ...] = (
         uses=("powercut", "checkpoint"),
     ),
     Step(
+        name="realfs",
+        title="save recipes on real ext4, xfs and btrfs crash images, against the simulator; a real fsync error",
+        sizes=(
+            Size("realfs_filesystems", 1, 3, "count", "filesystems, in the order ext4, xfs, btrfs"),
+            Size("realfs_recipes", 2, 7, "count", "save recipes, rename_no_fsync and atomic first"),
+            Size("realfs_state_mib", 4, 8, "MiB", "state dict saved on each filesystem, in 4 MiB tensors", 4, 4),
+            Size("realfs_subsets", 1, 3, "count", "random subsets of the unflushed writes between two flushes"),
+            Size("realfs_max_states", 16, 48, "count", "crash images mounted per recipe and filesystem"),
+        ),
+        needs_torch=True,
+        platforms=("Linux",),
+        # the starting image, its recorded copy, the crash image and the plain copy (xfs: ~70 MiB of data
+        # each; sparse), plus the write log (~1.1x the state per save)
+        needed_bytes=lambda s: 400 * MIB + 4 * s["realfs_state_mib"] * MIB,
+        uses=("realfs", "powercut", "checkpoint"),
+    ),
+    Step(
         name="load",
         title="torch.load, mmap, safetensors and one tensor, cold and warm, at named readiness stages",
         sizes=(

@@ -35,7 +35,8 @@ from .recorder import FILE_NAME
 CACHESTAT_NR = {"x86_64": 451, "aarch64": 451}
 VICTIM_BYTES = 1 * MIB
 PAGE = 4096
-GOOD, BAD = b"disklab-good-v1:", b"disklab-bad--v2:"  # 16-byte tags, one per page copy
+# 16-byte tags: the victim's old contents (fsync'd on a healthy device) and its new ones (whose writeback fails)
+OLD, NEW = b"disklab-old--v1:", b"disklab-new--v2:"
 
 
 def cachestat(fd: int, length: int) -> dict | None:
@@ -63,14 +64,14 @@ def page_pattern(tag: bytes, n_bytes: int) -> bytes:
 
 
 def which_pages(data: bytes) -> dict:
-    """Counts of the pages of ``data`` that hold the good copy, the bad copy, zeros, or other bytes."""
-    out = {"good": 0, "bad": 0, "zeros": 0, "other": 0}
+    """Counts of the pages of ``data`` that hold the old contents, the new ones, zeros, or other bytes."""
+    out = {"old": 0, "new": 0, "zeros": 0, "other": 0}
     for i in range(0, len(data), PAGE):
         page = data[i : i + PAGE]
-        if page.startswith(GOOD):
-            out["good"] += 1
-        elif page.startswith(BAD):
-            out["bad"] += 1
+        if page.startswith(OLD):
+            out["old"] += 1
+        elif page.startswith(NEW):
+            out["new"] += 1
         elif page.count(0) == len(page):
             out["zeros"] += 1
         else:
@@ -116,11 +117,11 @@ def measure(fs: str, work: Path, res: Resources, *, state_mib: int = 4) -> dict:
     fd = os.open(victim, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     row: dict = {"fs": fs, "victim_bytes": VICTIM_BYTES}
     try:
-        os.write(fd, page_pattern(GOOD, VICTIM_BYTES))
-        row["good_fsync"] = _fsync(fd)
-        os.pwrite(fd, page_pattern(BAD, VICTIM_BYTES), 0)
+        os.write(fd, page_pattern(OLD, VICTIM_BYTES))
+        row["old_fsync"] = _fsync(fd)
+        os.pwrite(fd, page_pattern(NEW, VICTIM_BYTES), 0)
         row["pages_before"] = cachestat(fd, VICTIM_BYTES)
-        rec.ask(f"fail match {BAD.hex()}")
+        rec.ask(f"fail match {NEW.hex()}")
         row["first_fsync"] = _fsync(fd)
         row["pages_after_first"] = cachestat(fd, VICTIM_BYTES)
         row["second_fsync"] = _fsync(fd)
