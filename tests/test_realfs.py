@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from disklab_host.realfs import compare, crashlab, fsync_error, images
-from disklab_host.realfs.mounts import FILESYSTEMS, Resources, make_image, missing_tools, mounted_source, syncfs
+from disklab_host.realfs.mounts import (
+    FILESYSTEMS,
+    Resources,
+    make_image,
+    missing_tools,
+    mounted_source,
+    syncfs,
+)
 from disklab_host.steps import realfs as step
 
 
@@ -61,7 +68,9 @@ def test_crash_states_follow_the_flushes_and_say_when_they_may_come_after_the_re
     log = images.read_log(_log(tmp_path, entries), "begin", "umount")
     states = images.crash_states(log, returned="end", subsets=3, seed=1)
     by_writes = {s.writes: s for s in states}
-    assert () in by_writes and not by_writes[()].after_return  # the start lasts until flush 1, before the return
+    assert (
+        () in by_writes and not by_writes[()].after_return
+    )  # the start lasts until flush 1, before the return
     assert by_writes[(0, 1, 2, 3)].after_return  # the state at flush 1 lasts until flush 2, after the return
     assert (0, 1) in by_writes  # the prefix of the first epoch
     assert by_writes[tuple(range(7))].after_return
@@ -110,11 +119,19 @@ def test_compare_ranks_verdicts_and_names_the_simulator_bugs():
         {"fs": "xfs", "recipe": "naive", "simulator": "unsafe", "verdict": "unsafe"},
         {"fs": "btrfs", "recipe": "naive", "simulator": None, "verdict": "unsafe"},
     ]
-    assert [compare.judge(c["simulator"], c["verdict"]) for c in cells] == ["kinder", "harsher", "agree", "unknown"]
+    assert [compare.judge(c["simulator"], c["verdict"]) for c in cells] == [
+        "kinder",
+        "harsher",
+        "agree",
+        "unknown",
+    ]
     m = compare.confusion(cells)
     assert m["xfs"]["safe"]["unsafe"] == 1 and m["xfs"]["unsafe"]["unsafe"] == 1 and "btrfs" not in m
     d = compare.disagreements(cells)
-    assert [(x["fs"], x["kind"], x["simulator_bug"]) for x in d] == [("ext4", "kinder", False), ("xfs", "harsher", True)]
+    assert [(x["fs"], x["kind"], x["simulator_bug"]) for x in d] == [
+        ("ext4", "kinder", False),
+        ("xfs", "harsher", True),
+    ]
     assert "auto_da_alloc" in d[0]["mechanism"] and d[1]["mechanism"] is None
 
 
@@ -142,7 +159,7 @@ def _ours(tmp_path: Path) -> tuple[list[str], list[str]]:
 
 @needs_root
 def test_recorder_logs_every_write_and_flush_and_its_replay_is_the_device(tmp_path):
-    """ext4 on a loop device over the recorder: 4 MiB and a syncfs reach the log; replaying it rebuilds the device."""
+    """ext4 over the recorder: 4 MiB and a syncfs reach the log; replaying it rebuilds the device."""
     start = tmp_path / "start.img"
     make_image("ext4", start)
     live = tmp_path / "live.img"
@@ -182,7 +199,9 @@ def test_a_failure_midway_ends_every_loop_device_mount_and_process(tmp_path, mon
     with pytest.raises(RuntimeError, match="injected"), Resources() as res:
         saver = crashlab.SaveProcess("recipe:atomic", 4, res, tmp_path)
         procs = [saver.proc]
-        crashlab.run_save("ext4", "recipe:atomic", "torch", tmp_path / "w", 4, res, saver, subsets=1, max_states=3)
+        crashlab.run_save(
+            "ext4", "recipe:atomic", "torch", tmp_path / "w", 4, res, saver, subsets=1, max_states=3
+        )
     assert res.errors == []
     assert all(p.poll() is not None for p in procs)
     assert _ours(tmp_path) == ([], [])
@@ -198,7 +217,13 @@ def test_a_real_fsync_error_fails_the_atomic_save_and_keeps_the_old_checkpoint(t
     assert row["failed_device_writes"] > 0
     assert row["on_device_after_remount"]["new"] == 0  # the failed writeback never reached the device
     atomic = row["saves"]["atomic_save"]
-    assert atomic == {**atomic, "raised": "EIO", "temp_left": False, "in_cache": "old", "after_remount": "old"}
+    assert atomic == {
+        **atomic,
+        "raised": "EIO",
+        "temp_left": False,
+        "in_cache": "old",
+        "after_remount": "old",
+    }
     assert row["saves"]["error_ignoring_save"]["raised"] is None
     assert row["saves"]["error_ignoring_save"]["after_remount"] != "new"
     assert _ours(tmp_path) == ([], [])

@@ -57,4 +57,3 @@ def test_a_save_the_simulator_calls_safe_never_loses_the_checkpoint_on_a_real_im
     assert cell["verdict"] == "safe"
     # it was a real test: some image held the old checkpoint, some the new one
     assert cell["counts"]["old_ok"] > 0 and cell["counts"]["new_ok"] > 0
-

@@ -138,12 +138,16 @@ STEPS: tuple[Step, ...] = (
     ),
     Step(
         name="realfs",
-        title="save recipes on real ext4, xfs and btrfs crash images, against the simulator; a real fsync error",
+        title="the save recipes on real ext4, xfs and btrfs crash images; a real fsync error",
         sizes=(
             Size("realfs_filesystems", 1, 3, "count", "filesystems, in the order ext4, xfs, btrfs"),
             Size("realfs_recipes", 2, 7, "count", "save recipes, rename_no_fsync and atomic first"),
-            Size("realfs_state_mib", 4, 8, "MiB", "state dict saved on each filesystem, in 4 MiB tensors", 4, 4),
-            Size("realfs_subsets", 1, 3, "count", "random subsets of the unflushed writes between two flushes"),
+            Size(
+                "realfs_state_mib", 4, 8, "MiB", "state dict saved on each filesystem, in 4 MiB tensors", 4, 4
+            ),
+            Size(
+                "realfs_subsets", 1, 3, "count", "random subsets of the unflushed writes between two flushes"
+            ),
             Size("realfs_max_states", 16, 48, "count", "crash images mounted per recipe and filesystem"),
         ),
         needs_torch=True,

@@ -45,7 +45,8 @@ def _cost(cells: list[dict], filesystems: list[str]) -> list[dict]:
             continue
         ratios = [a / b for a, b in pairs if b > 0]
         out.append({
-            "fs": fs, "saves": len(pairs), "logged_s": sum(a for a, _ in pairs), "plain_s": sum(b for _, b in pairs),
+            "fs": fs, "saves": len(pairs),
+            "logged_s": sum(a for a, _ in pairs), "plain_s": sum(b for _, b in pairs),
             "median_ratio": statistics.median(ratios) if ratios else None,
         })  # fmt: skip
     return out
@@ -84,7 +85,8 @@ def _fsync_rows(rows: list[dict]) -> tuple[list[dict], list[str]]:
         if r["first_fsync"] != "ok" and r["second_fsync"] == "ok":
             device = r["on_device_after_remount"]
             lines.append(
-                f"{r['fs']}: the first fsync returned {r['first_fsync']}; the second, on the same descriptor, "
+                f"{r['fs']}: the first fsync returned {r['first_fsync']}; the second, on the same "
+                "descriptor, "
                 f"returned 0. A retry loop would have believed the {pages} pages durable. "
                 + (f"cachestat shows the failed pages were marked clean ({after['dirty_pages']} dirty of "
                    f"{after['cached_pages']} cached), so nothing will write them again; " if dropped else "")
@@ -122,7 +124,8 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     agree = sum(1 for c in cells if c.get("judged") == "agree")
     judged = sum(1 for c in cells if c.get("judged") in ("agree", "kinder", "harsher"))
     summary = [
-        f"{agree} of {judged} recipe-and-filesystem pairs got the simulator's power-cut verdict from their real "
+        f"{agree} of {judged} recipe-and-filesystem pairs got the simulator's power-cut verdict from their "
+        "real "
         "crash images."
     ]
     for c in cells:
@@ -131,7 +134,8 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
             lost = c["counts"]["corrupt"] + c["counts"]["missing"]
             summary.append(
                 f"{c['fs']}, {c['title']}: {lost} of {c['states']} real crash images lost the checkpoint; "
-                f"first: {p['state']} -> {p['outcome']}" + (f" ({_short(p['error'])})" if p.get("error") else "")
+                f"first: {p['state']} -> {p['outcome']}"
+                + (f" ({_short(p['error'])})" if p.get("error") else "")
             )
     fsync_table, fsync_lines = _fsync_rows(section["fsync_error"])
     return {

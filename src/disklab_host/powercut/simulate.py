@@ -519,7 +519,9 @@ def main(argv: list[str] | None = None) -> int:
     chk.add_argument("--max-write-mib", type=int, default=DEFAULT_MAX_WRITE_MIB)
     chk.add_argument("--workdir", type=Path, default=None, help="kept; by default a temp dir, always removed")
     chk.add_argument("--json", type=Path, default=None, help="also write the result here")
-    chk.add_argument("--real-fs", default=None, metavar="FS,...", help="also on real crash images (realfs/user.py)")
+    chk.add_argument(
+        "--real-fs", default=None, metavar="FS,...", help="also on real crash images (realfs/user.py)"
+    )
     tr = sub.add_parser("_traced")
     for opt in ("--spec", "--dir", "--ckpt"):
         tr.add_argument(opt, required=True)
@@ -549,7 +551,7 @@ def _check_real_fs(text: str) -> None:
 
 
 def _real_fs(args, result: dict, base: Path) -> list[dict]:
-    """The save on real crash images of each --real-fs filesystem (disklab_host.realfs.user); printed, stored."""
+    """The save on real crash images of each --real-fs filesystem (disklab_host.realfs.user), printed."""
     from ..realfs import user as realfs_user
 
     verdict = result["models"][MODEL_KEYS["power-cut"]]["verdict"]

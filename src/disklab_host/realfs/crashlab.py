@@ -80,7 +80,9 @@ class Recorder:
             "disklab_host.realfs.recorder", "--backing", str(backing), "--mountpoint", str(mountpoint),
             "--log", str(log), "--data", str(data),
         )  # fmt: skip
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env())
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env()
+        )
         self.name = res.process(self.proc, "recorder")
         line = self.proc.stdout.readline().strip()
         if line != "ready":
@@ -271,7 +273,9 @@ def check_image(fs, work, begin, data, log, st, fmt, ckpt, old, new, res) -> tup
         except RuntimeError as exc:  # the image does not mount at all: nothing at the path can be read
             return "corrupt", f"the crash image does not mount: {exc}"
         try:
-            verdict, error = pc_check.load_verdict(mnt / CKPT_DIR / ckpt, fmt=fmt, old_state=old, new_state=new)
+            verdict, error = pc_check.load_verdict(
+                mnt / CKPT_DIR / ckpt, fmt=fmt, old_state=old, new_state=new
+            )
         finally:
             res.release(str(mnt))
         return pc_check.outcome(verdict, st.after_return), error
@@ -295,5 +299,8 @@ def run_save(
     result = check_states(fs, work, start, fmt, ckpt, state_mib, res, subsets=subsets, max_states=max_states)
     for name in ("start.img", "writes.jsonl", "writes.bin"):
         (work / name).unlink(missing_ok=True)
-    return {"fs": fs, "spec": spec, "format": fmt, "recording": facts, **result,
-            "wall_s": time.perf_counter() - total, "state_mib": state_mib, "image_mib": FILESYSTEMS[fs].image_bytes // MIB}  # fmt: skip
+    return {
+        "fs": fs, "spec": spec, "format": fmt, "recording": facts, **result,
+        "wall_s": time.perf_counter() - total, "state_mib": state_mib,
+        "image_mib": FILESYSTEMS[fs].image_bytes // MIB,
+    }  # fmt: skip

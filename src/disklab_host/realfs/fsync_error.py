@@ -35,7 +35,7 @@ from .recorder import FILE_NAME
 CACHESTAT_NR = {"x86_64": 451, "aarch64": 451}
 VICTIM_BYTES = 1 * MIB
 PAGE = 4096
-# 16-byte tags: the victim's old contents (fsync'd on a healthy device) and its new ones (whose writeback fails)
+# 16-byte tags: the victim's old contents (fsync'd on a healthy device), its new ones (writeback fails)
 OLD, NEW = b"disklab-old--v1:", b"disklab-new--v2:"
 
 
@@ -162,7 +162,10 @@ def _atomic_saves(mnt: Path, rec, state_mib: int) -> dict:
 
     old, new = saver.make_state(state_mib, 1), saver.make_state(state_mib, 2)
     out = {}
-    for name, save in (("atomic_save", saver.atomic_save), ("error_ignoring_save", saver.fsync_error_ignoring_save)):
+    for name, save in (
+        ("atomic_save", saver.atomic_save),
+        ("error_ignoring_save", saver.fsync_error_ignoring_save),
+    ):
         d = mnt / name
         d.mkdir()
         path = d / "ckpt.pt"
@@ -188,6 +191,8 @@ def finish_saves(row: dict, mnt: Path, state_mib: int) -> None:
 
     old, new = saver.make_state(state_mib, 1), saver.make_state(state_mib, 2)
     for name, entry in row["saves"].items():
-        verdict, error = pc_check.load_verdict(mnt / name / "ckpt.pt", fmt="torch", old_state=old, new_state=new)
+        verdict, error = pc_check.load_verdict(
+            mnt / name / "ckpt.pt", fmt="torch", old_state=old, new_state=new
+        )
         entry["after_remount"] = verdict
         entry["after_remount_error"] = error

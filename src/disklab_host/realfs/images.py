@@ -93,7 +93,9 @@ def read_log(path: Path, start: str, stop: str) -> Log:
                     flush_seq.append(seq)
     if start not in marks or stop not in marks:
         raise ValueError(f"the write log {path} lacks the mark {start if start not in marks else stop!r}")
-    return Log(tuple(before), tuple(writes), tuple(flushes), tuple(flush_seq), marks, mark_seq, unflushed, errors)
+    return Log(
+        tuple(before), tuple(writes), tuple(flushes), tuple(flush_seq), marks, mark_seq, unflushed, errors
+    )
 
 
 def crash_states(log: Log, *, returned: str, subsets: int, seed: int = 0) -> list[CrashState]:
@@ -117,9 +119,11 @@ def crash_states(log: Log, *, returned: str, subsets: int, seed: int = 0) -> lis
         late = next_flush_seq is None or next_flush_seq > ret_seq
         out.append(CrashState(name, chosen, late or (bool(chosen) and chosen[-1] >= ret_writes)))
 
-    points = [(0, log.mark_seq[min(log.mark_seq, key=log.mark_seq.get)])] + list(zip(log.flushes, log.flush_seq))
+    points = [(0, log.mark_seq[min(log.mark_seq, key=log.mark_seq.get)])] + list(
+        zip(log.flushes, log.flush_seq, strict=True)
+    )
     for k, (durable, seq) in enumerate(points):
-        later = [(b, s) for b, s in zip(log.flushes, log.flush_seq) if s > seq and b > durable]
+        later = [(b, s) for b, s in zip(log.flushes, log.flush_seq, strict=True) if s > seq and b > durable]
         nxt, nxt_seq = later[0] if later else (None, None)
         label = "start" if k == 0 else f"flush {k}"
         add(f"{label}: {durable}/{n} writes", tuple(range(durable)), nxt_seq)
@@ -127,11 +131,19 @@ def crash_states(log: Log, *, returned: str, subsets: int, seed: int = 0) -> lis
         if len(pending) < 2:
             continue
         half = len(pending) // 2
-        add(f"{label} + first {half} of {len(pending)} pending", tuple(range(durable)) + tuple(pending[:half]), nxt_seq)
+        add(
+            f"{label} + first {half} of {len(pending)} pending",
+            tuple(range(durable)) + tuple(pending[:half]),
+            nxt_seq,
+        )
         for i in range(subsets):
             size = rng.randint(1, len(pending) - 1)
             pick = tuple(sorted(rng.sample(pending, size)))
-            add(f"{label} + subset {i + 1}: {size} of {len(pending)} pending", tuple(range(durable)) + pick, nxt_seq)
+            add(
+                f"{label} + subset {i + 1}: {size} of {len(pending)} pending",
+                tuple(range(durable)) + pick,
+                nxt_seq,
+            )
     add(f"all {n} writes", tuple(range(n)), None)
     return out
 

@@ -42,18 +42,31 @@ class Filesystem:
 
 FILESYSTEMS: dict[str, Filesystem] = {
     "ext4": Filesystem(
-        "ext4", ("mkfs.ext4", "-q", "-F"), 64 * MIB, "", "",
+        "ext4",
+        ("mkfs.ext4", "-q", "-F"),
+        64 * MIB,
+        "",
+        "",
         "defaults: data=ordered, auto_da_alloc, commit=5, barriers on",
     ),
     # mkfs.xfs refuses a filesystem under 300 MB; -K: no discard of the (sparse) image at mkfs time
     "xfs": Filesystem(
-        "xfs", ("mkfs.xfs", "-q", "-f", "-K"), 320 * MIB, "", "nouuid",
+        "xfs",
+        ("mkfs.xfs", "-q", "-f", "-K"),
+        320 * MIB,
+        "",
+        "nouuid",
         "defaults; crash images mounted with nouuid (a copy has the recording's UUID)",
     ),
     # nodiscard: the loop device over the recorder's file has no discard to offer
     "btrfs": Filesystem(
-        "btrfs", ("mkfs.btrfs", "-q", "-f"), 128 * MIB, "nodiscard", "nodiscard",
-        "defaults (DUP metadata, commit=30) with nodiscard; each device forgotten before its loop is detached",
+        "btrfs",
+        ("mkfs.btrfs", "-q", "-f"),
+        128 * MIB,
+        "nodiscard",
+        "nodiscard",
+        "defaults (DUP metadata, commit=30) with nodiscard; each device forgotten before its loop is "
+        "detached",
     ),
 }
 TOOLS = {"ext4": "mkfs.ext4", "xfs": "mkfs.xfs", "btrfs": "mkfs.btrfs"}

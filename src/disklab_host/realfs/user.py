@@ -42,7 +42,9 @@ def parse(text: str) -> list[str]:
         raise ValueError(f"--real-fs: {exc}") from None
 
 
-def check(spec: str, fmt: str, filesystems: list[str], base: Path, state_mib: int, simulator: str) -> list[dict]:
+def check(
+    spec: str, fmt: str, filesystems: list[str], base: Path, state_mib: int, simulator: str
+) -> list[dict]:
     """One cell per filesystem: the real images' verdict (or the error) and how it compares."""
     cells = []
     with Resources() as res:
@@ -71,8 +73,13 @@ def render(cells: list[dict]) -> str:
             lines.append(f"  {c['fs']:<6} no verdict: {c.get('error')}")
             continue
         counts = " ".join(f"{k}={v}" for k, v in c["counts"].items())
-        lines.append(f"  {c['fs']:<6} {c['verdict']:<12} {counts} ({c['states']} images; {c['judged']} vs simulator)")
+        lines.append(
+            f"  {c['fs']:<6} {c['verdict']:<12} {counts} ({c['states']} images; {c['judged']} vs simulator)"
+        )
         if c["first_unsafe"]:
             p = c["first_unsafe"]
-            lines.append(f"         first lost: {p['state']} -> {p['outcome']}" + (f": {p['error']}" if p["error"] else ""))
+            lines.append(
+                f"         first lost: {p['state']} -> {p['outcome']}"
+                + (f": {p['error']}" if p["error"] else "")
+            )
     return "\n".join(lines)

@@ -134,8 +134,10 @@ def run(cfg: dict, workdir: Path) -> dict:
             cell["judged"] = compare.judge(sim["verdict"], cell.get("verdict"))
     return {
         "status": "ok",
-        "filesystems": {fs: {"image_mib": FILESYSTEMS[fs].image_bytes >> 20, "mount": FILESYSTEMS[fs].notes}
-                        for fs in filesystems},  # fmt: skip
+        "filesystems": {
+            fs: {"image_mib": FILESYSTEMS[fs].image_bytes >> 20, "mount": FILESYSTEMS[fs].notes}
+            for fs in filesystems
+        },  # fmt: skip
         "kernel": platform.release(),
         "state_mib": state_mib,
         "subsets": sizes["realfs_subsets"],
