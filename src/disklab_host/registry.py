@@ -149,12 +149,20 @@ STEPS: tuple[Step, ...] = (
                 "realfs_subsets", 1, 3, "count", "random subsets of the unflushed writes between two flushes"
             ),
             Size("realfs_max_states", 16, 48, "count", "crash images mounted per recipe and filesystem"),
+            Size(
+                "realfs_busy",
+                0,
+                1,
+                "flag",
+                "1 = also record each save beside a neighbour that fsyncs in a loop",
+                0,
+            ),
         ),
         needs_torch=True,
         platforms=("Linux",),
-        # the starting image, its recorded copy, the crash image and the plain copy (xfs: ~70 MiB of data
-        # each; sparse), plus the write log (~1.1x the state per save)
-        needed_bytes=lambda s: 400 * MIB + 4 * s["realfs_state_mib"] * MIB,
+        # at most four sparse images at once (start, live or plain, begin, crash: xfs, the largest, has
+        # ~70 MiB of data extents each, its zeroed log), plus the write log (~1.1x the state per save)
+        needed_bytes=lambda s: 320 * MIB + 4 * s["realfs_state_mib"] * MIB,
         uses=("realfs", "powercut", "checkpoint"),
     ),
     Step(

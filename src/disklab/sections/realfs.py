@@ -25,12 +25,17 @@ def _cell_text(c: dict) -> str:
     return f"**{c['verdict']}** ({lost} lost, {c['counts']['rolled_back']} rolled back / {c['states']})"
 
 
-def _recipe_rows(cells: list[dict], filesystems: list[str]) -> list[dict]:
+def _label(c: dict) -> str:
+    """The column of a cell: its filesystem, with ", busy" for a save recorded beside a neighbour."""
+    return c["fs"] if c.get("load", "quiet") == "quiet" else f"{c['fs']}, {c['load']}"
+
+
+def _recipe_rows(cells: list[dict], columns: list[str]) -> list[dict]:
     rows: dict[str, dict] = {}
     for c in cells:
         row = rows.setdefault(c["recipe"], {"recipe": c["title"], "simulator": c.get("simulator"), "fs": {}})
-        row["fs"][c["fs"]] = _cell_text(c)
-    return [{**r, "cols": [r["fs"].get(fs, "not run") for fs in filesystems]} for r in rows.values()]
+        row["fs"][_label(c)] = _cell_text(c)
+    return [{**r, "cols": [r["fs"].get(col, "not run") for col in columns]} for r in rows.values()]
 
 
 def _cost(cells: list[dict], filesystems: list[str]) -> list[dict]:
@@ -117,6 +122,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         return {"ok": False}
     cells = section["cells"]
     filesystems = list(section["filesystems"])
+    columns = list(dict.fromkeys(_label(c) for c in cells))
     confusion = [
         {"fs": fs, "rows": [{"simulator": s, "counts": [m[s][r] for r in VERDICTS]} for s in VERDICTS]}
         for fs, m in section["confusion"].items()
@@ -133,7 +139,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
             p = c["first_unsafe"]
             lost = c["counts"]["corrupt"] + c["counts"]["missing"]
             summary.append(
-                f"{c['fs']}, {c['title']}: {lost} of {c['states']} real crash images lost the checkpoint; "
+                f"{_label(c)}, {c['title']}: {lost} of {c['states']} real crash images lost the checkpoint; "
                 f"first: {p['state']} -> {p['outcome']}"
                 + (f" ({_short(p['error'])})" if p.get("error") else "")
             )
@@ -141,7 +147,8 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     return {
         "ok": True,
         "filesystems": filesystems,
-        "rows": _recipe_rows(cells, filesystems),
+        "columns": columns,
+        "rows": _recipe_rows(cells, columns),
         "confusion": confusion,
         "verdicts": VERDICTS,
         "disagreements": section["disagreements"],

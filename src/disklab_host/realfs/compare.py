@@ -43,13 +43,18 @@ MECHANISMS = {
 }
 
 
-def mechanism(fs: str, recipe: str) -> str | None:
+def mechanism(fs: str, recipe: str, load: str = "quiet") -> str | None:
     """The named mechanism for a kinder verdict of ``recipe`` on ``fs``, or None when none is known."""
     if recipe in RENAME_OVER:
         return MECHANISMS.get((fs, "rename"))
-    if recipe == "naive":
+    if recipe == "naive" and load == "quiet":
         return MECHANISMS.get((fs, "truncate"), MECHANISMS[("any", "truncate")])
     return None
+
+
+def label(cell: dict) -> str:
+    """A column of the matrix: the filesystem, with ", busy" for a save recorded beside a neighbour."""
+    return cell["fs"] if cell.get("load", "quiet") == "quiet" else f"{cell['fs']}, {cell['load']}"
 
 
 def judge(simulator: str | None, real: str | None) -> str:
@@ -62,12 +67,12 @@ def judge(simulator: str | None, real: str | None) -> str:
 
 
 def confusion(cells: list[dict]) -> dict:
-    """Per filesystem: {simulator verdict: {real verdict: number of recipes}}, every verdict listed."""
+    """Per filesystem and load (:func:`label`): {simulator verdict: {real verdict: number of recipes}}."""
     out: dict[str, dict[str, dict[str, int]]] = {}
     for c in cells:
         if c.get("verdict") not in RANK or c.get("simulator") not in RANK:
             continue
-        m = out.setdefault(c["fs"], {s: dict.fromkeys(VERDICTS, 0) for s in VERDICTS})
+        m = out.setdefault(label(c), {s: dict.fromkeys(VERDICTS, 0) for s in VERDICTS})
         m[c["simulator"]][c["verdict"]] += 1
     return out
 
@@ -78,9 +83,10 @@ def disagreements(cells: list[dict]) -> list[dict]:
     for c in cells:
         kind = judge(c.get("simulator"), c.get("verdict"))
         if kind in ("kinder", "harsher"):
-            why = mechanism(c["fs"], c["recipe"]) if kind == "kinder" else None
+            why = mechanism(c["fs"], c["recipe"], c.get("load", "quiet")) if kind == "kinder" else None
             out.append({
-                "fs": c["fs"], "recipe": c["recipe"], "simulator": c["simulator"], "real": c["verdict"],
+                "fs": c["fs"], "load": c.get("load", "quiet"), "recipe": c["recipe"],
+                "simulator": c["simulator"], "real": c["verdict"],
                 "kind": kind, "mechanism": why,
                 "simulator_bug": kind == "harsher",
             })  # fmt: skip

@@ -25,8 +25,10 @@ ended by its id on every path.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -151,8 +153,49 @@ def prepare(fs: str, work: Path, saver: SaveProcess, ckpt: str, res: Resources) 
     return base
 
 
-def record(fs: str, work: Path, saver: SaveProcess, ckpt: str, res: Resources, start: Path) -> dict:
-    """Record the new save on a copy of ``start`` through the recorder; facts about the recording."""
+class Neighbour:
+    """Another writer on the same filesystem: write and fsync a small file, again and again, until stopped.
+
+    Each fsync commits what the filesystem holds at that moment (ext4 its running transaction, xfs its
+    log up to that file), so a save it runs beside is recorded with commits in its middle, as a long save
+    on a busy host would be (ext4's 5 s commit timer, another process's fsync).
+    """
+
+    def __init__(self, path: Path):
+        self.path, self.fsyncs, self.error = path, 0, None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="realfs-neighbour", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                while not self._stop.is_set():
+                    os.pwrite(fd, b"n" * BYSTANDER_BYTES, (self.fsyncs % 16) * BYSTANDER_BYTES)
+                    os.fsync(fd)
+                    self.fsyncs += 1
+            finally:
+                os.close(fd)
+        except OSError as exc:  # reported with the recording; the save's verdict does not depend on it
+            self.error = str(exc)
+
+    def __enter__(self) -> Neighbour:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def record(
+    fs: str, work: Path, saver: SaveProcess, ckpt: str, res: Resources, start: Path, *,
+    neighbour: bool = False,
+) -> dict:  # fmt: skip
+    """Record the new save on a copy of ``start`` through the recorder; facts about the recording.
+
+    With ``neighbour``, a :class:`Neighbour` writes and fsyncs beside the save while it runs.
+    """
     spec = FILESYSTEMS[fs]
     live = work / "live.img"
     images.sparse_copy(start, live)
@@ -162,9 +205,11 @@ def record(fs: str, work: Path, saver: SaveProcess, ckpt: str, res: Resources, s
     mnt = Path(res.mount(dev, work / "mnt", fs, spec.options))
     syncfs(mnt)
     rec.mark("begin")
-    wall = time.perf_counter()
-    save_s = saver.save(NEW_STEP, mnt / CKPT_DIR / ckpt)
-    wall = time.perf_counter() - wall
+    busy = Neighbour(mnt / "neighbour") if neighbour else contextlib.nullcontext()
+    with busy:
+        wall = time.perf_counter()
+        save_s = saver.save(NEW_STEP, mnt / CKPT_DIR / ckpt)
+        wall = time.perf_counter() - wall
     rec.mark("end")
     fd = os.open(mnt / "bystander", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -186,6 +231,8 @@ def record(fs: str, work: Path, saver: SaveProcess, ckpt: str, res: Resources, s
         "save_wall_s": wall,
         "recorded_writes": int(counts[1]),
         "recorded_flushes": int(counts[2]),
+        "neighbour_fsyncs": busy.fsyncs if neighbour else None,
+        "neighbour_error": busy.error if neighbour else None,
     }
 
 
@@ -286,14 +333,14 @@ def check_image(fs, work, begin, data, log, st, fmt, ckpt, old, new, res) -> tup
 
 def run_save(
     fs: str, spec: str, fmt: str, work: Path, state_mib: int, res: Resources, saver: SaveProcess, *,
-    subsets: int, max_states: int, measure_cost: bool = False,
+    subsets: int, max_states: int, measure_cost: bool = False, neighbour: bool = False,
 ) -> dict:  # fmt: skip
     """The whole experiment for one filesystem and save function (see the module docstring)."""
     ckpt = CKPT_NAMES[fmt]
     work.mkdir(parents=True, exist_ok=True)
     total = time.perf_counter()
     start = prepare(fs, work, saver, ckpt, res)
-    facts = record(fs, work, saver, ckpt, res, start)
+    facts = record(fs, work, saver, ckpt, res, start, neighbour=neighbour)
     if measure_cost:
         facts["plain_save_wall_s"] = plain_save_s(fs, work, saver, ckpt, res, start)
     result = check_states(fs, work, start, fmt, ckpt, state_mib, res, subsets=subsets, max_states=max_states)

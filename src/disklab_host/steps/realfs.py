@@ -32,6 +32,8 @@ RECIPE_ORDER = (
     "fsync_before_flush_torch",
 )  # fmt: skip
 SETTING = "lab_run_realfs"
+# quiet: nothing else writes during the save; busy: a neighbour writes and fsyncs in a loop beside it
+LOADS = ("quiet", "busy")
 
 
 def why_not(cfg: dict, filesystems: list[str]) -> str | None:
@@ -74,19 +76,20 @@ def simulator_verdict(recipe, workdir: Path, state_mib: int) -> dict:
 
 
 def _real_cells(recipe, filesystems: list[str], workdir: Path, sizes: dict) -> list[dict]:
-    """One recipe on each filesystem: its real crash images' verdict (or the error that stopped it)."""
+    """One recipe on each filesystem and load: its real crash images' verdict, or what stopped it."""
     cells = []
     state_mib = sizes["realfs_state_mib"]
+    loads = LOADS if sizes["realfs_busy"] else LOADS[:1]
     with Resources() as res:
         saver = crashlab.SaveProcess(f"recipe:{recipe.name}", state_mib, res, workdir)
-        for fs in filesystems:
-            cell = {"fs": fs, "recipe": recipe.name, "title": recipe.title}
+        for fs, load in ((fs, load) for fs in filesystems for load in loads):
+            cell = {"fs": fs, "load": load, "recipe": recipe.name, "title": recipe.title}
             with Resources() as inner:
                 try:
                     cell.update(crashlab.run_save(
                         fs, f"recipe:{recipe.name}", recipe.fmt, workdir / fs / recipe.name, state_mib, inner,
                         saver, subsets=sizes["realfs_subsets"], max_states=sizes["realfs_max_states"],
-                        measure_cost=True,
+                        measure_cost=load == "quiet", neighbour=load == "busy",
                     ))  # fmt: skip
                 except (crashlab.SaveError, RuntimeError, OSError, ValueError) as exc:
                     cell.update(verdict=None, error=f"{type(exc).__name__}: {exc}")
@@ -142,6 +145,7 @@ def run(cfg: dict, workdir: Path) -> dict:
         "state_mib": state_mib,
         "subsets": sizes["realfs_subsets"],
         "max_states": sizes["realfs_max_states"],
+        "loads": list(LOADS if sizes["realfs_busy"] else LOADS[:1]),
         "cells": cells,
         "confusion": compare.confusion(cells),
         "disagreements": compare.disagreements(cells),
