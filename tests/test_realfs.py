@@ -231,3 +231,17 @@ def test_a_real_fsync_error_fails_the_atomic_save_and_keeps_the_old_checkpoint(t
 
 def test_filesystem_table_names_the_tools_the_step_checks():
     assert set(FILESYSTEMS) == set(step.FS_ORDER)
+
+
+def test_real_fs_option_refuses_an_unknown_filesystem_before_any_work(capsys):
+    from disklab_host.powercut import record as pc_record
+    from disklab_host.powercut import simulate
+    from disklab_host.realfs import user
+
+    with pytest.raises(ValueError, match="--real-fs: filesystems must be some of"):
+        user.parse("ext4,zfs")
+    assert user.parse(" ext4, btrfs ") == ["ext4", "btrfs"]
+    if pc_record.find_strace() is None:
+        pytest.skip("strace is not installed")
+    assert simulate.main(["check", "recipe:atomic", "--real-fs", "zfs"]) == 2
+    assert "--real-fs: filesystems must be some of" in capsys.readouterr().err

@@ -47,13 +47,18 @@ def test_the_stored_section_matches_the_schema_and_a_wrong_field_is_refused(sect
 def test_build_counts_the_matrix_from_the_cells(section, tmp_path):
     x = section_mod.build(section, {"experiments": {"realfs": section}}, tmp_path)
     for m in x["confusion"]:
-        cells = [c for c in section["cells"] if c["fs"] == m["fs"] and c["verdict"] and c["simulator"]]
+        cells = [
+            c
+            for c in section["cells"]
+            if section_mod._label(c) == m["fs"] and c["verdict"] and c["simulator"]
+        ]
         assert sum(sum(row["counts"]) for row in m["rows"]) == len(cells)
         for row in m["rows"]:
             for real, n in zip(section_mod.VERDICTS, row["counts"], strict=True):
                 want = [c for c in cells if c["simulator"] == row["simulator"] and c["verdict"] == real]
                 assert n == len(want)
     assert len(x["rows"]) == len({c["recipe"] for c in section["cells"]})
+    assert len(x["confusion"]) == len(x["columns"]) == len(section["filesystems"]) * len(section["loads"])
     assert [r["fs"] for r in x["fsync_table"]] == [r["fs"] for r in section["fsync_error"]]
 
 
@@ -63,7 +68,8 @@ def test_the_section_renders_the_matrix_disagreements_and_the_fsync_table(sectio
     assert text.startswith("## On real filesystems")
     assert "| simulator \\ real | safe | rolled_back | unsafe |" in text
     for d in section["disagreements"]:
-        assert f"- {d['fs']}, {d['recipe']}: the simulator says {d['simulator']}" in text
+        where = d["fs"] + (", busy" if d["load"] == "busy" else "")
+        assert f"- {where}, {d['recipe']}: the simulator says {d['simulator']}" in text
     for r in section["fsync_error"]:
         assert f"| {r['fs']} | {r['first_fsync']} | {r['second_fsync']} |" in text
     assert "A retry loop would have believed" in text
@@ -74,7 +80,8 @@ def test_the_section_renders_the_matrix_disagreements_and_the_fsync_table(sectio
 def test_a_simulator_bug_is_named_in_the_report(section, tmp_path):
     s = copy.deepcopy(section)
     s["disagreements"].append({
-        "fs": "xfs", "recipe": "atomic", "simulator": "safe", "real": "unsafe", "kind": "harsher",
+        "fs": "xfs", "load": "quiet", "recipe": "atomic", "simulator": "safe", "real": "unsafe",
+        "kind": "harsher",
         "mechanism": None, "simulator_bug": True,
     })  # fmt: skip
     text = _render(s, section_mod.build(s, {"experiments": {"realfs": s}}, tmp_path))

@@ -43,11 +43,16 @@ def atomic_cells(tmp_path_factory) -> dict:
             cells[fs] = crashlab.run_save(
                 fs, "recipe:atomic", "torch", work / fs, 4, res, saver, subsets=1, max_states=10
             )
+        # and beside a neighbour that fsyncs in a loop (commits in the middle of the save)
+        cells["ext4, busy"] = crashlab.run_save(
+            "ext4", "recipe:atomic", "torch", work / "busy", 4, res, saver, subsets=1, max_states=10,
+            neighbour=True,
+        )  # fmt: skip
     assert res.errors == []
     return cells
 
 
-@pytest.mark.parametrize("fs", FILESYSTEMS)
+@pytest.mark.parametrize("fs", [*FILESYSTEMS, "ext4, busy"])
 def test_a_save_the_simulator_calls_safe_never_loses_the_checkpoint_on_a_real_image(atomic_cells, fs):
     cell = atomic_cells[fs]
     assert cell["recording"]["loop_direct_io"]
@@ -57,3 +62,6 @@ def test_a_save_the_simulator_calls_safe_never_loses_the_checkpoint_on_a_real_im
     assert cell["verdict"] == "safe"
     # it was a real test: some image held the old checkpoint, some the new one
     assert cell["counts"]["old_ok"] > 0 and cell["counts"]["new_ok"] > 0
+    if fs.endswith("busy"):
+        assert cell["recording"]["neighbour_error"] is None
+        assert cell["recording"]["neighbour_fsyncs"] >= 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 VERDICTS = ("safe", "rolled_back", "unsafe")
 RANK = {v: i for i, v in enumerate(reversed(VERDICTS))}  # unsafe 0 < rolled_back 1 < safe 2
 
-RENAME_OVER = ("rename_no_fsync", "safetensors", "no_dir_fsync", "fsync_before_flush")
+RENAME_OVER = ("rename_no_fsync", "safetensors", "fsync_before_flush")
 MECHANISMS = {
     ("ext4", "rename"): (
         "ext4's auto_da_alloc (on by default): renaming a file over an existing one starts writeback of "
@@ -36,6 +36,10 @@ MECHANISMS = {
         "commit came between the truncate and the data writes of this short save (ext4 commits every 5 s): "
         "a longer save, or another process's fsync during it, reaches the truncated state the model allows"
     ),
+    ("any", "neighbour"): (
+        "the neighbour's fsync committed the journal (ext4) or forced the log (xfs) with the rename in it "
+        "before the save returned, which is what the save's missing directory fsync would have done"
+    ),
     ("any", "truncate"): (
         "no journal or log commit came between the truncate and the data writes of this short save; a "
         "longer save, or another process's fsync during it, reaches the truncated state the model allows"
@@ -45,6 +49,8 @@ MECHANISMS = {
 
 def mechanism(fs: str, recipe: str, load: str = "quiet") -> str | None:
     """The named mechanism for a kinder verdict of ``recipe`` on ``fs``, or None when none is known."""
+    if recipe == "no_dir_fsync":
+        return MECHANISMS[("any", "neighbour")] if load == "busy" else None
     if recipe in RENAME_OVER:
         return MECHANISMS.get((fs, "rename"))
     if recipe == "naive" and load == "quiet":

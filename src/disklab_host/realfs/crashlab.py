@@ -163,7 +163,7 @@ class Neighbour:
 
     def __init__(self, path: Path):
         self.path, self.fsyncs, self.error = path, 0, None
-        self._stop = threading.Event()
+        self._stop, self._first = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run, name="realfs-neighbour", daemon=True)
 
     def _run(self) -> None:
@@ -174,13 +174,18 @@ class Neighbour:
                     os.pwrite(fd, b"n" * BYSTANDER_BYTES, (self.fsyncs % 16) * BYSTANDER_BYTES)
                     os.fsync(fd)
                     self.fsyncs += 1
+                    self._first.set()
             finally:
                 os.close(fd)
         except OSError as exc:  # reported with the recording; the save's verdict does not depend on it
             self.error = str(exc)
+        finally:
+            self._first.set()
 
     def __enter__(self) -> Neighbour:
+        """Start the neighbour; returns once its first fsync is done, so the save has one beside it."""
         self._thread.start()
+        self._first.wait()
         return self
 
     def __exit__(self, *exc) -> None:
