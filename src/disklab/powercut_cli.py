@@ -102,7 +102,8 @@ def check_spec(spec: str) -> str:
 
 EPILOG = """exit status:
   0  no crash state is corrupt or missing under --model
-  1  at least one is (the first unsafe point is printed)
+  1  at least one is (the first unsafe point is printed), or with --real-fs a
+     real crash image lost the checkpoint
   2  no verdict, one line on stderr: bad input (no such file or function,
      not a .py file that imports, strace or a Python with torch missing, a
      bad limit), or a save that exits (sys.exit or os._exit, any status), is
@@ -140,6 +141,11 @@ def parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     ap.add_argument("--python", metavar="PY", default=None, help="a Python with torch and safetensors")
     ap.add_argument("--json", metavar="OUT", type=Path, default=None, help="also write the full result here")
+    ap.add_argument(
+        "--real-fs", metavar="FS,...", default=None,
+        help="also run the save on real crash images of these filesystems (ext4, xfs, btrfs; needs root, "
+        "loop devices, FUSE; see docs/realfs.md); an unsafe real image also makes the exit status 1",
+    )  # fmt: skip
     return ap
 
 
@@ -184,6 +190,8 @@ def _run(args) -> int:
     cmd += ["--max-write-mib", str(args.max_write_mib)]
     if args.json:
         cmd += ["--json", str(args.json.resolve())]
+    if args.real_fs:
+        cmd += ["--real-fs", args.real_fs]
     workdir = Path(tempfile.mkdtemp(prefix="disklab-powercut-"))
     proc = None
     try:

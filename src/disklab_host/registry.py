@@ -137,6 +137,35 @@ STEPS: tuple[Step, ...] = (
         uses=("powercut", "checkpoint"),
     ),
     Step(
+        name="realfs",
+        title="the save recipes on real ext4, xfs and btrfs crash images; a real fsync error",
+        sizes=(
+            Size("realfs_filesystems", 1, 3, "count", "filesystems, in the order ext4, xfs, btrfs"),
+            Size("realfs_recipes", 2, 7, "count", "save recipes, rename_no_fsync and atomic first"),
+            Size(
+                "realfs_state_mib", 4, 8, "MiB", "state dict saved on each filesystem, in 4 MiB tensors", 4, 4
+            ),
+            Size(
+                "realfs_subsets", 1, 3, "count", "random subsets of the unflushed writes between two flushes"
+            ),
+            Size("realfs_max_states", 16, 48, "count", "crash images mounted per recipe and filesystem"),
+            Size(
+                "realfs_busy",
+                0,
+                1,
+                "flag",
+                "1 = also record each save beside a neighbour that fsyncs in a loop",
+                0,
+            ),
+        ),
+        needs_torch=True,
+        platforms=("Linux",),
+        # at most four sparse images at once (start, live or plain, begin, crash: xfs, the largest, has
+        # ~70 MiB of data extents each, its zeroed log), plus the write log (~1.1x the state per save)
+        needed_bytes=lambda s: 320 * MIB + 4 * s["realfs_state_mib"] * MIB,
+        uses=("realfs", "powercut", "checkpoint"),
+    ),
+    Step(
         name="load",
         title="torch.load, mmap, safetensors and one tensor, cold and warm, at named readiness stages",
         sizes=(

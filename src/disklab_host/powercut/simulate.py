@@ -575,6 +575,9 @@ def main(argv: list[str] | None = None) -> int:
     chk.add_argument("--max-write-mib", type=int, default=DEFAULT_MAX_WRITE_MIB)
     chk.add_argument("--workdir", type=Path, default=None, help="kept; by default a temp dir, always removed")
     chk.add_argument("--json", type=Path, default=None, help="also write the result here")
+    chk.add_argument(
+        "--real-fs", default=None, metavar="FS,...", help="also on real crash images (realfs/user.py)"
+    )
     tr = sub.add_parser("_traced")
     for opt in ("--spec", "--dir", "--ckpt"):
         tr.add_argument(opt, required=True)
@@ -591,6 +594,31 @@ def main(argv: list[str] | None = None) -> int:
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+def _check_real_fs(text: str) -> None:
+    """Raises SpecError naming --real-fs when a filesystem is unknown or this host cannot run them."""
+    from ..realfs import user as realfs_user
+
+    try:
+        reason = realfs_user.why_not(realfs_user.parse(text))
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    if reason:
+        raise SpecError(reason)
+
+
+def _real_fs(args, result: dict, base: Path) -> list[dict]:
+    """The save on real crash images of each --real-fs filesystem (disklab_host.realfs.user), printed."""
+    from ..realfs import user as realfs_user
+
+    verdict = result["models"][MODEL_KEYS["power-cut"]]["verdict"]
+    cells = realfs_user.check(
+        result["spec"], args.format, realfs_user.parse(args.real_fs), base, args.state_mib, verdict
+    )
+    result["real_fs"] = cells
+    print(realfs_user.render(cells))
+    return cells
+
+
 def _check(args) -> int:
     base = None
     try:
@@ -599,19 +627,22 @@ def _check(args) -> int:
         if args.state_mib <= 0 or args.state_mib % 4:
             raise SpecError(f"--state-mib must be a positive multiple of 4, got {args.state_mib}")
         check_limits(args.state_mib, args.timeout_s, args.max_write_mib)
+        if args.real_fs:
+            _check_real_fs(args.real_fs)
         base = args.workdir or Path(tempfile.mkdtemp(prefix="disklab-powercut-"))
         result = analyse(
             args.spec, args.format, base, args.state_mib,
             timeout_s=args.timeout_s, max_write_mib=args.max_write_mib,
         )  # fmt: skip
         print(render(result, args.spec))
+        real = _real_fs(args, result, base) if args.real_fs else []
         if args.json:
             atomic_write_json(args.json, result)
         chosen = result["models"][MODEL_KEYS[args.model]]
         judged = result["recording"]["judged_on"]
         note = "" if not result["recording"]["unplaced_calls"] else f" (judged on {judged}; see above)"
         print(f"\nverdict under {args.model}: {chosen['verdict']}{note}")
-        return 1 if chosen["verdict"] == "unsafe" else 0
+        return 1 if chosen["verdict"] == "unsafe" or any(c.get("verdict") == "unsafe" for c in real) else 0
     except (SpecError, pc_record.RecordError) as exc:
         print(f"disklab powercut: {_one_line(exc, 2000)}", file=sys.stderr)
         return 2
