@@ -182,7 +182,20 @@ def test_version_2_flags_become_three_states_and_the_workbench_its_paths():
     wb = doc["workbench"]
     assert wb["requested_path"] == wb["audited_path"] == FACTS["workbench"]["requested_path"]
     assert wb["exists"] is True and wb["created"] is False and wb["note"] is None and "path" not in wb
-    assert doc["schema_version"] == VERSIONS["facts"] == 3
+    assert doc["schema_version"] == VERSIONS["facts"] == 4
+    assert schemas.first_error("facts", doc) is None
+
+
+def test_version_3_facts_get_the_durability_facts_as_not_audited():
+    old = _facts_at_version_2(FACTS, loop={"unavailable": "no /sys/class/block entry"}, cpu_only=True)
+    if "unavailable" in old["workbench"]["device"]:
+        pytest.skip("this host's /tmp has no block device to audit")
+    for key in stored.DURABILITY_FACTS:  # what a version-3 audit did not read
+        del old["workbench"]["device"][key]
+    doc = stored.upgrade(old, "facts")
+    device = doc["workbench"]["device"]
+    for key in stored.DURABILITY_FACTS:
+        assert device[key] == {"unavailable": "not audited: written before facts version 4"}
     assert schemas.first_error("facts", doc) is None
 
 

@@ -80,13 +80,26 @@ def _facts_update_to_3(doc: dict) -> None:
         gpu["cpu_only_torch_on_gpu_host"] = _flag_to_3(gpu["cpu_only_torch_on_gpu_host"])
 
 
+# The device facts facts version 4 added (audit.collect.durability_facts).
+DURABILITY_FACTS = ("model", "vendor", "write_cache", "fua", "pcie_link")
+
+
+def _facts_update_to_4(doc: dict) -> None:
+    """The durability facts of the workbench device, as not audited (older audits did not read them)."""
+    workbench = doc.get("workbench")
+    device = workbench.get("device") if isinstance(workbench, dict) else None
+    if isinstance(device, dict) and "unavailable" not in device:
+        for key in DURABILITY_FACTS:
+            device.setdefault(key, {"unavailable": "not audited: written before facts version 4"})
+
+
 def _nothing(doc: dict) -> None:
     """An update that only stamps the kind and version (the kind had none before)."""
 
 
 UPDATES: dict[str, dict[int, Callable[[dict], None]]] = {
     "results": {2: _results_update_to_2},
-    "facts": {2: _facts_update_to_2, 3: _facts_update_to_3},
+    "facts": {2: _facts_update_to_2, 3: _facts_update_to_3, 4: _facts_update_to_4},
     "audit": {2: _audit_update_to_2},
     "failure": {2: _run_kind_update_to_2},
     "run_record": {2: _run_kind_update_to_2},

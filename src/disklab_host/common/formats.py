@@ -20,6 +20,8 @@ facts (a host's audit; host.json on the host, inside every results and audit fil
      {set: bool | unavailable, why} read an unknown flag as set; workbench.path becomes
      requested_path, with audited_path, exists, created and note (a missing workbench is
      audited through its nearest existing parent).
+  4: workbench.device gains model, vendor, write_cache (queue/write_cache), fua and pcie_link
+     (NVMe link speed and width), the facts that bound durability and a cold read.
 audit (reports/<host>/audits/<run_id>.json)
   1: schema_version 1 (the results' number) and kind "audit".
   2: file_kind replaces kind; its own version.
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 VERSIONS: dict[str, int] = {
     "results": 2,
-    "facts": 3,
+    "facts": 4,
     "audit": 2,
     "failure": 2,
     "run_record": 2,
