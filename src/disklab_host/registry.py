@@ -137,6 +137,15 @@ STEPS: tuple[Step, ...] = (
         uses=("powercut", "checkpoint"),
     ),
     Step(
+        name="ceiling",
+        title="this host's own ceiling: one file read cold after eviction and warm, in 8 MiB reads",
+        sizes=(Size("ceiling_mib", 128, 1024, "MiB", "size of the file read cold and warm"),),
+        needs_torch=False,
+        platforms=PLATFORMS,
+        needed_bytes=lambda s: 2 * s["ceiling_mib"] * MIB,  # the file, and a macOS cold copy of it
+        uses=("cache",),
+    ),
+    Step(
         name="load",
         title="torch.load, mmap, safetensors and one tensor, cold and warm, at named readiness stages",
         sizes=(
