@@ -122,7 +122,7 @@ STEPS: tuple[Step, ...] = (
         needs_torch=True,
         platforms=PLATFORMS,
         needed_bytes=lambda s: 3 * s["crash_state_mib"] * MIB,  # good checkpoint + the killed save, per mode
-        uses=("checkpoint",),
+        uses=("checkpoint", "cache"),
     ),
     Step(
         name="powercut",

@@ -13,6 +13,10 @@ results
   1: facts, sizes, experiments keyed by step name, each with status and step_wall_s.
   2: file_kind; lab_code (the disklab version and a digest of each step's code);
      facts at their version 2.
+  3: I/O records: each load sample's stages carry io (common/iorecord.py) and each sample its
+     cache_proof (the three-part cold proof, the warm check; cache_state may be warm_unverified); the
+     write-path sections carry io records and layers (dirty and writeback pages counted); the ceiling
+     step; crash.layers.
 facts (a host's audit; host.json on the host, inside every results and audit file)
   1: facts_schema_version 1.
   2: file_kind and schema_version replace facts_schema_version.
@@ -39,7 +43,7 @@ render_stamp (reports/<host>/.rendered.json)
 from __future__ import annotations
 
 VERSIONS: dict[str, int] = {
-    "results": 2,
+    "results": 3,
     "facts": 4,
     "audit": 2,
     "failure": 2,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import breakit, saver
+from ..checkpoint import breakit, layers, saver
 from ..checkpoint.verdict import classify
 from ..common.child import child_env, module_argv
 from ..common.facts import require_positive
@@ -349,6 +349,7 @@ def run(cfg: dict, workdir: Path) -> dict:
         "progress_points": list(PROGRESS_POINTS),
         "modes": modes,
         "break_it": break_it,
+        "layers": layers.kill_after_naive_save(workdir / "layers", state_mib),
     }
 
 
