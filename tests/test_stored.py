@@ -256,3 +256,24 @@ def test_fixture_is_what_disklab_0_1_wrote():
     assert results["facts"]["facts_schema_version"] == 1
     assert json.loads((V1 / "deadhost/failures/20261130T090000Z.json").read_text())["kind"] == "runs"
     assert "schema_version" not in json.loads((V1 / "oldhost/.rendered.json").read_text())
+
+
+def test_a_results_2_load_sample_gets_a_cache_proof_marked_not_recorded():
+    sample = {"cache_state_requested": "cold", "cache_state": "cold", "file": "big_pt"}
+    unproven = {"cache_state_requested": "cold", "cache_state": "cold_unverified", "file": "big_pt"}
+    warm = {"cache_state_requested": "warm", "cache_state": "warm", "file": "big_pt"}
+    doc = {
+        "experiments": {
+            "load": {"status": "ok", "samples": [sample, unproven, warm]},
+            "big_write": {"status": "ok"},
+            "crash": {"status": "not_run", "reason": "x"},
+        }
+    }
+    stored._results_update_to_3(doc)
+    cold, bad, hot = (s["cache_proof"] for s in doc["experiments"]["load"]["samples"])
+    assert cold["verdict"] == "cold" and cold["recorded"] is False
+    assert cold["unchecked"] == ["device_reads", "major_faults"] and cold["parts"]["residency"]["status"] == "pass"
+    assert bad["verdict"] == "cold_unproven" and bad["failed"] == ["residency"]
+    assert hot["verdict"] == "warm" and hot["parts"]["residency"]["status"] == "not_recorded"
+    assert doc["experiments"]["big_write"]["layers"] == {"unavailable": stored.NOT_RECORDED_V2}
+    assert "layers" not in doc["experiments"]["crash"]  # only ok sections get the mark
