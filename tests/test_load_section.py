@@ -63,9 +63,18 @@ def sample(method, file, populate, state, lr, at, rep, *, cache_state=None) -> d
         }
     stages["all_touched"] = {"status": "ok", "time_s": at, **snap(share, 460 * MIB, size)}
     stages["all_touched"]["io"] = {
-        "process": {"read_bytes": size if state == "cold" else 0, "write_bytes": 0, "source": "/proc/self/io"},
-        "device": {"name": "vda", "read_bytes": size if state == "cold" else 0, "written_bytes": 0,
-                   "sectors_read": (size if state == "cold" else 0) // 512, "sectors_written": 0},
+        "process": {
+            "read_bytes": size if state == "cold" else 0,
+            "write_bytes": 0,
+            "source": "/proc/self/io",
+        },
+        "device": {
+            "name": "vda",
+            "read_bytes": size if state == "cold" else 0,
+            "written_bytes": 0,
+            "sectors_read": (size if state == "cold" else 0) // 512,
+            "sectors_written": 0,
+        },
         "faults": {"major": 3 if state == "cold" else 0, "minor": 100},
     }
     stages["device_placed"] = {
@@ -394,15 +403,20 @@ def test_user_model_rendered_ok_and_refused(tmp_path):
 
 
 def _ceiling(median: float, lo: float, hi: float) -> dict:
-    return {"status": "ok", "cold_mib_s": {"n": 3, "median": median, "min": lo, "max": hi},
-            "warm_mib_s": {"n": 3, "median": 5000.0, "min": 4900.0, "max": 5100.0}}
+    return {
+        "status": "ok",
+        "cold_mib_s": {"n": 3, "median": median, "min": lo, "max": hi},
+        "warm_mib_s": {"n": 3, "median": 5000.0, "min": 4900.0, "max": 5100.0},
+    }
 
 
 def test_each_cold_figure_carries_its_proof_and_its_share_of_the_cold_ceiling():
     section = make_section(unverified=True)
     results = {"experiments": {"load": section, "ceiling": _ceiling(512.0, 500.0, 520.0)}}
     proof_rows = section_mod.proof_rows(section, results)
-    row = next(r for r in proof_rows["rows"] if r["what"] == "torch.load, big_pt" and r["cache_state"] == "cold")
+    row = next(
+        r for r in proof_rows["rows"] if r["what"] == "torch.load, big_pt" and r["cache_state"] == "cold"
+    )
     assert row["device_read_bytes"] == SIZE and row["device_mib_s"] == pytest.approx(256.0)
     assert row["share"] == "50.0 %" and not row["below"]
     assert "residency ✓ 3/3" in row["proof"] and "device reads ✓ 3/3" in row["proof"]

@@ -1,4 +1,4 @@
-"""The cache-state proof of a load sample (loadlab.proof), part by part, on records shaped as load_one.py's."""
+"""The cache-state proof of a load sample (loadlab.proof), part by part, on records shaped like load_one's."""
 
 from __future__ import annotations
 

@@ -272,7 +272,10 @@ def test_a_results_2_load_sample_gets_a_cache_proof_marked_not_recorded():
     stored._results_update_to_3(doc)
     cold, bad, hot = (s["cache_proof"] for s in doc["experiments"]["load"]["samples"])
     assert cold["verdict"] == "cold" and cold["recorded"] is False
-    assert cold["unchecked"] == ["device_reads", "major_faults"] and cold["parts"]["residency"]["status"] == "pass"
+    assert (
+        cold["unchecked"] == ["device_reads", "major_faults"]
+        and cold["parts"]["residency"]["status"] == "pass"
+    )
     assert bad["verdict"] == "cold_unproven" and bad["failed"] == ["residency"]
     assert hot["verdict"] == "warm" and hot["parts"]["residency"]["status"] == "not_recorded"
     assert doc["experiments"]["big_write"]["layers"] == {"unavailable": stored.NOT_RECORDED_V2}

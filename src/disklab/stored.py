@@ -74,7 +74,8 @@ def _old_cache_proof(sample: dict) -> dict:
         "unchecked": [k for k, v in parts.items() if v["status"] == "not_recorded"],
         "stage": None,
         "recorded": False,
-        "note": NOT_RECORDED_V2 + ("; a cold sample was checked by residency alone" if requested == "cold" else ""),
+        "note": NOT_RECORDED_V2
+        + ("; a cold sample was checked by residency alone" if requested == "cold" else ""),
         "parts": parts,
     }
 

@@ -88,7 +88,9 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     layers = evidence.layer_rows(section.get("layers", {"unavailable": "not recorded in this run"}))
     io = [
         {"write": evidence.io_line(w), "fsync": evidence.io_line(f)}
-        for w, f in zip(section.get("write_io_records", []), section.get("fsync_io_records", []), strict=False)
+        for w, f in zip(
+            section.get("write_io_records", []), section.get("fsync_io_records", []), strict=False
+        )
     ]
     return {
         "ok": True,

@@ -239,5 +239,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "break_it": _explain_break_it(section, results),
         "plot": _plot(section, plot_dir),
         "layers": evidence.layer_rows(section.get("layers", {"unavailable": "not recorded in this run"})),
-        "layers_save": section["layers"] if isinstance(section.get("layers"), dict) and "rows" in section["layers"] else None,
+        "layers_save": section["layers"]
+        if isinstance(section.get("layers"), dict) and "rows" in section["layers"]
+        else None,
     }

@@ -35,7 +35,9 @@ def ceiling(results: dict) -> dict:
     """
     section = (results.get("experiments") or {}).get("ceiling")
     if not isinstance(section, dict) or section.get("status") != "ok":
-        why = "the ceiling step did not run in this run" if not section else f"ceiling {section.get('status')}"
+        why = (
+            "the ceiling step did not run in this run" if not section else f"ceiling {section.get('status')}"
+        )
         return {"cold": None, "warm": None, "why": why}
     cold, warm = section["cold_mib_s"], section["warm_mib_s"]
     return {
@@ -72,7 +74,10 @@ def fsync_reading(p50_us: float | None, facts: dict) -> str | None:
     wc = facts["write_cache"]
     dev = facts["name"] or "the workbench device"
     if wc is None:
-        return f"The write-cache mode of {dev} is unknown ({facts['write_cache_why']}), so this p50 cannot be read against it."
+        return (
+            f"The write-cache mode of {dev} is unknown ({facts['write_cache_why']}), so this p50 cannot be "
+            "read against it."
+        )
     if wc == "write through":
         return (
             f"{dev} reports `write through` (queue/write_cache): the block layer sends no cache flush, "
@@ -82,7 +87,8 @@ def fsync_reading(p50_us: float | None, facts: dict) -> str | None:
     if wc == "write back" and p50_us < PLAUSIBLE_FLUSH_US:
         return (
             f"**Possible lie from below.** {dev} reports a volatile write cache (`write back`), so each sync "
-            f"should include a cache flush, yet the p50 was {p50_us:,.0f} µs, under the {PLAUSIBLE_FLUSH_US:.0f} µs "
+            f"should include a cache flush, yet the p50 was {p50_us:,.0f} µs, under the "
+            f"{PLAUSIBLE_FLUSH_US:.0f} µs "
             "a 4 KiB write plus flush plausibly takes on real media: something below this OS (a hypervisor's "
             "cache, a controller) probably answered the flush, or the drive has power-loss protection."
         )
@@ -97,7 +103,9 @@ def fsync_reading(p50_us: float | None, facts: dict) -> str | None:
 def io_bytes(record: object) -> dict:
     """``{"process_read", "process_written", "device_read", "device_written", "major", "minor", "why"}``
     of one I/O record; a value is None where the record lacks it, and ``why`` names the first reason."""
-    out = dict.fromkeys(("process_read", "process_written", "device_read", "device_written", "major", "minor"))
+    out = dict.fromkeys(
+        ("process_read", "process_written", "device_read", "device_written", "major", "minor")
+    )
     why = _unavailable(record)
     if why or not isinstance(record, dict):
         return {**out, "why": why or "no I/O record"}
@@ -152,7 +160,11 @@ def layer_rows(layers: object) -> dict:
             }
         )
     ok = layers.get("cachestat") == "ok"
-    return {"ok": ok, "why": None if ok else f"cachestat is missing here: {layers.get('cachestat')}", "rows": rows}
+    return {
+        "ok": ok,
+        "why": None if ok else f"cachestat is missing here: {layers.get('cachestat')}",
+        "rows": rows,
+    }
 
 
 def share_of(rate_mib_s: float | None, ceiling_spread: dict | None) -> str:

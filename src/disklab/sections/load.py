@@ -197,8 +197,8 @@ def warnings(section: dict) -> list[str]:
     if section.get("n_warm_unverified"):
         cells = sorted({_label(c) for c in section["cells"] if c["cache_state"] == "warm_unverified"})
         out.append(
-            f"{section['n_warm_unverified']} warm run(s) found less than 99 % of the file resident just before "
-            f"the load call (something dropped it after the warm-up read), so they are reported as "
+            f"{section['n_warm_unverified']} warm run(s) found less than 99 % of the file resident just "
+            f"before the load call (something dropped it after the warm-up read), so they are reported as "
             f"warm_unverified, never as warm: {', '.join(cells)}."
         )
     for trust in section["residency_trust"]:
@@ -295,7 +295,9 @@ def device_summary(section: dict) -> dict | None:
 
 def _cell_samples(section: dict, cell: dict) -> list[dict]:
     key = (cell["file"], cell["method"], cell.get("populate"), cell["cache_state"])
-    return [s for s in section["samples"] if (s["file"], s["method"], s.get("populate"), s["cache_state"]) == key]
+    return [
+        s for s in section["samples"] if (s["file"], s["method"], s.get("populate"), s["cache_state"]) == key
+    ]
 
 
 def _part_text(name: str, parts: list[dict]) -> str:
@@ -349,7 +351,11 @@ def proof_rows(section: dict, results: dict) -> dict:
             continue
         samples = _cell_samples(section, cell)
         proof = [s["cache_proof"] for s in samples]
-        texts = [_part_text(n, [p["parts"][n] for p in proof]) for n in PROOF_PARTS if all(n in p["parts"] for p in proof)]
+        texts = [
+            _part_text(n, [p["parts"][n] for p in proof])
+            for n in PROOF_PARTS
+            if all(n in p["parts"] for p in proof)
+        ]
         failed = sorted({f for p in proof for f in p["failed"]})
         dev = st.get("device_read_mib_s")
         rate = dev["median"] if dev else None
@@ -362,10 +368,14 @@ def proof_rows(section: dict, results: dict) -> dict:
                 "n": cell["n"],
                 "time_s": st["time_s"],
                 "file_size_bytes": cell["file_size_bytes"],
-                "device_read_bytes": st["device_read_bytes"]["median"] if st.get("device_read_bytes") else None,
+                "device_read_bytes": st["device_read_bytes"]["median"]
+                if st.get("device_read_bytes")
+                else None,
                 "device_why": st.get("device_reads_unavailable"),
                 "device_mib_s": rate,
-                "file_mib_s": cell["file_size_bytes"] / (1 << 20) / st["time_s"]["median"] if st["time_s"]["median"] else None,
+                "file_mib_s": cell["file_size_bytes"] / (1 << 20) / st["time_s"]["median"]
+                if st["time_s"]["median"]
+                else None,
                 "share": evidence.share_of(rate, cold),
                 "proof": " · ".join(texts),
                 "failed": [PART_NAMES[f] for f in failed],

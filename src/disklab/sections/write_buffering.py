@@ -41,7 +41,13 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     ns per call. Writes no plot.
     """
     if section.get("status") != "ok":
-        return {"ok": False, "status_note": status_note(section), "ratio": None, "explanations": [], "layers": None}
+        return {
+            "ok": False,
+            "status_note": status_note(section),
+            "ratio": None,
+            "explanations": [],
+            "layers": None,
+        }
     unbuf = section["modes"]["unbuffered"]["per_call_ns"]["median"]
     buf = section["modes"]["buffered"]["per_call_ns"]["median"]
     size = section["buffer"]["observed_buffer_bytes"]
@@ -76,8 +82,8 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "ratio": r,
         "explanations": lines,
         "layers": layers,
-        "layers_bytes": section["layers"]["size_bytes"] if isinstance(section.get("layers"), dict)
-        and "size_bytes" in section["layers"]
+        "layers_bytes": section["layers"]["size_bytes"]
+        if isinstance(section.get("layers"), dict) and "size_bytes" in section["layers"]
         else None,
         "io_unbuffered": io[0] if io else None,
     }

@@ -462,7 +462,9 @@ def _darwin_device(probe: Probe, source: str) -> dict:
             "F_FULLFSYNC asks for a flush"
         ),
         "fua": unavailable(NOT_ON_MACOS),
-        "pcie_link": unavailable("the PCIe link is in system_profiler on macOS, which the audit does not read"),
+        "pcie_link": unavailable(
+            "the PCIe link is in system_profiler on macOS, which the audit does not read"
+        ),
     }
 
 

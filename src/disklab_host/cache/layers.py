@@ -67,5 +67,5 @@ def write_flush_fsync(path: str | os.PathLike, data: bytes) -> dict:
         "size_bytes": len(data),
         "page_size_bytes": pagecache.page_size(),
         "rows": rows,
-        "cachestat": "ok" if "unavailable" not in first else first["unavailable"],
+        "cachestat": first.get("unavailable", "ok"),
     }

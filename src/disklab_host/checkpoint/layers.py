@@ -109,7 +109,7 @@ def kill_after_naive_save(workdir: Path, state_mib: int) -> dict:
         "killed_by": "SIGKILL after the child printed 'saved'",
         "exit_signal": -proc.returncode if proc.returncode is not None and proc.returncode < 0 else None,
         "rows": rows,
-        "cachestat": "ok" if "unavailable" not in first else first["unavailable"],
+        "cachestat": first.get("unavailable", "ok"),
     }
 
 

@@ -46,9 +46,7 @@ from pathlib import Path
 from .facts import is_unavailable, unavailable
 
 SECTOR_BYTES = 512  # /sys/.../stat counts 512-byte sectors on every device
-MACOS_VALIDATION = (
-    "macOS path run only against injected test doubles on Linux, not on real Mac hardware"
-)
+MACOS_VALIDATION = "macOS path run only against injected test doubles on Linux, not on real Mac hardware"
 NO_PROC_IO = "/proc/self/io is Linux only"
 NO_SYS_BLOCK = "per-device sector counts come from /sys/class/block (Linux); macOS offers them to an "
 NO_SYS_BLOCK += "unprivileged process only through IOKit, which disklab does not read"

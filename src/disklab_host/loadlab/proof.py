@@ -85,7 +85,11 @@ def _faults_part(io: object, method: str) -> dict:
     if is_unavailable(io):
         return {"status": "unavailable", "why": io["unavailable"]}
     major = io["faults"]["major"]
-    return {"status": "pass" if major > 0 else "fail", "major_faults": major, "minor_faults": io["faults"]["minor"]}
+    return {
+        "status": "pass" if major > 0 else "fail",
+        "major_faults": major,
+        "minor_faults": io["faults"]["minor"],
+    }
 
 
 def cache_proof(rec: dict, requested: str) -> dict:

@@ -88,7 +88,13 @@ def write_then_fsync(path: Path, data: bytes, recorder: iorecord.Recorder | None
     finally:
         os.close(fd)
         os.unlink(path)
-    return {"write_s": t1 - t0, "fsync_s": t3 - t2, "write_calls": calls, "write_io": write_io, "fsync_io": fsync_io}
+    return {
+        "write_s": t1 - t0,
+        "fsync_s": t3 - t2,
+        "write_calls": calls,
+        "write_io": write_io,
+        "fsync_io": fsync_io,
+    }
 
 
 def run(cfg: dict, workdir: Path) -> dict:

@@ -76,7 +76,12 @@ def timed_read(path: Path, recorder: iorecord.Recorder) -> dict:
         t1 = time.perf_counter()
         io = recorder.end(before, f"one sequential read of the file in {READ_BYTES // MIB} MiB calls")
     elapsed = t1 - t0
-    return {"time_s": elapsed, "bytes": total, "mib_s": total / MIB / elapsed if elapsed > 0 else 0.0, "io": io}
+    return {
+        "time_s": elapsed,
+        "bytes": total,
+        "mib_s": total / MIB / elapsed if elapsed > 0 else 0.0,
+        "io": io,
+    }
 
 
 def _device_read(io: dict | None) -> int | None:
@@ -132,7 +137,9 @@ def run(cfg: dict, workdir: Path) -> dict:
     """The ``ceiling`` step: ``cfg["sizes"]["ceiling_mib"]`` MiB read cold and warm; the section."""
     system = cfg.get("system") or platform.system()
     if system not in cache.DEFAULT_METHODS:
-        return not_run(f"the ceiling needs a page-cache eviction, known on Linux and macOS only, not {system}")
+        return not_run(
+            f"the ceiling needs a page-cache eviction, known on Linux and macOS only, not {system}"
+        )
     mib = SIZES["ceiling_mib"].check(cfg["sizes"]["ceiling_mib"])
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
