@@ -26,6 +26,11 @@ was proven); the warm ceiling the median over the verified warm runs. The file
 is deleted afterwards. The device facts that bound durability (model,
 write-cache mode, rotational, NVMe link) are audit facts (audit.collect).
 
+On macOS the eviction is purge (root) or a cold copy (coldcopy_nocache, timed
+instead of the file and deleted after the run) and the device counters are
+unavailable, so a cold run is proven by residency alone there; that path has
+been run only in tests on Linux, not on a real Mac.
+
 Run alone: ``python -m disklab_host.steps.ceiling --workdir DIR --mib N`` prints the JSON.
 """
 
