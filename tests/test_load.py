@@ -325,8 +325,9 @@ def test_cold_unverified_when_eviction_is_skipped(env):
 def test_warm_unverified_when_the_file_left_the_cache_after_the_warm_up(env, monkeypatch):
     """Other work dropped the file between the warm-up read and the load: never reported as warm."""
     root, manifest = env
-    path = manifest["files"]["big_safetensors"]["path"]
-    cache.evict(path, ["fadvise_dontneed"], become_allowed=False)
+    path = str(root / "dropped.safetensors")  # a file no earlier test has mapped into this process
+    save_file({"w": torch.randn(512, 512)}, path)
+    assert cache.evict(path, ["fadvise_dontneed"], become_allowed=False)["method"] == "fadvise_dontneed"
     monkeypatch.setattr(load.cache, "warm", lambda p: 0)  # the warm-up read, undone at once
     cell = {"file": "big_safetensors", "path": path, "method": "load_file", "model": None, "populate": None}
     s = load.measure_one(cell, "warm", cfg={"system": "Linux"})
