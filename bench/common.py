@@ -18,7 +18,14 @@ from disklab_host.common.stats import percentile
 REPO = Path(__file__).resolve().parent.parent
 
 # Part names, in the order they run and appear in the table.
-PART_ORDER = ["fsync_fidelity", "cold_read_fidelity", "harness_overhead", "fleet_scaling", "report_rendering"]
+PART_ORDER = [
+    "fsync_fidelity",
+    "cold_read_fidelity",
+    "io_record_overhead",
+    "harness_overhead",
+    "fleet_scaling",
+    "report_rendering",
+]
 
 
 def summary(samples: list[float], unit: str = "") -> dict:

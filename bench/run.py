@@ -2,8 +2,9 @@
 
     python bench/run.py [--tiny] [--parts NAME ...] [--repeats N] [--workbench DIR]
 
-Five parts (bench/README.md): fsync fidelity and cold-read fidelity against
-fio, harness overhead (``disklab run`` vs lab.py started directly), fleet
+Six parts (bench/README.md): fsync fidelity and cold-read fidelity against
+fio, the I/O record's overhead on load timings (with against without, paired),
+harness overhead (``disklab run`` vs lab.py started directly), fleet
 scaling (``disklab audit`` on 16 test-fleet hosts vs 1) and report rendering
 (``disklab report`` over 500 synthetic hosts). Each comparison is taken in
 pairs, the order alternating, and judged on the median of the pair ratios.
@@ -68,6 +69,14 @@ def _part(name: str, args, s: dict, fio: str | None) -> dict:
         import io_parts
 
         return io_parts.cold_read_fidelity(args.workbench, s["read_bytes"], s["io_repeats"])
+    if name == "io_record_overhead":
+        if platform.system() != "Linux":
+            return not_run(title, "the load step's cold path here evicts with fadvise_dontneed (Linux)")
+        import iorecord_part
+
+        return iorecord_part.io_record_overhead(
+            args.workbench, s["read_bytes"], 1 if args.tiny else s["io_repeats"]
+        )
     if name == "harness_overhead":
         if args.tiny:
             return not_run(title, "cannot be tiny: the quick profile runs for minutes and needs the lab venv")

@@ -28,6 +28,7 @@ TINY_SIZES = {
     "lab_run_crash_time_points": 2,
     "lab_run_crash_repeats": 1,
     "lab_run_powercut_state_mib": 4,
+    "lab_run_ceiling_mib": 4,
     "lab_run_load_big_tensors": 1,
     "lab_run_load_repeats": 1,
 }

@@ -24,6 +24,7 @@ import pytest
 from conftest import FIXTURES, REPO
 from disklab_host.audit import collect as audit
 from disklab_host.audit import parse as ap
+from disklab_host.common import iorecord
 from disklab_host.common.facts import is_unavailable
 from disklab_host.common.units import GIB, MIB
 
@@ -305,6 +306,8 @@ def test_real_loop_device_workbench(tmp_path, fstype, size_mib):
         subprocess.run(["mount", loopdev, str(mnt)], check=True)
         mounted = True
         facts = audit.collect_all(str(mnt), None)
+        (mnt / "f.bin").write_bytes(b"x" * 4096)
+        io_device = iorecord.device_of(mnt / "f.bin")  # the I/O record counts the same device
     finally:
         if mounted:
             subprocess.run(["umount", str(mnt)], check=True)
@@ -318,6 +321,12 @@ def test_real_loop_device_workbench(tmp_path, fstype, size_mib):
     assert w["flags"]["loop_device"]["state"] == "set"
     assert "double-cache" in w["flags"]["loop_device"]["why"]
     assert w["device"]["loop_direct_io"] is False  # losetup's default: buffered through the backing file
+    assert io_device["name"] == w["device"]["name"] == Path(loopdev).name
+    assert ("mount source" in io_device["found_by"]) == (fstype == "btrfs")
+    assert w["device"]["write_cache"] in ("write back", "write through")
+    assert w["device"]["pcie_link"] == {
+        "unavailable": f"{w['device']['disk']} is not an NVMe device: no PCIe link in /sys for it"
+    }
     validate(facts)
 
 
@@ -587,3 +596,21 @@ def test_linux_parsers():
         ap.parse_meminfo_total_bytes("MemFree: 1 kB\n")
     with pytest.raises(ValueError, match="PRETTY_NAME"):
         ap.parse_os_release('NAME="Debian"\n')
+
+
+def test_durability_facts_of_an_nvme_device_from_a_recorded_sys_tree(tmp_path):
+    """A recorded /sys tree (no NVMe on this VM): model, write cache, FUA and the PCIe link."""
+    base = tmp_path / "sys/block/nvme0n1"
+    (base / "queue").mkdir(parents=True)
+    (base / "device/device").mkdir(parents=True)
+    (base / "device/model").write_text("Samsung SSD 990 PRO 2TB                 \n")
+    (base / "queue/write_cache").write_text("write back\n")
+    (base / "queue/fua").write_text("1\n")
+    link = {"current_link_speed": "16.0 GT/s PCIe", "current_link_width": "4",
+            "max_link_speed": "16.0 GT/s PCIe", "max_link_width": "4"}  # fmt: skip
+    for key, value in link.items():
+        (base / "device/device" / key).write_text(value + "\n")
+    got = audit.durability_facts(audit.Probe(system="Linux", root=tmp_path), "nvme0n1")
+    assert got["model"] == "Samsung SSD 990 PRO 2TB" and got["write_cache"] == "write back"
+    assert got["fua"] is True and got["pcie_link"] == link
+    assert "not found" in got["vendor"]["unavailable"]  # NVMe namespaces show no vendor file

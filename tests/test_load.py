@@ -88,8 +88,14 @@ def test_section_matches_schema(section):
     jsonschema.validate(json.loads(json.dumps(section)), schema)
 
 
+def _requested(cell: dict) -> str:
+    # A warm sample whose file something else on this shared machine dropped (memory pressure, another
+    # job's drop_caches) between the warm-up read and the load is warm_unverified: still measured warm.
+    return "warm" if cell["cache_state"] in ("warm", "warm_unverified") else cell["cache_state"]
+
+
 def test_every_cell_measured_cold_and_warm(section):
-    got = {(c["file"], c["method"], c["populate"], c["cache_state"]) for c in section["cells"]}
+    got = {(c["file"], c["method"], c["populate"], _requested(c)) for c in section["cells"]}
     for file, method in load.BIG_CELLS:
         for state in ("cold", "warm"):
             assert (file, method, None, state) in got
@@ -117,8 +123,19 @@ def test_stage_ordering_and_cache_states(section):
         if s["cache_state"] == "cold":
             assert s["before"]["resident_fraction"] <= cache.COLD_MAX_FRACTION
             assert s["eviction"]["method"] == "fadvise_dontneed"
-        else:
-            assert s["cache_state"] == "warm" and s["before"]["resident_fraction"] > 0.99
+            proof = s["cache_proof"]
+            assert proof["verdict"] == "cold" and proof["failed"] == []
+            io = st["all_touched"]["io"]
+            if "unavailable" not in io["device"]:  # the real device delivered what the stage touched
+                assert proof["parts"]["device_reads"]["status"] == "pass"
+                assert io["device"]["read_bytes"] >= s["touched_bytes"]
+            if s["method"] != "torch.load":  # a mapped read of a cold file waits on I/O
+                assert proof["parts"]["major_faults"]["status"] == "pass" and io["faults"]["major"] > 0
+        elif s["cache_state"] == "warm":
+            assert s["before"]["cache"]["fraction"] >= 0.99 and s["cache_proof"]["failed"] == []
+        else:  # the file left the page cache after the warm-up read (see _requested): labelled, not hidden
+            assert s["cache_state"] == "warm_unverified" and s["cache_state_requested"] == "warm"
+            assert s["before"]["cache"]["fraction"] < 0.99 and s["cache_proof"]["failed"] == ["residency"]
         # peak RSS never falls, and it covers the RSS seen at the same stage, up to the few hundred
         # KiB by which the kernel's batched RSS counters (read by getrusage) lag /proc/self/statm
         peaks = [s["before"]["peak_rss_bytes"]] + [st[n]["peak_rss_bytes"] for n in order]
@@ -309,8 +326,23 @@ def test_cold_unverified_when_eviction_is_skipped(env):
     assert s["cache_state_requested"] == "cold"
     assert s["cache_state"] == "cold_unverified"
     assert s["eviction"] is None and s["before"]["resident_fraction"] > 0.99
+    assert s["cache_proof"]["verdict"] == "cold_unproven" and "residency" in s["cache_proof"]["failed"]
     cells = load.summarise([s])
     assert [c["cache_state"] for c in cells] == ["cold_unverified"]
+
+
+def test_warm_unverified_when_the_file_left_the_cache_after_the_warm_up(env, monkeypatch):
+    """Other work dropped the file between the warm-up read and the load: never reported as warm."""
+    root, manifest = env
+    path = str(root / "dropped.safetensors")  # a file no earlier test has mapped into this process
+    save_file({"w": torch.randn(512, 512)}, path)
+    assert cache.evict(path, ["fadvise_dontneed"], become_allowed=False)["method"] == "fadvise_dontneed"
+    monkeypatch.setattr(load.cache, "warm", lambda p: 0)  # the warm-up read, undone at once
+    cell = {"file": "big_safetensors", "path": path, "method": "load_file", "model": None, "populate": None}
+    s = load.measure_one(cell, "warm", cfg={"system": "Linux"})
+    assert s["cache_state"] == "warm_unverified" and s["cache_proof"]["failed"] == ["residency"]
+    assert s["cache_proof"]["parts"]["residency"]["fraction"] <= cache.COLD_MAX_FRACTION
+    assert [c["cache_state"] for c in load.summarise([s])] == ["warm_unverified"]
 
 
 def test_willneed_hint_names_the_call(env):

@@ -16,6 +16,7 @@ import pytest
 
 from disklab.sections import load as section_mod
 from disklab.units import FILTERS
+from disklab_host.loadlab import proof
 from disklab_host.steps import load
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,11 +62,26 @@ def sample(method, file, populate, state, lr, at, rep, *, cache_state=None) -> d
             **snap(1.0, (230 if populate == "copy" else 210) * MIB, size),
         }
     stages["all_touched"] = {"status": "ok", "time_s": at, **snap(share, 460 * MIB, size)}
+    stages["all_touched"]["io"] = {
+        "process": {
+            "read_bytes": size if state == "cold" else 0,
+            "write_bytes": 0,
+            "source": "/proc/self/io",
+        },
+        "device": {
+            "name": "vda",
+            "read_bytes": size if state == "cold" else 0,
+            "written_bytes": 0,
+            "sectors_read": (size if state == "cold" else 0) // 512,
+            "sectors_written": 0,
+        },
+        "faults": {"major": 3 if state == "cold" else 0, "minor": 100},
+    }
     stages["device_placed"] = {
         "status": "not_run",
         "reason": "torch.cuda.is_available() is False on this host",
     }
-    return {
+    rec = {
         "method": method,
         "path": f"/wb/load/{file}",
         "file": file,
@@ -98,6 +114,10 @@ def sample(method, file, populate, state, lr, at, rep, *, cache_state=None) -> d
         "touched_bytes": int(share * size),
         "checksum": 1.0,
     }
+    before = rec["before"]["resident_fraction"] if cache_state != "cold_unverified" else 0.5
+    rec["before"]["cache"] = {"method": "cachestat", "fraction": before, "trust": "ok"}
+    rec["cache_proof"] = proof.cache_proof(rec, rec["cache_state_requested"])
+    return rec
 
 
 def make_section(*, unverified: bool = False) -> dict:
@@ -380,3 +400,41 @@ def test_user_model_rendered_ok_and_refused(tmp_path):
     }
     x, md = render(section, tmp_path)
     assert "Not measured: /m.safetensors: holds no tensors. The rest of the lab ran as usual." in md
+
+
+def _ceiling(median: float, lo: float, hi: float) -> dict:
+    return {
+        "status": "ok",
+        "cold_mib_s": {"n": 3, "median": median, "min": lo, "max": hi},
+        "warm_mib_s": {"n": 3, "median": 5000.0, "min": 4900.0, "max": 5100.0},
+    }
+
+
+def test_each_cold_figure_carries_its_proof_and_its_share_of_the_cold_ceiling():
+    section = make_section(unverified=True)
+    results = {"experiments": {"load": section, "ceiling": _ceiling(512.0, 500.0, 520.0)}}
+    proof_rows = section_mod.proof_rows(section, results)
+    row = next(
+        r for r in proof_rows["rows"] if r["what"] == "torch.load, big_pt" and r["cache_state"] == "cold"
+    )
+    assert row["device_read_bytes"] == SIZE and row["device_mib_s"] == pytest.approx(256.0)
+    assert row["share"] == "50.0 %" and not row["below"]
+    assert "residency ✓ 3/3" in row["proof"] and "device reads ✓ 3/3" in row["proof"]
+    assert "major faults n/a" in row["proof"]  # torch.load reads with read(2)
+    flagged = [r for r in proof_rows["rows"] if r["cache_state"] == "cold_unverified"]
+    assert flagged and all(r["failed"] == ["residency"] for r in flagged)
+    assert all(r["cache_state"] != "warm" for r in proof_rows["rows"])  # cold figures only
+    below = section_mod.proof_rows(section, {"experiments": {"ceiling": _ceiling(100.0, 90.0, 110.0)}})
+    assert any(r["below"] for r in below["rows"]) and below["below_any"]
+    none = section_mod.proof_rows(section, {"experiments": {}})
+    assert none["ceiling"]["cold"] is None and all(r["share"] == "n/a" for r in none["rows"])
+
+
+def test_the_rendered_table_says_a_cache_below_served_bytes_faster_than_the_ceiling(tmp_path):
+    section = make_section()
+    x = section_mod.build(section, {"experiments": {"ceiling": _ceiling(100.0, 90.0, 110.0)}}, tmp_path)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined)
+    env.filters.update(FILTERS)
+    md = env.get_template("sections/load.md.j2").render(s=section, x=x, results={})
+    assert "cache below this OS" in md and "This run's cold ceiling" in md
+    assert "| torch.load, big_pt | cold | 1.000 s | 256.00 MiB | 256.00 MiB | 256 MiB/s |" in md

@@ -191,7 +191,20 @@ def test_version_2_flags_become_three_states_and_the_workbench_its_paths():
     wb = doc["workbench"]
     assert wb["requested_path"] == wb["audited_path"] == FACTS["workbench"]["requested_path"]
     assert wb["exists"] is True and wb["created"] is False and wb["note"] is None and "path" not in wb
-    assert doc["schema_version"] == VERSIONS["facts"] == 3
+    assert doc["schema_version"] == VERSIONS["facts"] == 4
+    assert schemas.first_error("facts", doc) is None
+
+
+def test_version_3_facts_get_the_durability_facts_as_not_audited():
+    old = _facts_at_version_2(FACTS, loop={"unavailable": "no /sys/class/block entry"}, cpu_only=True)
+    if "unavailable" in old["workbench"]["device"]:
+        pytest.skip("this host's /tmp has no block device to audit")
+    for key in stored.DURABILITY_FACTS:  # what a version-3 audit did not read
+        del old["workbench"]["device"][key]
+    doc = stored.upgrade(old, "facts")
+    device = doc["workbench"]["device"]
+    for key in stored.DURABILITY_FACTS:
+        assert device[key] == {"unavailable": "not audited: written before facts version 4"}
     assert schemas.first_error("facts", doc) is None
 
 
@@ -252,3 +265,27 @@ def test_fixture_is_what_disklab_0_1_wrote():
     assert results["facts"]["facts_schema_version"] == 1
     assert json.loads((V1 / "deadhost/failures/20261130T090000Z.json").read_text())["kind"] == "runs"
     assert "schema_version" not in json.loads((V1 / "oldhost/.rendered.json").read_text())
+
+
+def test_a_results_2_load_sample_gets_a_cache_proof_marked_not_recorded():
+    sample = {"cache_state_requested": "cold", "cache_state": "cold", "file": "big_pt"}
+    unproven = {"cache_state_requested": "cold", "cache_state": "cold_unverified", "file": "big_pt"}
+    warm = {"cache_state_requested": "warm", "cache_state": "warm", "file": "big_pt"}
+    doc = {
+        "experiments": {
+            "load": {"status": "ok", "samples": [sample, unproven, warm]},
+            "big_write": {"status": "ok"},
+            "crash": {"status": "not_run", "reason": "x"},
+        }
+    }
+    stored._results_update_to_3(doc)
+    cold, bad, hot = (s["cache_proof"] for s in doc["experiments"]["load"]["samples"])
+    assert cold["verdict"] == "cold" and cold["recorded"] is False
+    assert (
+        cold["unchecked"] == ["device_reads", "major_faults"]
+        and cold["parts"]["residency"]["status"] == "pass"
+    )
+    assert bad["verdict"] == "cold_unproven" and bad["failed"] == ["residency"]
+    assert hot["verdict"] == "warm" and hot["parts"]["residency"]["status"] == "not_recorded"
+    assert doc["experiments"]["big_write"]["layers"] == {"unavailable": stored.NOT_RECORDED_V2}
+    assert "layers" not in doc["experiments"]["crash"]  # only ok sections get the mark

@@ -65,9 +65,55 @@ def _results_3_powercut_unplaced(doc: dict) -> None:
             rec.setdefault("replay_differs", [])
 
 
+NOT_RECORDED_V2 = "not recorded: written before results version 3, which added the I/O record"
+
+
+def _results_3_io_record(doc: dict) -> None:
+    """Mark what results 3 added as not recorded, so an older run still renders: each load sample gets a
+    cache_proof saying only residency before a cold call was checked, and the write-path and crash
+    sections a layers field saying the layers were not counted."""
+    experiments = doc.get("experiments")
+    if not isinstance(experiments, dict):
+        return
+    load = experiments.get("load")
+    if isinstance(load, dict) and isinstance(load.get("samples"), list):
+        for sample in load["samples"]:
+            if isinstance(sample, dict) and "cache_proof" not in sample:
+                sample["cache_proof"] = _old_cache_proof(sample)
+    for name in ("write_buffering", "big_write", "crash"):
+        section = experiments.get(name)
+        if isinstance(section, dict) and section.get("status") == "ok":
+            section.setdefault("layers", {"unavailable": NOT_RECORDED_V2})
+
+
+def _old_cache_proof(sample: dict) -> dict:
+    """The cache_proof of a results-2 load sample: its cache_state as it was judged then."""
+    state = sample.get("cache_state")
+    requested = sample.get("cache_state_requested", "warm" if state == "warm" else "cold")
+    verdict = {"cold": "cold", "cold_unverified": "cold_unproven", "warm": "warm"}.get(state, "cold_unproven")
+    not_recorded = {"status": "not_recorded", "why": NOT_RECORDED_V2}
+    if requested == "warm":
+        parts = {"residency": {**not_recorded, "why": "warm residency was not checked before results 3"}}
+    else:
+        residency = {"status": "pass" if verdict == "cold" else "fail", "why": "mincore, before results 3"}
+        parts = {"residency": residency, "device_reads": not_recorded, "major_faults": not_recorded}
+    return {
+        "verdict": verdict,
+        "requested": requested,
+        "failed": [] if verdict in ("cold", "warm") else ["residency"],
+        "unchecked": [k for k, v in parts.items() if v["status"] == "not_recorded"],
+        "stage": None,
+        "recorded": False,
+        "note": NOT_RECORDED_V2
+        + ("; a cold sample was checked by residency alone" if requested == "cold" else ""),
+        "parts": parts,
+    }
+
+
 def _results_update_to_3(doc: dict) -> None:
     _results_3_kill_method(doc)
     _results_3_powercut_unplaced(doc)
+    _results_3_io_record(doc)
 
 
 def _audit_update_to_2(doc: dict) -> None:
@@ -115,13 +161,26 @@ def _facts_update_to_3(doc: dict) -> None:
         gpu["cpu_only_torch_on_gpu_host"] = _flag_to_3(gpu["cpu_only_torch_on_gpu_host"])
 
 
+# The device facts facts version 4 added (audit.collect.durability_facts).
+DURABILITY_FACTS = ("model", "vendor", "write_cache", "fua", "pcie_link")
+
+
+def _facts_update_to_4(doc: dict) -> None:
+    """The durability facts of the workbench device, as not audited (older audits did not read them)."""
+    workbench = doc.get("workbench")
+    device = workbench.get("device") if isinstance(workbench, dict) else None
+    if isinstance(device, dict) and "unavailable" not in device:
+        for key in DURABILITY_FACTS:
+            device.setdefault(key, {"unavailable": "not audited: written before facts version 4"})
+
+
 def _nothing(doc: dict) -> None:
     """An update that only stamps the kind and version (the kind had none before)."""
 
 
 UPDATES: dict[str, dict[int, Callable[[dict], None]]] = {
     "results": {2: _results_update_to_2, 3: _results_update_to_3},
-    "facts": {2: _facts_update_to_2, 3: _facts_update_to_3},
+    "facts": {2: _facts_update_to_2, 3: _facts_update_to_3, 4: _facts_update_to_4},
     "audit": {2: _audit_update_to_2},
     "failure": {2: _run_kind_update_to_2},
     "run_record": {2: _run_kind_update_to_2},

@@ -122,7 +122,7 @@ STEPS: tuple[Step, ...] = (
         needs_torch=True,
         platforms=PLATFORMS,
         needed_bytes=lambda s: 3 * s["crash_state_mib"] * MIB,  # good checkpoint + the killed save, per mode
-        uses=("checkpoint",),
+        uses=("checkpoint", "cache"),
     ),
     Step(
         name="powercut",
@@ -164,6 +164,15 @@ STEPS: tuple[Step, ...] = (
         # ~70 MiB of data extents each, its zeroed log), plus the write log (~1.1x the state per save)
         needed_bytes=lambda s: 320 * MIB + 4 * s["realfs_state_mib"] * MIB,
         uses=("realfs", "powercut", "checkpoint"),
+    ),
+    Step(
+        name="ceiling",
+        title="this host's own ceiling: one file read cold after eviction and warm, in 8 MiB reads",
+        sizes=(Size("ceiling_mib", 128, 1024, "MiB", "size of the file read cold and warm"),),
+        needs_torch=False,
+        platforms=PLATFORMS,
+        needed_bytes=lambda s: 2 * s["ceiling_mib"] * MIB,  # the file, and a macOS cold copy of it
+        uses=("cache",),
     ),
     Step(
         name="load",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab.sections import status_note
+from disklab.sections import evidence, status_note
 from disklab.units import ibytes, mib_s, pct, secs
 
 MIB = 1 << 20
@@ -50,6 +50,8 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
             "repeats": [],
             "fsync_share": None,
             "explanations": [],
+            "layers": None,
+            "io": [],
         }
     mib = section["size_bytes"] / MIB
     reps = []
@@ -83,4 +85,19 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         f"For checkpoint safety: when write() returned, up to {secs(f_med)} of writeback was still to come; "
         "a save that skips fsync can lose that part to a power cut even though every write() succeeded."
     )
-    return {"ok": True, "status_note": "ok", "repeats": reps, "fsync_share": share, "explanations": lines}
+    layers = evidence.layer_rows(section.get("layers", {"unavailable": "not recorded in this run"}))
+    io = [
+        {"write": evidence.io_line(w), "fsync": evidence.io_line(f)}
+        for w, f in zip(
+            section.get("write_io_records", []), section.get("fsync_io_records", []), strict=False
+        )
+    ]
+    return {
+        "ok": True,
+        "status_note": "ok",
+        "repeats": reps,
+        "fsync_share": share,
+        "explanations": lines,
+        "layers": layers,
+        "io": io,
+    }

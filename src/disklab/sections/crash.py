@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from disklab.sections import evidence
 from disklab.units import ibytes, pct
 
 PLOT_NAME = "crash_bytes.png"
@@ -248,7 +249,14 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     Never raises for a ``failed`` or ``not_run`` section.
     """
     if section.get("status") != "ok":
-        return {"rows": [], "explanations": [], "break_it": {}, "plot": None, "progress_method": ""}
+        return {
+            "rows": [],
+            "explanations": [],
+            "break_it": {},
+            "plot": None,
+            "progress_method": "",
+            "layers": None,
+        }
     explanations = _explain_naive(section)
     explanations += _explain_safe(section, "atomic", "atomic")
     explanations += _explain_safe(section, "safetensors", "safetensors")
@@ -258,4 +266,8 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "explanations": explanations,
         "break_it": _explain_break_it(section, results),
         "plot": _plot(section, plot_dir),
+        "layers": evidence.layer_rows(section.get("layers", {"unavailable": "not recorded in this run"})),
+        "layers_save": section["layers"]
+        if isinstance(section.get("layers"), dict) and "rows" in section["layers"]
+        else None,
     }

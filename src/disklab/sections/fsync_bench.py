@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from disklab.fsio import save_figure
-from disklab.sections import status_note
+from disklab.sections import evidence, status_note
 from disklab.units import ibytes, ratio, secs, us
 
 GIB = 1 << 30
@@ -267,6 +267,32 @@ def _fstype(results: dict) -> object:
     return results.get("facts", {}).get("workbench", {}).get("fstype")
 
 
+DURABLE_MODES = ("fsync", "fdatasync", "o_dsync", "f_fullfsync")
+
+
+def durability(section: dict, results: dict) -> dict:
+    """Each durable mode's p50 read against the device's write-cache mode, and each mode's I/O record.
+
+    Returns ``{"device": evidence.device_facts, "readings": [str], "io": [{"mode", "line",
+    "written_per_block"}]}``; ``written_per_block`` is the device's written bytes over the mode's
+    measured blocks divided by their count (device-wide), or None.
+    """
+    facts = evidence.device_facts(results)
+    readings, io = [], []
+    for mode, rec in section["modes"].items():
+        if rec.get("status") != "ok":
+            continue
+        if mode in DURABLE_MODES:
+            line = evidence.fsync_reading(rec["latency"]["p50_us"], facts)
+            if line:
+                readings.append(f"{mode} (p50 {rec['latency']['p50_us']:,.0f} µs): {line}")
+        record = rec.get("io_record")
+        b = evidence.io_bytes(record)
+        per = b["device_written"] / section["blocks"] if b["device_written"] is not None else None
+        io.append({"mode": mode, "line": evidence.io_line(record), "written_per_block": per})
+    return {"device": facts, "readings": readings, "io": io}
+
+
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """Rows and explanations for the fsync_bench section; never raises on failed/not_run.
 
@@ -285,6 +311,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
             "validation": [],
             "explanations": [],
             "plot": None,
+            "durability": None,
         }
     rows = _rows(section)
     meaning = os_meaning(section, rows)
@@ -296,4 +323,5 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "validation": [f"{r['mode']}: {r['validation']}" for r in rows if r["ok"] and r["validation"]],
         "explanations": _explanations(section, rows, meaning, _fstype(results)),
         "plot": _plot(section, plot_dir),
+        "durability": durability(section, results),
     }

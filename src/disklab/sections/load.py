@@ -11,9 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from disklab.fsio import save_figure
+from disklab.sections import evidence
+from disklab.units import ibytes, pct
 
 STAGES = ("loader_return", "module_populated", "all_touched", "device_placed")
-STATES = ("cold", "warm", "cold_unverified")
+STATES = ("cold", "warm", "cold_unverified", "warm_unverified")
+PROOF_PARTS = ("residency", "device_reads", "major_faults")
+PART_NAMES = {"residency": "residency", "device_reads": "device reads", "major_faults": "major faults"}
 BIG_METHODS = ("torch.load", "torch.load-mmap", "load_file", "one-tensor", "load_file+willneed")
 PLOT_NAME = "load_stages.png"
 
@@ -76,7 +80,7 @@ def rows(section: dict) -> list[dict]:
                     "resident_fraction": st["resident_fraction"]["median"],
                     "resident_bytes": st["resident_bytes"]["median"],
                     "peak_rss_bytes": st["peak_rss_bytes"]["median"],
-                    "flag": cell["cache_state"] == "cold_unverified",
+                    "flag": cell["cache_state"] in ("cold_unverified", "warm_unverified"),
                 }
             )
     return out
@@ -190,6 +194,13 @@ def warnings(section: dict) -> list[str]:
             f"{section['n_cold_unverified']} cold run(s) found the file more than 1 % resident before the "
             f"load call, so they are reported as cold_unverified, never as cold: {', '.join(cells)}."
         )
+    if section.get("n_warm_unverified"):
+        cells = sorted({_label(c) for c in section["cells"] if c["cache_state"] == "warm_unverified"})
+        out.append(
+            f"{section['n_warm_unverified']} warm run(s) found less than 99 % of the file resident just "
+            f"before the load call (something dropped it after the warm-up read), so they are reported as "
+            f"warm_unverified, never as warm: {', '.join(cells)}."
+        )
     for trust in section["residency_trust"]:
         if trust != "ok":
             out.append(f"Residency: {trust}.")
@@ -282,12 +293,105 @@ def device_summary(section: dict) -> dict | None:
     return out
 
 
+def _cell_samples(section: dict, cell: dict) -> list[dict]:
+    key = (cell["file"], cell["method"], cell.get("populate"), cell["cache_state"])
+    return [
+        s for s in section["samples"] if (s["file"], s["method"], s.get("populate"), s["cache_state"]) == key
+    ]
+
+
+def _part_text(name: str, parts: list[dict]) -> str:
+    """One proof part over a cell's samples, e.g. ``device reads ✓ 3/3``."""
+    label = PART_NAMES[name]
+    statuses = [p["status"] for p in parts]
+    n = len(parts)
+    if all(st == "not_applicable" for st in statuses):
+        return f"{label} n/a ({parts[0].get('why', '')})"
+    if all(st == "not_recorded" for st in statuses):
+        return f"{label} not recorded (run from before results 3)"
+    if "unavailable" in statuses:
+        why = next(p.get("why", "") for p in parts if p["status"] == "unavailable")
+        return f"{label} unchecked ({why})"
+    fails = statuses.count("fail")
+    detail = ""
+    if name == "residency":
+        top = max((p["fraction"] for p in parts if "fraction" in p), default=None)
+        methods = sorted({p.get("method") for p in parts if p.get("method")})
+        if top is not None:
+            detail = f", {'/'.join(methods)} max {pct(top)}"
+    elif name == "device_reads":
+        got = [p["device_read_bytes"] for p in parts if "device_read_bytes" in p]
+        need = max((p["touched_bytes"] for p in parts if "touched_bytes" in p), default=None)
+        if got and need is not None:
+            detail = f", min {ibytes(min(got))} for {ibytes(need)} touched"
+    elif name == "major_faults":
+        got = [p["major_faults"] for p in parts if "major_faults" in p]
+        if got:
+            detail = f", min {min(got)}"
+    mark = "✓" if not fails else f"✗ in {fails}"
+    return f"{label} {mark} {n - fails}/{n}{detail}"
+
+
+def proof_rows(section: dict, results: dict) -> dict:
+    """Every cold-requested cell at all_touched with its three-part proof and its share of the ceiling.
+
+    Returns ``{"ceiling": evidence.ceiling, "rows": [{"what", "cache_state", "n", "time_s",
+    "file_size_bytes", "device_read_bytes", "device_mib_s", "file_mib_s", "share", "proof",
+    "below"}], "below_any": bool}``. ``device_mib_s`` is the bytes the device delivered over the
+    stage's time (per sample, median); ``share`` that rate as a share of the cold ceiling; ``below``
+    True when even the slowest sample's device rate beat the fastest proven cold ceiling run.
+    """
+    ceil = evidence.ceiling(results)
+    out = []
+    for cell in sorted(section["cells"], key=_order):
+        if cell["cache_state"] not in ("cold", "cold_unverified"):
+            continue
+        st = cell["stages"].get("all_touched")
+        if not st or st.get("status") != "ok":
+            continue
+        samples = _cell_samples(section, cell)
+        proof = [s["cache_proof"] for s in samples]
+        texts = [
+            _part_text(n, [p["parts"][n] for p in proof])
+            for n in PROOF_PARTS
+            if all(n in p["parts"] for p in proof)
+        ]
+        failed = sorted({f for p in proof for f in p["failed"]})
+        dev = st.get("device_read_mib_s")
+        rate = dev["median"] if dev else None
+        cold = ceil["cold"]
+        below = bool(dev and cold and dev["min"] > cold["max"] and cell["cache_state"] == "cold")
+        out.append(
+            {
+                "what": _label(cell),
+                "cache_state": cell["cache_state"],
+                "n": cell["n"],
+                "time_s": st["time_s"],
+                "file_size_bytes": cell["file_size_bytes"],
+                "device_read_bytes": st["device_read_bytes"]["median"]
+                if st.get("device_read_bytes")
+                else None,
+                "device_why": st.get("device_reads_unavailable"),
+                "device_mib_s": rate,
+                "file_mib_s": cell["file_size_bytes"] / (1 << 20) / st["time_s"]["median"]
+                if st["time_s"]["median"]
+                else None,
+                "share": evidence.share_of(rate, cold),
+                "proof": " · ".join(texts),
+                "failed": [PART_NAMES[f] for f in failed],
+                "below": below,
+            }
+        )
+    return {"ceiling": ceil, "rows": out, "below_any": any(r["below"] for r in out)}
+
+
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """Context for templates/sections/load.md.j2 (see disklab.sections). Never raises on not_run/failed."""
     if section.get("status") != "ok":
         return {"ok": False}
     return {
         "ok": True,
+        "proof": proof_rows(section, results),
         "rows": rows(section),
         "explanations": explanations(section),
         "warnings": warnings(section),

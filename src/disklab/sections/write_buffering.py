@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab.sections import status_note
+from disklab.sections import evidence, status_note
 from disklab.units import ibytes, ns, ratio, us
 
 
@@ -41,7 +41,13 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     ns per call. Writes no plot.
     """
     if section.get("status") != "ok":
-        return {"ok": False, "status_note": status_note(section), "ratio": None, "explanations": []}
+        return {
+            "ok": False,
+            "status_note": status_note(section),
+            "ratio": None,
+            "explanations": [],
+            "layers": None,
+        }
     unbuf = section["modes"]["unbuffered"]["per_call_ns"]["median"]
     buf = section["modes"]["buffered"]["per_call_ns"]["median"]
     size = section["buffer"]["observed_buffer_bytes"]
@@ -68,4 +74,16 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "f.write() already accepted live only in this process's memory until a flush, so a kill -9 loses "
         "them and os.fsync cannot see them; call f.flush() before os.fsync."
     )
-    return {"ok": True, "status_note": "ok", "ratio": r, "explanations": lines}
+    layers = evidence.layer_rows(section.get("layers", {"unavailable": "not recorded in this run"}))
+    io = [evidence.io_line(rec) for rec in section["modes"]["unbuffered"].get("io_records", [])]
+    return {
+        "ok": True,
+        "status_note": "ok",
+        "ratio": r,
+        "explanations": lines,
+        "layers": layers,
+        "layers_bytes": section["layers"]["size_bytes"]
+        if isinstance(section.get("layers"), dict) and "size_bytes" in section["layers"]
+        else None,
+        "io_unbuffered": io[0] if io else None,
+    }

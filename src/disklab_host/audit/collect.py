@@ -56,6 +56,8 @@ WRITEBACK_KEYS = (
     "dirty_background_bytes",
 )
 RAM_TYPES = {"tmpfs", "ramfs"}
+# An NVMe namespace's PCI device (/sys/block/nvmeXnY/device/device) shows its link in these files.
+PCIE_LINK_KEYS = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
 NETWORK_TYPES = {
     "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre",
     "afs", "afpfs", "webdav", "virtiofs", "sshfs", "macfuse", "osxfuse",
@@ -341,11 +343,42 @@ def _linux_block_name(probe: Probe, source: str, workbench: str) -> str:
     raise ValueError(f"no /sys/class/block entry for mount source {source!r}")
 
 
+def durability_facts(probe: Probe, disk: str) -> dict:
+    """The device facts that bound durability and a cold read, from /sys/block/<disk> (sysfs-block(5)).
+
+    ``model`` and ``vendor`` (device/model, device/vendor: SCSI/SATA and NVMe
+    give a model, virtio only a PCI vendor id), ``write_cache`` (queue/
+    write_cache: "write back" means a volatile cache the kernel flushes on
+    fsync, "write through" none), ``fua`` (queue/fua: the device takes
+    forced-unit-access writes), and for NVMe ``pcie_link`` (the PCI device's
+    current and max link speed and width). Each is unavailable with its reason
+    when /sys does not show it.
+    """
+    base = f"/sys/block/{disk}"
+
+    def text(rel: str) -> object:
+        return attempt(rel, lambda: probe.read(f"{base}/{rel}").strip())
+
+    out = {
+        "model": text("device/model"),
+        "vendor": text("device/vendor"),
+        "write_cache": text("queue/write_cache"),
+        "fua": attempt("queue/fua", lambda: probe.read(f"{base}/queue/fua").strip() == "1"),
+    }
+    if disk.startswith("nvme"):
+        link = {k: text(f"device/device/{k}") for k in PCIE_LINK_KEYS}
+        out["pcie_link"] = link
+    else:
+        out["pcie_link"] = unavailable(f"{disk} is not an NVMe device: no PCIe link in /sys for it")
+    return out
+
+
 def collect_block_device(probe: Probe, source: str, workbench: str) -> dict:
     """The Linux block device behind ``source``, read from /sys (sysfs-block(5)).
 
     Keys: name (e.g. nvme0n1p2), disk (its parent, nvme0n1), partition (bool),
     rotational (bool), scheduler {active, available}, read_ahead_kb (KiB),
+    model, vendor, write_cache, fua and pcie_link (:func:`durability_facts`),
     dm {name, slaves} for device-mapper, loop_backing_file for loop devices.
     Raises ValueError when no sysfs entry matches the source.
     """
@@ -360,6 +393,7 @@ def collect_block_device(probe: Probe, source: str, workbench: str) -> dict:
     )
     out["scheduler"] = attempt("scheduler", lambda: ap.parse_scheduler(probe.read(f"{base}/queue/scheduler")))
     out["read_ahead_kb"] = attempt("read_ahead_kb", lambda: int(probe.read(f"{base}/queue/read_ahead_kb")))
+    out.update(durability_facts(probe, disk))
     if probe.path(f"{base}/dm").is_dir():
         slaves = attempt("dm slaves", lambda: sorted(os.listdir(probe.path(f"{base}/slaves"))))
         out["dm"] = {
@@ -421,6 +455,16 @@ def _darwin_device(probe: Probe, source: str) -> dict:
             "FilesystemType", unavailable("diskutil gave no FilesystemType")
         ),
         "bus_protocol": info.get("BusProtocol", unavailable("diskutil gave no BusProtocol")),
+        "model": info.get("MediaName", unavailable("diskutil gave no MediaName")),
+        "vendor": unavailable("diskutil gives no vendor apart from MediaName"),
+        "write_cache": unavailable(
+            "macOS shows no block-layer write-cache mode; fsync there stops at the drive's cache and only "
+            "F_FULLFSYNC asks for a flush"
+        ),
+        "fua": unavailable(NOT_ON_MACOS),
+        "pcie_link": unavailable(
+            "the PCIe link is in system_profiler on macOS, which the audit does not read"
+        ),
     }
 
 

@@ -13,6 +13,10 @@ or warm before each one and checks the result with mincore:
   never changed: a method that must copy writes its cold copy into a scratch
   directory, and evict says which file the caller must time.
 - :func:`warm` reads the whole file once, so its pages are in the page cache.
+- :func:`cachestat` counts a file's cached, dirty and writeback pages with
+  cachestat(2) (Linux 6.5+, syscall 451 on every architecture: it was added
+  after the syscall tables were unified), and :func:`cache_state` answers with
+  cachestat where the kernel has it and mincore otherwise, naming which.
 
 Standard library only.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import mmap
 import os
 import shutil
@@ -53,6 +58,12 @@ UNTRUSTED_TRUST = (
     "every page of such a file as resident"
 )
 
+# cachestat(2): the same number on x86_64, aarch64 and every other architecture (asm-generic/unistd.h,
+# arch/x86/entry/syscalls/syscall_64.tbl), Linux 6.5+.
+CACHESTAT_NR = 451
+# Architectures whose syscall table gives cachestat CACHESTAT_NR (platform.machine() names).
+CACHESTAT_MACHINES = ("x86_64", "aarch64", "arm64")
+
 _libc = None
 
 
@@ -71,6 +82,7 @@ def _c():
         ]
         lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         lib.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        lib.syscall.restype = ctypes.c_long
         _libc = lib
     return _libc
 
@@ -147,6 +159,120 @@ def _residency_dict(resident: int, size: int, pages_resident: int, pages: int, t
         "pages_resident": pages_resident,
         "pages_total": pages,
         "trust": trust,
+    }
+
+
+class _CachestatRange(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class _Cachestat(ctypes.Structure):
+    _fields_ = [
+        ("nr_cache", ctypes.c_uint64),
+        ("nr_dirty", ctypes.c_uint64),
+        ("nr_writeback", ctypes.c_uint64),
+        ("nr_evicted", ctypes.c_uint64),
+        ("nr_recently_evicted", ctypes.c_uint64),
+    ]
+
+
+class CachestatUnavailable(OSError):
+    """cachestat(2) cannot answer here: not Linux, an unknown architecture, a kernel before 6.5 (ENOSYS),
+    or EPERM (the same write-permission rule as mincore). The message says which."""
+
+
+def cachestat_unavailable_reason(system: str | None = None, machine: str | None = None) -> str | None:
+    """Why cachestat(2) cannot be called on this host before trying it, or None when it can be tried."""
+    system = system or os.uname().sysname
+    machine = machine or os.uname().machine
+    if system != "Linux":
+        return f"cachestat(2) is a Linux 6.5+ system call; this host runs {system}"
+    if machine not in CACHESTAT_MACHINES:
+        return f"cachestat's syscall number is known here for {list(CACHESTAT_MACHINES)}, not {machine}"
+    return None
+
+
+def cachestat(path: str | os.PathLike) -> dict:
+    """The page cache's counts for the whole of ``path``, from cachestat(2), in pages and bytes.
+
+    Returns ``{"method": "cachestat", "pages_cached", "pages_dirty",
+    "pages_writeback", "pages_evicted", "pages_recently_evicted",
+    "pages_total", "cached_bytes", "dirty_bytes", "writeback_bytes",
+    "size_bytes", "fraction"}``: fraction is cached pages over the file's pages
+    (a resident last page counts whole, so a file of a few bytes is 0 or 1).
+    Raises :class:`CachestatUnavailable` when the call cannot answer (see its
+    doc) and OSError when the file cannot be opened.
+    """
+    reason = cachestat_unavailable_reason()
+    if reason:
+        raise CachestatUnavailable(reason)
+    size = os.stat(path).st_size
+    rng, cs = _CachestatRange(0, 0), _Cachestat()  # len 0: to the end of the file
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _c().syscall(CACHESTAT_NR, fd, ctypes.byref(rng), ctypes.byref(cs), 0) != 0:
+            err = ctypes.get_errno()
+            why = {
+                errno.ENOSYS: "this kernel has no cachestat(2) (added in Linux 6.5)",
+                errno.EPERM: "cachestat(2) refused (EPERM): like mincore, it answers only for a file the "
+                "caller owns, may write, or holds CAP_FOWNER over",
+            }.get(err)
+            if why:
+                raise CachestatUnavailable(err, why)
+            raise OSError(err, f"cachestat on {path} failed: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+    ps = page_size()
+    pages = (size + ps - 1) // ps
+    return {
+        "method": "cachestat",
+        "pages_cached": cs.nr_cache,
+        "pages_dirty": cs.nr_dirty,
+        "pages_writeback": cs.nr_writeback,
+        "pages_evicted": cs.nr_evicted,
+        "pages_recently_evicted": cs.nr_recently_evicted,
+        "pages_total": pages,
+        "cached_bytes": min(cs.nr_cache * ps, size),
+        "dirty_bytes": cs.nr_dirty * ps,
+        "writeback_bytes": cs.nr_writeback * ps,
+        "size_bytes": size,
+        "fraction": min(1.0, cs.nr_cache / pages) if pages else 0.0,
+    }
+
+
+def cache_state(path: str | os.PathLike) -> dict:
+    """Residency of ``path`` just now: cachestat(2) where it answers, else mincore with its trust caveat.
+
+    Returns ``{"method": "cachestat" | "mincore", "fraction", "resident_bytes",
+    "trust", "dirty_bytes", "writeback_bytes", "cachestat_unavailable"}``; the
+    dirty and writeback counts are ``{"unavailable": reason}`` with mincore,
+    which cannot see them, and ``cachestat_unavailable`` says why cachestat was
+    not used (None when it was). ``trust`` is "ok" for cachestat (it refuses
+    with EPERM instead of answering falsely) and :func:`residency_trust` for mincore.
+    """
+    try:
+        cs = cachestat(path)
+    except CachestatUnavailable as exc:
+        why = exc.strerror or str(exc)
+        res = residency(path)
+        missing = {"unavailable": f"mincore shows residency only: {why}"}
+        return {
+            "method": "mincore",
+            "fraction": res["fraction"],
+            "resident_bytes": res["resident_bytes"],
+            "trust": res["trust"],
+            "dirty_bytes": missing,
+            "writeback_bytes": missing,
+            "cachestat_unavailable": why,
+        }
+    return {
+        "method": "cachestat",
+        "fraction": cs["fraction"],
+        "resident_bytes": cs["cached_bytes"],
+        "trust": "ok",
+        "dirty_bytes": cs["dirty_bytes"],
+        "writeback_bytes": cs["writeback_bytes"],
+        "cachestat_unavailable": None,
     }
 
 

@@ -16,7 +16,11 @@ results
   3: crash kills say how they were placed: kill_method (strace_stop, poll, timer) and stopped_at (the
      write call a strace stop came after), and the section's progress_stop_unusable says why not;
      powercut recipes' recordings carry unplaced_calls, judged_on, outside_files and replay_differs
-     (older recordings: none, "every recorded call", none, none).
+     (older recordings: none, "every recorded call", none, none);
+     I/O records: each load sample's stages carry io (common/iorecord.py) and each sample its
+     cache_proof (the three-part cold proof, the warm check; cache_state may be warm_unverified); the
+     write-path sections carry io records and layers (dirty and writeback pages counted); the ceiling
+     step; crash.layers.
 facts (a host's audit; host.json on the host, inside every results and audit file)
   1: facts_schema_version 1.
   2: file_kind and schema_version replace facts_schema_version.
@@ -24,6 +28,8 @@ facts (a host's audit; host.json on the host, inside every results and audit fil
      {set: bool | unavailable, why} read an unknown flag as set; workbench.path becomes
      requested_path, with audited_path, exists, created and note (a missing workbench is
      audited through its nearest existing parent).
+  4: workbench.device gains model, vendor, write_cache (queue/write_cache), fua and pcie_link
+     (NVMe link speed and width), the facts that bound durability and a cold read.
 audit (reports/<host>/audits/<run_id>.json)
   1: schema_version 1 (the results' number) and kind "audit".
   2: file_kind replaces kind; its own version.
@@ -42,7 +48,7 @@ from __future__ import annotations
 
 VERSIONS: dict[str, int] = {
     "results": 3,
-    "facts": 3,
+    "facts": 4,
     "audit": 2,
     "failure": 2,
     "run_record": 2,

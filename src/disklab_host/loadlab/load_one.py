@@ -58,6 +58,7 @@ from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from ..cache import pagecache as cache  # noqa: E402
+from ..common import iorecord  # noqa: E402
 from ..common.facts import not_run, peak_rss_bytes, unavailable  # noqa: E402
 
 _IMPORT_NS = time.perf_counter_ns() - _IMPORT_START
@@ -146,23 +147,63 @@ def snapshot(path: str | list[str]) -> dict:
     }
 
 
-class StageClock:
-    """Times stages from one start point, leaving out the time spent in probes."""
+def cache_before(paths: list[str]) -> dict:
+    """The page cache's state of ``paths`` just before the load call (cache.cache_state, summed).
 
-    def __init__(self, path: str | list[str]):
+    cachestat(2) where the kernel has it (it also counts dirty and writeback
+    pages), else mincore with its trust caveat; ``method`` names which.
+    """
+    states = [cache.cache_state(p) for p in paths]
+    size = sum(os.stat(p).st_size for p in paths)
+    resident = sum(s["resident_bytes"] for s in states)
+
+    def total(key):
+        vals = [s[key] for s in states]
+        return sum(vals) if all(isinstance(v, int) for v in vals) else vals[0]
+
+    return {
+        "method": states[0]["method"] if len({s["method"] for s in states}) == 1 else "mixed",
+        "fraction": states[0]["fraction"] if len(states) == 1 else (resident / size if size else 0.0),
+        "resident_bytes": resident,
+        "trust": next((s["trust"] for s in states if s["trust"] != "ok"), "ok"),
+        "dirty_bytes": total("dirty_bytes"),
+        "writeback_bytes": total("writeback_bytes"),
+        "cachestat_unavailable": states[0]["cachestat_unavailable"],
+    }
+
+
+class StageClock:
+    """Times stages from one start point, leaving out the time spent in probes.
+
+    With ``io_record`` each stage also gets the I/O record (common.iorecord) of
+    the interval from the start to that stage's mark, read right at the mark,
+    before the stage's residency probe; off, each stage's ``io`` says so.
+    """
+
+    def __init__(self, path: str | list[str], io_record: bool = True):
         self.path = path
         self.start_ns = 0
         self.probe_ns = 0
         self.stages: dict[str, dict] = {}
+        first = path if isinstance(path, str) else path[0]
+        self.io = iorecord.Recorder(first, enabled=io_record)
+        self._io_before = None
 
     def start(self) -> None:
         self.probe_ns = 0
+        self._io_before = self.io.begin()
         self.start_ns = time.perf_counter_ns()
 
     def mark(self, stage: str) -> None:
         now = time.perf_counter_ns()
         elapsed_ns = now - self.start_ns - self.probe_ns
-        self.stages[stage] = {"status": "ok", "time_s": elapsed_ns / 1e9, **snapshot(self.path)}
+        io = self.io.end(self._io_before, f"from just before the load call to {stage}")
+        self.stages[stage] = {
+            "status": "ok",
+            "time_s": elapsed_ns / 1e9,
+            **snapshot(self.path),
+            "io": io if io is not None else iorecord.not_recorded("switched off for this run (bench)"),
+        }
         self.probe_ns += time.perf_counter_ns() - now
 
     def skip(self, stage: str, reason: str) -> None:
@@ -323,7 +364,7 @@ def measure(args: argparse.Namespace) -> dict:
     """Run every stage once for ``args``; return the JSON-able record."""
     paths = [args.path] if isinstance(args.path, str) else list(args.path)
     decoder = getattr(args, "decoder_config", None)
-    clock = StageClock(paths)
+    clock = StageClock(paths, io_record=not getattr(args, "no_io_record", False))
     backend, checked = find_backend()
     device_init_s = None
     if backend:
@@ -335,6 +376,7 @@ def measure(args: argparse.Namespace) -> dict:
         device_rec = {"status": "not_run", "reason": reason, "checked": checked}
     context_init_s = warm_device_context(args.model, args.model_module, decoder) if args.model else None
     before = snapshot(paths)
+    before["cache"] = cache_before(paths)
     clock.start()
     sd, notes = load(args.method, paths)
     clock.mark("loader_return")
@@ -397,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--spawn-wall-ns", type=int, default=0, help="parent's time.time_ns() at spawn")
     ap.add_argument("--hold", action="store_true", help="after printing, wait for a line on stdin")
+    ap.add_argument("--no-io-record", action="store_true", help="leave out the I/O record (bench only)")
     args = ap.parse_args(argv)
     print(json.dumps(measure(args)), flush=True)
     if args.hold:

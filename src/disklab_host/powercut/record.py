@@ -50,14 +50,13 @@ from .states import Op
 # Every call that changes file state, plus those that move offsets or copy fds. Each name carries strace's
 # "?" prefix, so a call this architecture lacks is skipped, not an error: aarch64 (DGX Spark) has no open,
 # creat, rename, pipe, dup2, unlink, rmdir, mkdir, link or symlink, only their *at forms.
-TRACED_CALLS = ",".join(
-    "?" + name
-    for name in (
-        "open,openat,creat,write,writev,pwrite64,pwritev,pwritev2,ftruncate,truncate,fallocate,"
-        "sendfile,sendfile64,copy_file_range,splice,tee,vmsplice,pipe,pipe2,ioctl,mmap,"
-        "fsync,fdatasync,sync,syncfs,sync_file_range,rename,renameat,renameat2,"
-        "unlink,unlinkat,rmdir,mkdir,mkdirat,link,linkat,symlink,symlinkat,close,fcntl,lseek,dup,dup2,dup3"
-    ).split(",")
+TRACED_CALLS = re.sub(
+    r"(^|,)",
+    r"\1?",
+    "open,openat,creat,write,writev,pwrite64,pwritev,pwritev2,ftruncate,truncate,fallocate,"
+    "sendfile,sendfile64,copy_file_range,splice,tee,vmsplice,pipe,pipe2,ioctl,mmap,"
+    "fsync,fdatasync,sync,syncfs,sync_file_range,rename,renameat,renameat2,"
+    "unlink,unlinkat,rmdir,mkdir,mkdirat,link,linkat,symlink,symlinkat,close,fcntl,lseek,dup,dup2,dup3",
 )
 IMPORT_MARKER = ".disklab-powercut-import"  # before the user's file is imported: outside writes count
 BEGIN_MARKER = ".disklab-powercut-begin"

@@ -10,6 +10,9 @@ OS returns a short write), fsyncs it and deletes it. ``WARMUP_REPEATS`` repeats
 come first and are kept apart (the first large write of a process also pays
 for faulting in fresh page-cache pages), then ``REPEATS`` measured ones. The
 data is pseudo-random bytes, so no filesystem compression can shrink it.
+Each measured write and each fsync has its I/O record (common.iorecord), and
+``layers`` counts the file's dirty and writeback pages (cachestat) after
+f.write(), flush() and fsync() of the same data (cache.layers).
 
 Run alone: ``python big_write.py --workdir DIR --mib N`` prints the JSON.
 """
@@ -25,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..cache import layers
+from ..common import iorecord
 from ..common.facts import require_positive
 from ..common.stats import spread
 from ..common.units import MIB
@@ -54,28 +59,42 @@ def make_data(n_bytes: int, seed: int = SEED) -> bytes:
     return bytes(out)
 
 
-def write_then_fsync(path: Path, data: bytes) -> dict:
+def write_then_fsync(path: Path, data: bytes, recorder: iorecord.Recorder | None = None) -> dict:
     """Write ``data`` to a fresh ``path``, then fsync; times in s. Deletes ``path``.
 
-    Returns ``{"write_s", "fsync_s", "write_calls"}``. ``os.write`` may write
-    less than asked (Linux caps one call at 0x7ffff000 bytes, write(2)), so it
-    loops until all is written.
+    Returns ``{"write_s", "fsync_s", "write_calls", "write_io", "fsync_io"}``:
+    the I/O records (common.iorecord) of the write's and the fsync's timed
+    intervals, read just outside each clock. ``os.write`` may write less than
+    asked (Linux caps one call at 0x7ffff000 bytes, write(2)), so it loops
+    until all is written.
     """
+    recorder = recorder or iorecord.Recorder(path.parent, enabled=False)
     view = memoryview(data)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         calls, done = 0, 0
+        io0 = recorder.begin()
         t0 = time.perf_counter()
         while done < len(view):
             done += os.write(fd, view[done:])
             calls += 1
         t1 = time.perf_counter()
-        os.fsync(fd)
+        write_io = recorder.end(io0, "the write loop")
+        io1 = recorder.begin()
         t2 = time.perf_counter()
+        os.fsync(fd)
+        t3 = time.perf_counter()
+        fsync_io = recorder.end(io1, "the fsync")
     finally:
         os.close(fd)
         os.unlink(path)
-    return {"write_s": t1 - t0, "fsync_s": t2 - t1, "write_calls": calls}
+    return {
+        "write_s": t1 - t0,
+        "fsync_s": t3 - t2,
+        "write_calls": calls,
+        "write_io": write_io,
+        "fsync_io": fsync_io,
+    }
 
 
 def run(cfg: dict, workdir: Path) -> dict:
@@ -91,8 +110,9 @@ def run(cfg: dict, workdir: Path) -> dict:
         raise ValueError(f"big_write_mib must be an integer, got {mib!r}")
     data = make_data(mib * MIB)
     path = Path(workdir) / "big_write.bin"
+    recorder = iorecord.Recorder(Path(workdir))
     warmup = [write_then_fsync(path, data) for _ in range(WARMUP_REPEATS)]
-    runs = [write_then_fsync(path, data) for _ in range(REPEATS)]
+    runs = [write_then_fsync(path, data, recorder) for _ in range(REPEATS)]
     write_s = [r["write_s"] for r in runs]
     fsync_s = [r["fsync_s"] for r in runs]
     rate = [mib / s for s in write_s]
@@ -114,6 +134,9 @@ def run(cfg: dict, workdir: Path) -> dict:
         "write_s": spread(write_s),
         "fsync_s": spread(fsync_s),
         "write_rate_mib_s": spread(rate),
+        "write_io_records": [r["write_io"] for r in runs],
+        "fsync_io_records": [r["fsync_io"] for r in runs],
+        "layers": layers.write_flush_fsync(path, data),
     }
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import breakit, killpoint, saver
+from ..checkpoint import breakit, killpoint, layers, saver
 from ..checkpoint.verdict import classify
 from ..common.child import child_env, module_argv
 from ..common.facts import require_positive
@@ -449,6 +449,7 @@ def run(cfg: dict, workdir: Path) -> dict:
         "progress_stop_unusable": stop_unusable,
         "modes": modes,
         "break_it": break_it,
+        "layers": layers.kill_after_naive_save(workdir / "layers", state_mib),
     }
 
 

@@ -19,7 +19,9 @@ random bytes with ``os.write``; after each write comes:
   write returns only once its data is durable.
 
 One sample is the write plus its sync, in ns; for the modes with a separate
-sync call the write part alone is kept too. ``WARMUP_BLOCKS`` blocks are
+sync call the write part alone is kept too. Each mode's measured blocks have
+one I/O record (common.iorecord) from the first measured write to the last
+sync, loop included. ``WARMUP_BLOCKS`` blocks are
 written first and kept apart. A mode this OS lacks is recorded as unsupported
 with the reason. When an fcntl sync (F_FULLFSYNC, F_BARRIERFSYNC) fails with
 any errno, the bench falls back to ``os.fsync`` for that mode and records the
@@ -44,6 +46,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..common import iorecord
 from ..common.facts import require_positive
 from ..common.stats import latency_summary_us
 from ..registry import SIZES
@@ -171,7 +174,14 @@ def _sync_call(mode: str, system: str, fcntl_mod):
 
 
 def bench_mode(
-    mode: str, path: Path, blocks: int, block_bytes: int, *, system: str | None = None, fcntl_mod=fcntl
+    mode: str,
+    path: Path,
+    blocks: int,
+    block_bytes: int,
+    *,
+    system: str | None = None,
+    fcntl_mod=fcntl,
+    recorder: iorecord.Recorder | None = None,
 ) -> dict:
     """Write ``blocks`` blocks to a fresh ``path`` in ``mode``; per-call latencies in ns.
 
@@ -191,9 +201,13 @@ def bench_mode(
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DSYNC if mode == "o_dsync" else 0)
     data = memoryview(os.urandom((WARMUP_BLOCKS + blocks) * block_bytes))
     total, write_only = [], []
+    recorder = recorder or iorecord.Recorder(path.parent, enabled=False)
+    io_before = None
     fd = os.open(path, flags, 0o644)
     try:
         for i in range(WARMUP_BLOCKS + blocks):
+            if i == WARMUP_BLOCKS:
+                io_before = recorder.begin()
             block = data[i * block_bytes : (i + 1) * block_bytes]
             t0 = time.perf_counter_ns()
             if os.write(fd, block) != block_bytes:
@@ -204,6 +218,7 @@ def bench_mode(
             t2 = time.perf_counter_ns()
             total.append(t2 - t0)
             write_only.append(t1 - t0)
+        io = recorder.end(io_before, f"the {blocks} measured blocks, first write to last sync")
     finally:
         os.close(fd)
         os.unlink(path)
@@ -213,6 +228,7 @@ def bench_mode(
         "warmup_samples_ns": total[:WARMUP_BLOCKS],
         "samples_ns": total[WARMUP_BLOCKS:],
         "latency": latency_summary_us(total[WARMUP_BLOCKS:]),
+        "io_record": io if io is not None else iorecord.not_recorded("switched off"),
     }
     if sync is not None:
         out["write_samples_ns"] = write_only[WARMUP_BLOCKS:]
@@ -240,6 +256,7 @@ def run(cfg: dict, workdir: Path, *, fcntl_mod=fcntl) -> dict:
     blocks, block_bytes = sizes["fsync_blocks"], sizes["fsync_block_bytes"]
     workdir = Path(workdir)
     system = cfg.get("system") or platform.system()
+    recorder = iorecord.Recorder(workdir)
     return {
         "status": "ok",
         "system": system,
@@ -251,7 +268,13 @@ def run(cfg: dict, workdir: Path, *, fcntl_mod=fcntl) -> dict:
         "workdir_st_blksize_bytes": os.stat(workdir).st_blksize,
         "modes": {
             mode: bench_mode(
-                mode, workdir / f"fsync_{mode}.bin", blocks, block_bytes, system=system, fcntl_mod=fcntl_mod
+                mode,
+                workdir / f"fsync_{mode}.bin",
+                blocks,
+                block_bytes,
+                system=system,
+                fcntl_mod=fcntl_mod,
+                recorder=recorder,
             )
             for mode in MODE_ORDER
         },

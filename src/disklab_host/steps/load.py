@@ -6,10 +6,14 @@ for warm), then runs load_one.py in a fresh process with sys.executable, one
 measurement per process (the lesson, Build It). Repeats are interleaved
 across cells so slow drift on the host hits every cell alike.
 
-A cold run whose file was more than 1 % resident just before the load call
-(mincore, measured inside load_one.py) is recorded as ``cold_unverified`` and
-kept apart from cold: it is never reported as cold. So is a cold run whose
-residency cannot be trusted (cache.residency_trust).
+Every sample carries its I/O record (common.iorecord, per stage, read inside
+load_one.py) and its ``cache_proof`` (loadlab.proof): a cold run is cold only
+when its file was at most 1 % resident just before the load call (cachestat,
+else mincore, with cache.residency_trust), the device delivered at least the
+bytes the stage touched, and a mapped method took major faults; a run that
+fails a part is recorded as ``cold_unverified`` with the part named, and is
+never reported as cold. A warm run is ``warm`` only at 99 % residency or more
+just before the call, else ``warm_unverified``.
 
 Cells: the big file with torch.load, torch.load-mmap (the .pt), load_file,
 one-tensor and load_file+willneed (the .safetensors); the small model with
@@ -35,9 +39,11 @@ from pathlib import Path
 
 from ..cache import pagecache as cache
 from ..common.child import child_env, module_argv
-from ..common.facts import not_run, require_positive
+from ..common.facts import is_unavailable, not_run, require_positive, unavailable
 from ..common.stats import spread
+from ..common.units import MIB
 from ..loadlab import workers
+from ..loadlab.proof import CACHE_STATE, cache_proof
 
 LOAD_ONE = "disklab_host.loadlab.load_one"
 CACHE_STATES = ("cold", "warm")
@@ -186,6 +192,7 @@ def measure_one(
     skip_eviction: bool = False,
     model_module: str = "disklab_host.loadlab.model",
     scratch_dir: Path | None = None,
+    io_record: bool = True,
 ) -> dict:
     """Set the cache state of the cell's file(s), run load_one.py once, return its record.
 
@@ -193,8 +200,11 @@ def measure_one(
     cause cold_unverified for real). ``scratch_dir`` is where a cold method that
     must copy makes its copy (cache.evict); the copy is timed, recorded as
     ``timed_path`` (``timed_paths`` for shards) and deleted afterwards. Adds
-    ``cache_state_requested``, ``cache_state`` (cold, cold_unverified or warm),
-    ``eviction`` and the cell's keys. Raises ValueError for an unknown state,
+    ``cache_state_requested``, ``cache_proof`` (loadlab.proof.cache_proof: the
+    three-part cold proof or the warm check), ``cache_state`` (cold,
+    cold_unverified, warm or warm_unverified, from the proof's verdict),
+    ``eviction`` and the cell's keys. ``io_record=False`` runs load_one.py
+    without its I/O record (the bench's paired comparison only). Raises ValueError for an unknown state,
     RuntimeError with the child's stderr when load_one.py fails.
     """
     if state not in CACHE_STATES:
@@ -210,6 +220,8 @@ def measure_one(
         for p in paths:
             cache.warm(p)
     cmd = module_argv(LOAD_ONE, cell["method"], *timed, "--spawn-wall-ns", str(time.time_ns()))
+    if not io_record:
+        cmd.append("--no-io-record")
     if cell["model"]:
         cmd += ["--model", cell["model"], "--populate", cell["populate"], "--model-module", model_module]
         if cell.get("decoder_config"):
@@ -230,15 +242,13 @@ def measure_one(
     if proc.returncode != 0:
         raise RuntimeError(f"load_one.py {cell['method']} {timed[0]} failed: {proc.stderr[-2000:]}")
     rec = json.loads(proc.stdout.strip().splitlines()[-1])
-    verified = (
-        rec["before"]["resident_fraction"] <= cache.COLD_MAX_FRACTION and rec["residency_trust"] == "ok"
-    )
-    actual = state if state == "warm" or verified else "cold_unverified"
+    proof = cache_proof(rec, state)
     out = {
         **rec,
         "file": cell["file"],
         "cache_state_requested": state,
-        "cache_state": actual,
+        "cache_state": CACHE_STATE[proof["verdict"]],
+        "cache_proof": proof,
         "eviction": eviction,
     }
     if timed != paths:
@@ -271,6 +281,7 @@ def summarise(samples: list[dict]) -> list[dict]:
                 "resident_fraction": spread([r["resident_fraction"] for r in ok]),
                 "resident_bytes": spread([r["resident_bytes"] for r in ok]),
                 "peak_rss_bytes": spread([r["peak_rss_bytes"] for r in ok]),
+                **_device_reads(ok),
             }
         cells.append(
             {
@@ -290,9 +301,30 @@ def summarise(samples: list[dict]) -> list[dict]:
                     else {}
                 ),
                 "stages": stages,
+                "cache_proof": {
+                    "verdicts": sorted({g["cache_proof"]["verdict"] for g in group}),
+                    "failed": sorted({f for g in group for f in g["cache_proof"]["failed"]}),
+                    "unchecked": sorted({u for g in group for u in g["cache_proof"]["unchecked"]}),
+                },
             }
         )
     return cells
+
+
+def _device_reads(recs: list[dict]) -> dict:
+    """Bytes the device delivered up to a stage, and those bytes over the stage's time (MiB/s), when
+    every sample recorded them; else ``device_reads_unavailable`` with the first sample's reason."""
+    got = []
+    for r in recs:
+        io = r.get("io", unavailable("no I/O record in this sample"))
+        dev = io if is_unavailable(io) else io["device"]
+        if is_unavailable(dev):
+            return {"device_reads_unavailable": dev["unavailable"]}
+        got.append((dev["read_bytes"], r["time_s"]))
+    return {
+        "device_read_bytes": spread([b for b, _ in got]),
+        "device_read_mib_s": spread([b / MIB / t if t > 0 else 0.0 for b, t in got]),
+    }
 
 
 def measure(
@@ -359,6 +391,7 @@ def measure(
         "drop_caches_used": "drop_caches" in used,
         "become_allowed": bool(cfg.get("become_allowed")),
         "n_cold_unverified": sum(s["cache_state"] == "cold_unverified" for s in samples),
+        "n_warm_unverified": sum(s["cache_state"] == "warm_unverified" for s in samples),
         "residency_trust": sorted({s["residency_trust"] for s in samples}),
         "samples": samples,
         "cells": summarise(samples),

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..cache import layers
+from ..common import iorecord
 from ..common.facts import require_positive
 from ..common.stats import spread
 from ..registry import SIZES
@@ -105,21 +107,33 @@ def buffer_facts(path: Path) -> dict:
     }
 
 
-def measure(mode: str, path: Path, calls: int) -> dict:
-    """Warm-up and measured repeats of one mode; per-call times in ns.
+def measure(mode: str, path: Path, calls: int, recorder: iorecord.Recorder | None = None) -> dict:
+    """Warm-up and measured repeats of one mode; per-call times in ns, and each repeat's I/O record.
 
-    Raises KeyError for an unknown mode.
+    The I/O record (common.iorecord) of a measured repeat spans the timed
+    function's call, open to close. Raises KeyError for an unknown mode.
     """
     call, timed = MODES[mode]
+    recorder = recorder or iorecord.Recorder(path.parent)
     warmup = [timed(path, calls) / calls for _ in range(WARMUP_REPEATS)]
-    samples = [timed(path, calls) / calls for _ in range(REPEATS)]
+    samples, records = [], []
+    for _ in range(REPEATS):
+        before = recorder.begin()
+        samples.append(timed(path, calls) / calls)
+        records.append(recorder.end(before, "one measured repeat, open to close"))
     os.unlink(path)
     return {
         "call": call,
         "warmup_per_call_ns": warmup,
         "per_call_samples_ns": samples,
         "per_call_ns": spread(samples),
+        "io_records": records,
     }
+
+
+def layer_bytes(observed_buffer: int) -> int:
+    """Bytes of the layers' write: less than Python's buffer, so write() leaves them in the process."""
+    return max(1, min(4000, observed_buffer // 2))
 
 
 def run(cfg: dict, workdir: Path) -> dict:
@@ -136,14 +150,19 @@ def run(cfg: dict, workdir: Path) -> dict:
         raise ValueError(f"write_buffering_calls must be an integer, got {calls!r}")
     workdir = Path(workdir)
     path = workdir / "write_buffering.bin"
+    buffer = buffer_facts(path)
+    recorder = iorecord.Recorder(workdir)
     return {
         "status": "ok",
         "python_version": platform.python_version(),
         "calls_per_repeat": calls,
         "warmup_repeats": WARMUP_REPEATS,
         "repeats": REPEATS,
-        "buffer": buffer_facts(path),
-        "modes": {mode: measure(mode, path, calls) for mode in MODES},
+        "buffer": buffer,
+        "modes": {mode: measure(mode, path, calls, recorder) for mode in MODES},
+        "layers": layers.write_flush_fsync(
+            workdir / "layers.bin", os.urandom(layer_bytes(buffer["observed_buffer_bytes"]))
+        ),
     }
 
 
