@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from disklab import cli, compare, export, figures, fleet, report, schemas, stored
+from disklab_host.steps import ceiling
 from test_load_section import make_section
 from test_report import linux_doc  # noqa: F401  (the fixture: a results document measured here)
 
@@ -63,6 +64,10 @@ def powercut_section(atomic_cut: str = "safe") -> dict:
                     "trace_bytes": 100,
                     "call_texts": ["write"],
                     "writes_after_last_fsync": 0,
+                    "unplaced_calls": [],
+                    "judged_on": "every recorded call",
+                    "outside_files": [],
+                    "replay_differs": [],
                 },
                 "models": {"process_kill": _model(kill, 12), "power_cut": _model(cut, 40)},
                 "check_wall_s": 0.2,
@@ -105,6 +110,16 @@ def _scaled(doc: dict, factor: float, *, method: str, cache: str, stage: str, ru
         if s["method"] == method and s["cache_state"] == cache and s["file"] == "big_pt":
             s["stages"][stage]["time_s"] *= factor
     return new
+
+
+def ceiling_section(workdir: Path) -> dict:
+    """The ceiling step run here on a 4 MiB file, its medians set to round numbers the tables show."""
+    section = ceiling.run({"sizes": {"ceiling_mib": 4}, "become_allowed": False}, workdir)
+    assert section["status"] == "ok", section
+    section["step_wall_s"] = 1.0  # the runner adds it
+    section["cold_mib_s"] = {"n": 3, "median": 1536.0, "min": 1500.0, "max": 1600.0}
+    section["warm_mib_s"] = {"n": 3, "median": 9000.0, "min": 8800.0, "max": 9100.0}
+    return section
 
 
 def _store(reports: Path, doc: dict, host: str | None = None) -> Path:
@@ -195,7 +210,16 @@ def test_a_changed_power_cut_verdict_fails_the_gate(tmp_path, capsys, lab_doc):
     assert compare.n_changed(cmp) == 1 and cmp["counts"]["changed"] == 0
 
 
+def _residency_only(doc: dict) -> dict:
+    """``doc`` as a run from before results 3: its samples' cache proof upgraded, not recorded."""
+    old = copy.deepcopy(doc)
+    for s in old["experiments"]["load"]["samples"]:
+        s.pop("cache_proof", None)
+    return old
+
+
 def test_a_sample_that_failed_its_cache_proof_is_never_compared_as_cold(lab_doc):
+    old = _residency_only(lab_doc)
     new = copy.deepcopy(lab_doc)
     cold = [
         s
@@ -205,7 +229,7 @@ def test_a_sample_that_failed_its_cache_proof_is_never_compared_as_cold(lab_doc)
     cold[0]["cache_proof"] = {"verdict": "cold_unproven", "failed": "device reads"}  # the three-part proof
     cold[1]["stages"]["all_touched"]["time_s"] = 0.001  # a warm-fast time, in a sample whose proof held
     cold[1]["cache_proof"] = {"verdict": "cold"}
-    cmp = compare.compare_runs(lab_doc, new)
+    cmp = compare.compare_runs(old, new)
     f = next(f for f in cmp["figures"] if f["path"] == COLD_TL.format(stage="all_touched"))
     assert f["new"]["n"] == 2 and f["new"]["min"] == 0.001  # only the two that count as cold
     unproven = [u for u in cmp["figures_unproven"] if u["cache"] == "cold_unproven"]
@@ -215,7 +239,7 @@ def test_a_sample_that_failed_its_cache_proof_is_never_compared_as_cold(lab_doc)
     assert cmp["cache_proof"] == {"old": "residency", "new": "three_part"}
     assert "rest on residency alone in the old run and on the three-part cache proof in the new one" in text
     # without a proof record the sample's own flag decides
-    old_flag = copy.deepcopy(lab_doc)
+    old_flag = _residency_only(lab_doc)
     old_flag["experiments"]["load"]["samples"][0]["cache_state"] = "cold_unverified"
     keys = {f.key for f in figures.extract(old_flag)}
     assert any("[cache=cold_unverified]" in k for k in keys)
@@ -234,12 +258,7 @@ def _two_host_fleet(tmp_path: Path, lab_doc: dict) -> Path:
             if st["status"] == "ok":
                 st["time_s"] *= 3
     mac["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"] = 4321.0
-    mac["experiments"]["ceiling"] = {
-        "status": "ok",
-        "cold_read_mib_s": 1536.0,
-        "warm_read_mib_s": 9000.0,
-        "step_wall_s": 1.0,
-    }
+    mac["experiments"]["ceiling"] = ceiling_section(tmp_path / "ceiling")
     _store(reports, mac, "spark")
     return reports
 
@@ -349,7 +368,7 @@ def test_export_csv_and_json_round_trip_every_figure(tmp_path, capsys, lab_doc):
         "3",
         3.0,
     )
-    assert next(r for r in rows if r["key"] == "experiments.ceiling.cold_read_mib_s")["median"] == "1536.0"
+    assert next(r for r in rows if r["key"] == "experiments.ceiling.cold_mib_s")["median"] == "1536.0"
     rc, text, _ = _compare_cli(
         capsys, "--reports", str(reports), "export", "--format", "json", "--host", "dgx1"
     )

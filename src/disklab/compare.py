@@ -280,13 +280,18 @@ def compare_figures(old: dict, new: dict) -> dict:
 def cache_proofs(doc: dict) -> str:
     """How a run's load samples were proven cold or warm: ``three_part``, ``residency`` or ``none``.
 
-    ``three_part`` when they carry ``cache_proof``, ``residency`` when not, ``none`` without load samples.
+    ``three_part`` when they carry a recorded ``cache_proof``; ``residency`` when not (a run from before
+    results 3 carries one upgraded from its cache_state, marked ``recorded: false``); ``none`` without
+    load samples.
     """
     load = (doc.get("experiments") or {}).get("load")
     samples = (load.get("samples") or []) if isinstance(load, dict) else []
     if not samples:
         return "none"
-    return "three_part" if any(isinstance(s.get("cache_proof"), dict) for s in samples) else "residency"
+    proven = any(
+        isinstance(s.get("cache_proof"), dict) and s["cache_proof"].get("recorded", True) for s in samples
+    )
+    return "three_part" if proven else "residency"
 
 
 def n_changed(cmp: dict) -> int:

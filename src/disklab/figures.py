@@ -11,7 +11,7 @@ Three sources, in document order:
   ``_``-separated word: ``samples_ns``, ``fsync_samples_s``,
   ``read_samples_mib_s``), found generically (:func:`find_samples`). They carry
   no readiness stage; their cache state is ``cold`` or ``warm`` only when a word
-  of their path says so (``ceiling.cold_read_samples_mib_s``), else None.
+  of their path says so (``cold`` or ``warm``), else None.
 * **Load samples** (``experiments.load.samples``, one per fresh process), grouped
   by file, method, populate mode and cache state, and split by readiness stage:
   one figure of the stage's ``time_s`` per (cell, cache state, stage) that ran,
@@ -22,8 +22,8 @@ Three sources, in document order:
   *proven* (:data:`PROVEN`); a sample that failed its proof is its own figure
   under its own state and never joins a cold or warm one.
 * **Values without samples**: the host's ceiling (``experiments.ceiling``,
-  ``cold_read_mib_s`` and ``warm_read_mib_s``, a number or a ``{median, ...}``
-  spread) when no raw sample list of it is stored, and the power-cut verdict of
+  ``cold_mib_s`` and ``warm_mib_s``: the median over its proven cold and
+  verified warm reads, a ``{n, median, min, max}`` spread, or ``{unavailable}``), and the power-cut verdict of
   each recipe under each crash model (unit ``verdict``; n is its crash states).
 """
 
@@ -44,9 +44,9 @@ RSS_STAGES = ("all_touched", "device_placed")
 PROVEN = ("cold", "warm")
 # The verdicts of a sample's three-part cache proof (cache_proof.verdict), when the run has one.
 PROOF_VERDICTS = ("cold", "warm", "cold_unproven", "warm_unverified")
-# experiments.ceiling: (field stem, cache state, readable name). The stem's _mib_s is the figure, its
-# _samples_mib_s the raw samples when stored.
-CEILING = (("cold_read", "cold", "cold sequential read"), ("warm_read", "warm", "warm read"))
+# experiments.ceiling (steps/ceiling.py): (field stem, cache state, readable name); the stem's _mib_s
+# is the figure, its _samples_mib_s the raw samples when stored.
+CEILING = (("cold", "cold", "cold sequential read"), ("warm", "warm", "warm read"))
 POWERCUT_MODELS = (("process_kill", "process-kill"), ("power_cut", "power-cut"))
 SAMPLES, VALUE, VERDICT = "samples", "value", "verdict"
 

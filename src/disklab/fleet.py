@@ -9,7 +9,7 @@ files did not change is not read again.
 
 Tables: the runs compared (profile, kernel, torch, load file sizes); durable
 sync p50; load at ``all_touched``, cold and warm, for each method; the host's
-own ceiling (``experiments.ceiling.cold_read_mib_s`` and ``warm_read_mib_s``,
+own ceiling (``experiments.ceiling.cold_mib_s`` and ``warm_mib_s``,
 "not measured in this run" without that step); peak RSS at ``all_touched``;
 the power-cut verdicts. Two plots (load at all_touched, durable sync p50),
 one point per host, under ``reports/fleet-plots/``. With more than
@@ -80,7 +80,7 @@ def host_column(doc: dict | None) -> dict | None:
         row["peak_rss"] = rss.get((row["file"], row["method"], row["populate"], row["cache"]))
     ceiling = {"cold": None, "warm": None}
     for f in found:
-        if f.experiment == "ceiling" and f.cache in ceiling and f.unit == "mib_s" and "read" in f.key:
+        if f.experiment == "ceiling" and f.cache in ceiling and f.unit == "mib_s":
             ceiling[f.cache] = {k: f.summary.get(k) for k in ("median", "n", "min", "max")}
     ls, cs, ps = exps.get("load"), exps.get("ceiling"), exps.get("powercut")
 
