@@ -43,6 +43,7 @@ class Row:
     since: float  # controller's monotonic clock when this task (or state) began
     step: Step | None = None
     ended_at: float | None = None
+    lab_done: bool = False  # the host's lab said it finished (said once)
 
 
 class Progress:
@@ -100,7 +101,14 @@ class Progress:
     def step(self, host: str, status: dict, host_now: float | None) -> None:
         """A poll of the lab's status file on ``host`` (disklab_host.lab.write_status's fields)."""
         row = self.rows.get(host)
-        if row is None or row.state != "running" or status.get("state") != "running":
+        if row is None or row.state != "running":
+            return
+        if status.get("state") == "finished" and not row.lab_done:
+            row.lab_done = True
+            done = ", ".join(f"{d[0]} {d[1]} {d[2]:.1f} s" for d in status.get("done") or [] if len(d) == 3)
+            self._line(host, f"lab finished: {done}")
+            return
+        if status.get("state") != "running":
             return
         name, index, steps = status.get("step"), status.get("step_index"), status.get("steps")
         if not isinstance(name, str) or not isinstance(index, int) or not isinstance(steps, int):
