@@ -64,7 +64,8 @@ def markdown(doc: dict) -> str:
         top = ", ".join(f"{t} {s:.1f} s" for t, s in b["tasks_median_s"][:6])
         extra.append(
             f"- harness fixed cost per host: {f['median_s']:.1f} s (target ≤ {f['target_s']:g} s, "
-            f"{'met' if f['met'] else 'MISSED'}); median per task over {b['runs']} runs: lab {b['lab_s']:.1f} s, "
+            f"{'met' if f['met'] else 'MISSED'}); median per task over {b['runs']} runs: "
+            f"lab {b['lab_s']:.1f} s, "
             f"Ansible between tasks {b['between_tasks_s']:.1f} s; largest tasks: {top}"
         )
     fl = doc["parts"].get("fleet_scaling", {})

@@ -27,8 +27,11 @@ def test_every_step_is_a_tag_of_the_tasks_that_run_it():
     """`--tags crash` must reach the venv, the audit, the lab and the fetch: the same step list everywhere."""
     site = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
     play = _tags(site[1]["tasks"])
-    for name, phase in (("Provision the lab venv", "provision"), ("Audit the host", "audit"),
-                        ("Run the experiments and fetch the results", "fetch")):  # fmt: skip
+    for name, phase in (
+        ("Provision the lab venv", "provision"),
+        ("Audit the host", "audit"),
+        ("Run the experiments and fetch the results", "fetch"),
+    ):
         assert play[name] >= STEP_TAGS | {phase, "measure"}, name
     role = yaml.safe_load((REPO / "roles" / "lab_run" / "tasks" / "main.yml").read_text())
     for name, tags in _tags(role).items():
@@ -43,14 +46,16 @@ def _plain(cwd: Path, *args: str, timeout: int = 900) -> subprocess.CompletedPro
     """ansible-playbook started in ``cwd`` by a shell (PWD set), with the checkout's ansible.cfg."""
     env = {**os.environ, "PWD": str(cwd), "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     env.pop("DISKLAB_CWD", None)
-    return subprocess.run([ANSIBLE_PLAYBOOK, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [ANSIBLE_PLAYBOOK, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.slow
 def test_plain_audit_with_defaults_stores_and_renders_under_the_current_directory(tmp_path):
-    inv = write_local_inventory(tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb",
-                                lab_run_workbench_create=True)  # fmt: skip
+    inv = write_local_inventory(
+        tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb", lab_run_workbench_create=True
+    )
     proc = _plain(tmp_path, "-i", str(inv), str(REPO / "playbooks" / "audit.yml"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     reports = tmp_path / "reports"
@@ -85,8 +90,16 @@ def test_plain_site_with_one_step_tag_runs_that_step_and_stores_the_rendered_run
     wb.mkdir()
     reports = tmp_path / "somewhere" / "reports"
     inv = write_local_inventory(tmp_path / "inv.yml", lab_root, wb)
-    proc = _plain(tmp_path, "-i", str(inv), str(REPO / "playbooks" / "site.yml"), "--tags", "fsync_bench",
-                  "-e", f"disklab_reports={reports}")  # fmt: skip
+    proc = _plain(
+        tmp_path,
+        "-i",
+        str(inv),
+        str(REPO / "playbooks" / "site.yml"),
+        "--tags",
+        "fsync_bench",
+        "-e",
+        f"disklab_reports={reports}",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     runs = list((reports / "localhost" / "runs").glob("*.json"))
     assert len(runs) == 1

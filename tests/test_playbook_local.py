@@ -18,7 +18,9 @@ def _task_results(reports, run_id: str) -> dict[str, list[tuple[str, bool]]]:
         event = json.loads(path.read_text())
         data = event.get("event_data", {})
         if event.get("event", "").startswith("runner_on_") and event["event"] != "runner_on_start":
-            out.setdefault(data.get("task"), []).append((event["event"], bool(data.get("res", {}).get("changed"))))
+            out.setdefault(data.get("task"), []).append(
+                (event["event"], bool(data.get("res", {}).get("changed")))
+            )
     return out
 
 

@@ -44,8 +44,14 @@ def test_each_hosts_step_place_and_a_counting_elapsed_time_come_from_its_polls(m
     tracker = EventTracker(prog)
     for host in ("host0", "host1"):
         tracker(_start(host))
-    running = {"state": "running", "step": "crash", "step_index": 4, "steps": 7, "step_started_unix": 5000.0,
-               "done": [["write_buffering", "ok", 1.5], ["fsync_bench", "ok", 2.0], ["big_write", "ok", 3.0]]}
+    running = {
+        "state": "running",
+        "step": "crash",
+        "step_index": 4,
+        "steps": 7,
+        "step_started_unix": 5000.0,
+        "done": [["write_buffering", "ok", 1.5], ["fsync_bench", "ok", 2.0], ["big_write", "ok", 3.0]],
+    }
     tracker(_poll("host0", 5012.0, running))  # the host's clock says 12 s into the step
     tracker(_poll("host1", 7000.0, {**running, "step": "load", "step_index": 6, "step_started_unix": 6999.0}))
     rows = prog.rows
@@ -63,10 +69,14 @@ def test_each_hosts_step_place_and_a_counting_elapsed_time_come_from_its_polls(m
     lines = capsys.readouterr().err.splitlines()
     step_lines = [ln for ln in lines if ": step " in ln]
     assert len(step_lines) == 2  # one per step change, per host
-    assert step_lines[0].endswith(f"host0: running: {LAB_TASK}: step crash (4/7), 12 s in; big_write ok in 3.0 s")
+    assert step_lines[0].endswith(
+        f"host0: running: {LAB_TASK}: step crash (4/7), 12 s in; big_write ok in 3.0 s"
+    )
     assert "host1: running: " in step_lines[1] and "step load (6/7), 1 s in" in step_lines[1]
-    assert lines[-1].endswith("host0: lab finished: write_buffering ok 1.5 s, fsync_bench ok 2.0 s, "
-                              "big_write ok 3.0 s, crash ok 40.0 s")  # fmt: skip
+    assert lines[-1].endswith(
+        "host0: lab finished: write_buffering ok 1.5 s, fsync_bench ok 2.0 s, "
+        "big_write ok 3.0 s, crash ok 40.0 s"
+    )
 
 
 def test_a_poll_without_a_status_and_a_failed_host_change_nothing(monkeypatch):
@@ -76,12 +86,21 @@ def test_a_poll_without_a_status_and_a_failed_host_change_nothing(monkeypatch):
     tracker(_start("h"))
     assert parse_status("disklab-status 12 \r\ndisklab-job running") is None  # no status file yet
     assert parse_status("Shared connection to h closed.\r\n") is None
-    tracker({"event": "runner_retry", "event_data": {"host": "h", "task": LAB_TASK,
-                                                    "res": {"stdout": "disklab-status 12 \n"}}})  # fmt: skip
+    tracker(
+        {
+            "event": "runner_retry",
+            "event_data": {"host": "h", "task": LAB_TASK, "res": {"stdout": "disklab-status 12 \n"}},
+        }
+    )
     assert prog.rows["h"].step is None
     tracker({"event": "runner_on_failed", "event_data": {"host": "h", "task": LAB_TASK, "res": {"msg": "x"}}})
-    tracker(_poll("h", 10.0, {"state": "running", "step": "crash", "step_index": 1, "steps": 1,
-                             "step_started_unix": 1.0}))  # fmt: skip
+    tracker(
+        _poll(
+            "h",
+            10.0,
+            {"state": "running", "step": "crash", "step_index": 1, "steps": 1, "step_started_unix": 1.0},
+        )
+    )
     assert prog.rows["h"].state == "failed" and prog.rows["h"].step is None
 
 
@@ -89,15 +108,30 @@ def test_the_lab_runner_keeps_a_status_file_with_each_step_and_ends_it_finished(
     """disklab_host.lab for real (one fast step): the file the lab_run role polls, one line of JSON."""
     wb = tmp_path / "root" / "workbench"
     wb.mkdir(parents=True)
-    cfg = {"run_id": "R1", "host": "h", "profile": "quick", "workbench": str(wb), "lab_root": str(tmp_path / "root"),
-           "steps": ["write_buffering"], "settings": {"write_buffering_calls": 200}, "system": "Linux"}  # fmt: skip
+    cfg = {
+        "run_id": "R1",
+        "host": "h",
+        "profile": "quick",
+        "workbench": str(wb),
+        "lab_root": str(tmp_path / "root"),
+        "steps": ["write_buffering"],
+        "settings": {"write_buffering_calls": 200},
+        "system": "Linux",
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     (tmp_path / "host.json").write_text("{}")
     run_dir = tmp_path / "run"
-    argv = ["--config", str(tmp_path / "config.json"), "--facts", str(tmp_path / "host.json"),
-            "--out", str(run_dir / "results.json")]  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "disklab_host", "lab", *argv], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    argv = [
+        "--config",
+        str(tmp_path / "config.json"),
+        "--facts",
+        str(tmp_path / "host.json"),
+        "--out",
+        str(run_dir / "results.json"),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "disklab_host", "lab", *argv], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     text = (run_dir / lab.STATUS_NAME).read_text()
     assert text.count("\n") == 1  # one line: the poll prints it as is
@@ -110,8 +144,16 @@ def test_the_lab_runner_keeps_a_status_file_with_each_step_and_ends_it_finished(
 
 def test_write_status_records_the_running_step_atomically(tmp_path):
     path = tmp_path / "status.json"
-    lab.write_status(path, state="running", run_id="R", step="crash", step_index=3, steps=7,
-                     step_started_unix=100.0, done=[])  # fmt: skip
+    lab.write_status(
+        path,
+        state="running",
+        run_id="R",
+        step="crash",
+        step_index=3,
+        steps=7,
+        step_started_unix=100.0,
+        done=[],
+    )
     doc = json.loads(path.read_text())
     assert (doc["step"], doc["step_index"], doc["steps"], doc["state"]) == ("crash", 3, 7, "running")
     assert isinstance(doc["pid"], int) and doc["updated_unix"] > 0
@@ -133,18 +175,31 @@ def test_the_poll_reads_the_status_file_and_the_async_job_with_plain_sh(tmp_path
     run_dir = tmp_path / "run dir"
     run_dir.mkdir()
     job = tmp_path / "job"
-    ctx = {"__lab_run_dir": str(run_dir), "__lab_run_job": {"results_file": str(job)}, "__lab_run_poll_wait_s": 1}
+    ctx = {
+        "__lab_run_dir": str(run_dir),
+        "__lab_run_job": {"results_file": str(job)},
+        "__lab_run_poll_wait_s": 1,
+    }
     for name in ("__status", "__seen", "__job"):
         ctx[name] = env.from_string(poll["vars"][name]).render(**ctx)
     ctx["__running"] = env.from_string(poll["vars"]["__running"]).render(**ctx)
     command = env.from_string(poll["ansible.builtin.raw"]).render(**ctx)
 
     def sh() -> str:
-        return subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=30, check=True).stdout
+        return subprocess.run(
+            ["sh", "-c", command], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
 
     job.write_text(json.dumps({"started": True, "finished": False, "ansible_job_id": "j1"}))
-    lab.write_status(run_dir / lab.STATUS_NAME, state="running", step="crash", step_index=1, steps=2,
-                     step_started_unix=1.0, done=[])  # fmt: skip
+    lab.write_status(
+        run_dir / lab.STATUS_NAME,
+        state="running",
+        step="crash",
+        step_index=1,
+        steps=2,
+        step_started_unix=1.0,
+        done=[],
+    )
     first = sh()  # the first attempt prints the status at once
     assert parse_status(first)[1]["step"] == "crash" and "disklab-job running" in first
     again = sh()  # nothing changed: it waits out its (1 s) wait, and prints the same status

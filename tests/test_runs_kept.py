@@ -44,12 +44,23 @@ def test_the_run_is_kept_and_a_callback_enabled_in_the_environment_is_loaded(tmp
     (plugins / "disklab_probe.py").write_text(PROBE)
     out = tmp_path / "probe.jsonl"
     reports = tmp_path / "reports"
-    inv = write_local_inventory(tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb",
-                                lab_run_workbench_create=True)  # fmt: skip
-    env = {**os.environ, "ANSIBLE_CALLBACK_PLUGINS": str(plugins), "ANSIBLE_CALLBACKS_ENABLED": "disklab_probe",
-           "DISKLAB_PROBE_OUT": str(out)}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "disklab.cli", "--reports", str(reports), "audit", "-i", str(inv)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    inv = write_local_inventory(
+        tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb", lab_run_workbench_create=True
+    )
+    env = {
+        **os.environ,
+        "ANSIBLE_CALLBACK_PLUGINS": str(plugins),
+        "ANSIBLE_CALLBACKS_ENABLED": "disklab_probe",
+        "DISKLAB_PROBE_OUT": str(out),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "disklab.cli", "--reports", str(reports), "audit", "-i", str(inv)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     notes = [json.loads(line) for line in out.read_text().splitlines()]
     assert notes[0] == {"playbook": "audit.yml"}

@@ -173,7 +173,9 @@ def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, lim
     return 0 if all(s == "ok" for s in status.values()) and not failed else 1
 
 
-def store_and_render(reports: Path, run_id: str, kind: str, inventory: Path, outcomes: dict[str, HostOutcome]):
+def store_and_render(
+    reports: Path, run_id: str, kind: str, inventory: Path, outcomes: dict[str, HostOutcome]
+):
     """Store each host's fetched file, record the invocation and render the reports: (status, errors).
 
     The one path from fetched files to reports, for `disklab run`/`audit` and
@@ -386,7 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cmp.set_defaults(func=cmd_compare)
 
-    begin = sub.add_parser("playbook-begin", help="(run by the playbooks under plain ansible-playbook) a run id")
+    begin = sub.add_parser(
+        "playbook-begin", help="(run by the playbooks under plain ansible-playbook) a run id"
+    )
     begin.set_defaults(func=cmd_playbook_begin)
     st = sub.add_parser(
         "playbook-store", help="(run by the playbooks under plain ansible-playbook) store and render"
@@ -396,7 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--inventory", required=True)
     st.add_argument("--hosts", help="every host of the play, comma-separated (one without a file failed)")
     st.add_argument("--check", action="store_true", help="check mode: store nothing, remove the staging dir")
-    st.add_argument("--nothing-fetched", action="store_true", help="the tags skipped the fetch: store nothing")
+    st.add_argument(
+        "--nothing-fetched", action="store_true", help="the tags skipped the fetch: store nothing"
+    )
     st.set_defaults(func=cmd_playbook_store)
 
     # Parsed by disklab.powercut_cli itself (see main); listed here for `disklab --help`.

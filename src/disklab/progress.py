@@ -119,9 +119,11 @@ class Progress:
         changed = row.step is None or (row.step.name, row.step.index) != (name, index)
         row.step = Step(name, index, steps, elapsed, time.monotonic(), list(status.get("done") or []))
         if changed:
-            last = f"; {row.step.done[-1][0]} {row.step.done[-1][1]} in {row.step.done[-1][2]:.1f} s" if (
-                row.step.done and len(row.step.done[-1]) == 3
-            ) else ""
+            last = (
+                f"; {row.step.done[-1][0]} {row.step.done[-1][1]} in {row.step.done[-1][2]:.1f} s"
+                if (row.step.done and len(row.step.done[-1]) == 3)
+                else ""
+            )
             self._line(host, f"running: {row.task}: step {name} ({index}/{steps}), {elapsed:.0f} s in{last}")
 
     def finish(self, outcomes: dict[str, str]) -> None:

@@ -339,7 +339,7 @@ _WORKER_ENV: jinja2.Environment | None = None
 
 
 def _render_one(job: tuple, env: jinja2.Environment | None = None) -> tuple[str, dict | None, str | None]:
-    """Render one host (in a pool worker, or here with ``env``): (host, its index row or None, error or None)."""
+    """Render one host (in a pool worker, or here with ``env``): (host, index row or None, error or None)."""
     global _WORKER_ENV
     reports, host, renderer, force = job
     if env is None:

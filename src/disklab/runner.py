@@ -128,7 +128,9 @@ class EventTracker:
             host.status, host.task, host.role = "failed", task, data.get("role")
             host.message = _failure_message(data.get("res", {}))
             self.progress.update(name, task, "failed")
-        elif kind in ("runner_retry", "runner_on_ok") and STATUS_MARK in str(data.get("res", {}).get("stdout")):
+        elif kind in ("runner_retry", "runner_on_ok") and STATUS_MARK in str(
+            data.get("res", {}).get("stdout")
+        ):
             polled = parse_status(data["res"]["stdout"])
             if polled is not None:
                 self.progress.step(name, polled[1], polled[0])

@@ -182,7 +182,9 @@ def _run(cfg: dict, args: argparse.Namespace, lock: RunLock) -> int:
         if name and name not in registry.KEPT:
             shutil.rmtree(Path(cfg["workbench"]) / name, ignore_errors=True)
         print(f"disklab lab: interrupted ({why}) at step {name}; no results written", file=sys.stderr)
-        write_status(status, state="interrupted", run_id=cfg["run_id"], step=name, steps=len(steps), done=done)
+        write_status(
+            status, state="interrupted", run_id=cfg["run_id"], step=name, steps=len(steps), done=done
+        )
         return EXIT_INTERRUPTED
     results["finished_utc"] = utc_now()
     atomic_write_json(args.out, results)
