@@ -172,9 +172,9 @@ def _run(cfg: dict, args: argparse.Namespace, lock: RunLock) -> int:
     done: list[list] = []
     try:
         for i, name in enumerate(steps, 1):
-            lock.note(step=name, step_index=i, steps=len(steps))
             write_status(status, state="running", run_id=cfg["run_id"], step=name, step_index=i,
                          steps=len(steps), step_started_unix=round(time.time(), 3), done=done)  # fmt: skip
+            lock.note(step=name, step_index=i, steps=len(steps))
             print(f"disklab-step {name}", flush=True)
             section = results["experiments"][name] = run_step(name, cfg)
             done.append([name, section.get("status"), round(section["step_wall_s"], 3)])
