@@ -226,7 +226,7 @@ def test_plain_ansible_playbook_on_two_hosts_stores_and_renders_the_reports(flee
     assert first_run.returncode == 0  # the two venvs exist
     reports = tmp_path / "reports"
     args = ["-i", str(fleet.inventory_path), str(REPO / "playbooks" / "site.yml"),
-            "--limit", ",".join(LAB_HOSTS), "-e", "lab_run_steps=[fsync_bench]",
+            "--limit", ",".join(LAB_HOSTS), "-e", json.dumps({"lab_run_steps": ["fsync_bench"]}),
             "-e", f"disklab_reports={reports}"]  # fmt: skip
     for name, value in TINY_SIZES.items():
         args += ["-e", f"{name}={value}"]

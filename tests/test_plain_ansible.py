@@ -43,7 +43,7 @@ def test_every_step_is_a_tag_of_the_tasks_that_run_it():
 
 
 def _plain(cwd: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    """ansible-playbook started in ``cwd`` by a shell (PWD set), with the checkout's ansible.cfg."""
+    """ansible-playbook started in ``cwd`` by a shell (which sets PWD), with the checkout's ansible.cfg."""
     env = {**os.environ, "PWD": str(cwd), "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     env.pop("DISKLAB_CWD", None)
     return subprocess.run(

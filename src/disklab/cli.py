@@ -203,14 +203,14 @@ def _say_stored(reports: Path, run_id: str, kind: str, outcomes: dict[str, HostO
 
 
 def cmd_playbook_begin(args) -> int:
-    """For plain ansible-playbook: take a run id, make its staging directory, print both as JSON."""
+    """For plain ansible-playbook: take a run id (or use --run-id), make its staging directory, print JSON."""
     reports = Path(args.reports).resolve()
     reports.mkdir(parents=True, exist_ok=True)
     try:
         with RunLock(reports / ".lock", "ansible-playbook", what=f"the reports directory {reports}"):
-            run_id = store.new_run_id(reports)
+            run_id = args.run_id or store.new_run_id(reports)
             incoming = store.incoming_dir(reports, run_id)
-            incoming.mkdir(parents=True)
+            incoming.mkdir(parents=True, exist_ok=bool(args.run_id))
     except LockHeld as exc:
         raise UsageError(f"refused: {exc}") from None
     print(json.dumps({"run_id": run_id, "incoming_dir": str(incoming), "reports": str(reports)}))
@@ -391,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     begin = sub.add_parser(
         "playbook-begin", help="(run by the playbooks under plain ansible-playbook) a run id"
     )
+    begin.add_argument("--run-id", help="use this run id (its finished results are fetched later)")
     begin.set_defaults(func=cmd_playbook_begin)
     st = sub.add_parser(
         "playbook-store", help="(run by the playbooks under plain ansible-playbook) store and render"
