@@ -225,11 +225,9 @@ def test_plain_ansible_playbook_on_two_hosts_stores_and_renders_the_reports(flee
     """Plain `ansible-playbook -i FLEET playbooks/site.yml`: it makes the run id, stores and renders."""
     assert first_run.returncode == 0  # the two venvs exist
     reports = tmp_path / "reports"
+    extra = {"lab_run_steps": ["fsync_bench"], "disklab_reports": str(reports), **TINY_SIZES}  # JSON: typed
     args = ["-i", str(fleet.inventory_path), str(REPO / "playbooks" / "site.yml"),
-            "--limit", ",".join(LAB_HOSTS), "-e", json.dumps({"lab_run_steps": ["fsync_bench"]}),
-            "-e", f"disklab_reports={reports}"]  # fmt: skip
-    for name, value in TINY_SIZES.items():
-        args += ["-e", f"{name}={value}"]
+            "--limit", ",".join(LAB_HOSTS), "-e", json.dumps(extra)]  # fmt: skip
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     playbook_cmd = str(Path(sys.executable).parent / "ansible-playbook")
     proc = subprocess.run([playbook_cmd, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
