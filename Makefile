@@ -32,12 +32,16 @@ lint: $(TEST_VENV)/.installed
 test: lint
 	$(TEST_VENV)/bin/pytest
 
-# fio is the reference the bench compares disklab with; the fleet part needs the test fleet's tools.
-BENCH_TOOLS := fio mkfs.xfs mkfs.btrfs sshd strace
+# fio is the reference the bench compares disklab with; the fleet part needs the test fleet's tools, several
+# of them in /usr/sbin or /sbin, which a non-root PATH lacks: the check and the bench itself run with them.
+BENCH_TOOLS := fio mkfs.xfs mkfs.btrfs mkfs.ext4 sshd ssh ssh-keygen strace ip unshare nsenter losetup
+BENCH_PATH := $(PATH):/usr/sbin:/sbin
 bench: $(TEST_VENV)/.installed
-	for t in $(BENCH_TOOLS); do command -v $$t >/dev/null || PATH=$$PATH:/usr/sbin command -v $$t >/dev/null || missing=1; done; \
-	[ -z "$$missing" ] || (apt-get update -qq && apt-get install -y -qq --no-install-recommends fio xfsprogs btrfs-progs openssh-server openssh-client strace iproute2)
-	$(TEST_VENV)/bin/python bench/run.py
+	missing=; for t in $(BENCH_TOOLS); do PATH="$(BENCH_PATH)" command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then echo "make bench: installing what provides:$$missing"; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends fio xfsprogs btrfs-progs e2fsprogs \
+	    openssh-server openssh-client strace iproute2 util-linux; fi
+	PATH="$(BENCH_PATH)" $(TEST_VENV)/bin/python bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(TEST_VENV) .lab

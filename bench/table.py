@@ -58,6 +58,25 @@ def markdown(doc: dict) -> str:
             f"- warm read: disklab {_side(w['sides']['disklab'], 'mib_s')}, "
             f"fio {_side(w['sides']['fio'], 'mib_s')}, ratio {w['ratio']['median']:.3f}"
         )
+    ho = doc["parts"].get("harness_overhead", {})
+    if ho.get("status") == "ok" and "fixed_cost_per_host" in ho:
+        f, b = ho["fixed_cost_per_host"], ho["task_breakdown"]
+        top = ", ".join(f"{t} {s:.1f} s" for t, s in b["tasks_median_s"][:6])
+        extra.append(
+            f"- harness fixed cost per host: {f['median_s']:.1f} s (target ≤ {f['target_s']:g} s, "
+            f"{'met' if f['met'] else 'MISSED'}); median per task over {b['runs']} runs: "
+            f"lab {b['lab_s']:.1f} s, "
+            f"Ansible between tasks {b['between_tasks_s']:.1f} s; largest tasks: {top}"
+        )
+    fl = doc["parts"].get("fleet_scaling", {})
+    if fl.get("status") == "ok" and "controller_cpu_per_host" in fl:
+        c = fl["controller_cpu_per_host"]
+        one, many = c["audit_1_host"], next(v for k, v in c.items() if k.endswith("_hosts"))
+        extra.append(
+            f"- controller CPU per host: 1 host {one['median_s']:.2f} s, 16 hosts {many['median_s']:.2f} s, "
+            f"ratio {c['ratio_16_to_1']['median']:.2f} (target ≤ {c['target']['value']}, "
+            f"{'met' if c['met'] else 'MISSED'})"
+        )
     return "\n".join(lines + ([""] + extra if extra else []))
 
 

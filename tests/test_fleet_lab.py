@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -202,6 +203,43 @@ def test_quick_lab_on_two_hosts_writes_both_reports(fleet, reports, first_run):
     fetched = [p for p in reports.rglob("*") if p.is_file() and p.suffix == ".json"]
     assert fetched and max(p.stat().st_size for p in fetched) < 1024 * 1024
     assert not list(reports.glob(".incoming/*/*"))  # staging emptied once stored
+
+
+@_fleet_marks
+def test_the_live_view_shows_each_hosts_lab_step_while_it_runs(first_run):
+    """The plain-line progress of the first run: each host's lab step, polled from the host while it ran."""
+    assert first_run.returncode == 0, first_run.stdout + first_run.stderr
+    for host in LAB_HOSTS:
+        steps = re.findall(
+            rf"\] {host}: running: {LAB_TASK}: step (\w+) \((\d)/2\), \d+ s in", first_run.stderr
+        )
+        assert steps and all(name in ("fsync_bench", "crash") for name, _ in steps), first_run.stderr[-3000:]
+        assert ("crash", "2") in steps  # the crash step runs for seconds: a poll always sees it
+        assert re.search(
+            rf"\] {host}: lab finished: fsync_bench ok [\d.]+ s, crash ok [\d.]+ s", first_run.stderr
+        )
+
+
+@_fleet_marks
+def test_plain_ansible_playbook_on_two_hosts_stores_and_renders_the_reports(fleet, first_run, tmp_path):
+    """Plain `ansible-playbook -i FLEET playbooks/site.yml`: it makes the run id, stores and renders."""
+    assert first_run.returncode == 0  # the two venvs exist
+    reports = tmp_path / "reports"
+    extra = {"lab_run_steps": ["fsync_bench"], "disklab_reports": str(reports), **TINY_SIZES}  # JSON: typed
+    args = ["-i", str(fleet.inventory_path), str(REPO / "playbooks" / "site.yml"),
+            "--limit", ",".join(LAB_HOSTS), "-e", json.dumps(extra)]  # fmt: skip
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    playbook_cmd = str(Path(sys.executable).parent / "ansible-playbook")
+    proc = subprocess.run([playbook_cmd, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    (record,) = list((reports / ".runs").glob("*.json"))
+    assert stored.read(record, "run_record")["hosts"] == {"host0": "ok", "host1": "ok"}
+    for name, fs in zip(LAB_HOSTS, ("ext4", "xfs"), strict=True):
+        doc = stored.read(reports / name / "runs" / f"{record.stem}.json", "results")
+        assert doc["host"] == name and list(doc["experiments"]) == ["fsync_bench"]
+        assert f"| filesystem type | **{fs}** |" in (reports / name / "report.md").read_text()
+        assert f"| {name} | ok | {fs} |" in _index_row(reports, name)
 
 
 @_fleet_marks

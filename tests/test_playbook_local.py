@@ -11,6 +11,19 @@ from conftest import run_disklab, write_local_inventory
 from disklab import stored
 
 
+def _task_results(reports, run_id: str) -> dict[str, list[tuple[str, bool]]]:
+    """task -> [(event, changed)] of one kept `disklab run` (reports/.artifacts/<run_id>/site/job_events)."""
+    out: dict[str, list[tuple[str, bool]]] = {}
+    for path in (reports / ".artifacts" / run_id / "site" / "job_events").glob("*.json"):
+        event = json.loads(path.read_text())
+        data = event.get("event_data", {})
+        if event.get("event", "").startswith("runner_on_") and event["event"] != "runner_on_start":
+            out.setdefault(data.get("task"), []).append(
+                (event["event"], bool(data.get("res", {}).get("changed")))
+            )
+    return out
+
+
 def _pip_freeze(venv):
     return subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True, text=True, check=True
@@ -47,6 +60,14 @@ def test_two_local_runs_write_reports_and_leave_the_venv_unchanged(tmp_path, lab
     assert len(runs2) == 2 and runs[0] in runs2
     assert json.loads(runs[0].read_text()) == json.loads(runs2[0].read_text())  # first run untouched
     assert (_pip_freeze(venv), (venv / "bin" / "python").lstat().st_mtime_ns) == before
+    # idempotence, as Ansible reports it: the second run's provisioning changed nothing
+    second_id = runs2[1].stem
+    results = _task_results(reports, second_id)
+    assert results["Provision the lab venv with the pinned packages"] == [("runner_on_ok", False)]
+    # `disklab run` stores once, itself: the playbook's own store task (for plain ansible-playbook) is skipped
+    assert results["Store the fetched results and render the reports on the controller"] == [
+        ("runner_on_skipped", False)
+    ]
     assert "Since the previous run" in (reports / "localhost" / "report.md").read_text()
 
 

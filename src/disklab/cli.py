@@ -7,6 +7,11 @@
     disklab export [--format csv|json] [--out FILE] [--host HOST]
     disklab powercut MODULE.py:FUNCTION
 
+Reports go to ./reports (the current directory's) or --reports. The playbooks
+themselves call two more commands when run by plain ``ansible-playbook``:
+``playbook-begin`` (a run id and its staging directory) and ``playbook-store``
+(store what was fetched and render the reports), the same code ``disklab run`` uses.
+
 Exit status: 0 when every host succeeded, 1 when a host failed, 2 on bad input. compare
 --fail-on-change exits 1 when a figure changed beyond noise; export exits 1 when a stored run
 could not be read (the others are exported).
@@ -15,17 +20,18 @@ could not be read (the others are exported).
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 from pathlib import Path
 
 from disklab import __version__, store
-from disklab.runner import repo_path
+from disklab.runner import HostOutcome, ansible_path
 from disklab_host import registry
 from disklab_host.common.lock import LockHeld, RunLock
 
-DEFAULT_INVENTORY = repo_path("inventory", "local.yml")
-DEFAULT_REPORTS = repo_path("reports")
+DEFAULT_INVENTORY = ansible_path("inventory", "local.yml")
+DEFAULT_REPORTS = Path("reports")  # under the current directory, never inside the installed package
 
 
 class UsageError(Exception):
@@ -109,13 +115,19 @@ def _playbook(args, playbook: str, kind: str) -> int:
 
 def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, limit) -> int:
     """The body of :func:`_playbook`, holding the reports directory's lock."""
-    from disklab import report
     from disklab.progress import Progress
     from disklab.runner import run_playbook
 
     incoming = store.incoming_dir(reports, run_id)
     incoming.mkdir(parents=True)
-    extravars.update({"disklab_run_id": run_id, "disklab_incoming_dir": str(incoming.resolve())})
+    extravars.update(
+        {
+            "disklab_run_id": run_id,
+            "disklab_incoming_dir": str(incoming.resolve()),
+            "disklab_reports": str(reports.resolve()),
+            "disklab_store": False,  # stored below, once; the playbook's own store task is for plain Ansible
+        }
+    )
     progress = Progress()
     interrupted: list[str] = []
 
@@ -150,7 +162,7 @@ def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, lim
             print(f"{host}: check {outcome.status}{where}")
         print(f"check mode: nothing changed, measured or stored (Ansible's output: {run.artifacts}/stdout)")
         return 0 if run.hosts and all(o.status == "ok" for o in run.hosts.values()) else 1
-    status = store.store_fetched(reports, run_id, kind, run.hosts)
+    status, failed = store_and_render(reports, run_id, kind, inventory, run.hosts)
     progress.finish(status)
     if not status:
         why = f"--limit {limit} matches no host of {inventory}" if limit else "see Ansible's words below"
@@ -158,18 +170,79 @@ def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, lim
         if run.output_tail:
             print(run.output_tail, file=sys.stderr)
         return 1
-    store.record_invocation(reports, run_id, kind, inventory, status)
-    failed = report.render_all(reports)[1]
-    for host, outcome in sorted(run.hosts.items()):
-        where = f" at '{outcome.task}': {outcome.message}" if outcome.status != "ok" else ""
-        print(f"{host}: {outcome.status}{where}")
+    _say_stored(reports, run_id, kind, run.hosts, failed)
     if any(o.status != "ok" for o in run.hosts.values()):
         print(f"Ansible's full output and events of this run: {run.artifacts}/stdout, job_events/")
+    return 0 if all(s == "ok" for s in status.values()) and not failed else 1
+
+
+def store_and_render(
+    reports: Path, run_id: str, kind: str, inventory: Path, outcomes: dict[str, HostOutcome]
+):
+    """Store each host's fetched file, record the invocation and render the reports: (status, errors).
+
+    The one path from fetched files to reports, for `disklab run`/`audit` and
+    for plain ``ansible-playbook`` (``disklab playbook-store``). ``status`` is
+    host -> ok | partial | failed | unreachable (empty when no host ran);
+    ``errors`` are the renderer's one-line errors.
+    """
+    from disklab import report
+
+    status = store.store_fetched(reports, run_id, kind, outcomes)
+    if not status:
+        return status, []
+    store.record_invocation(reports, run_id, kind, inventory, status)
+    return status, report.render_all(reports)[1]
+
+
+def _say_stored(reports: Path, run_id: str, kind: str, outcomes: dict[str, HostOutcome], failed: list[str]):
+    for host, outcome in sorted(outcomes.items()):
+        where = f" at '{outcome.task}': {outcome.message}" if outcome.status != "ok" else ""
+        print(f"{host}: {outcome.status}{where}")
     for error in failed:
         print(f"disklab report: {error}", file=sys.stderr)
     what = "lab run" if kind == "runs" else "audit"
     print(f"{what} {run_id}: fleet index in {reports}/index.md")
-    return 0 if all(s == "ok" for s in status.values()) and not failed else 1
+
+
+def cmd_playbook_begin(args) -> int:
+    """For plain ansible-playbook: take a run id (or use --run-id), make its staging directory, print JSON."""
+    reports = Path(args.reports).resolve()
+    reports.mkdir(parents=True, exist_ok=True)
+    try:
+        with RunLock(reports / ".lock", "ansible-playbook", what=f"the reports directory {reports}"):
+            run_id = args.run_id or store.new_run_id(reports)
+            incoming = store.incoming_dir(reports, run_id)
+            incoming.mkdir(parents=True, exist_ok=bool(args.run_id))
+    except LockHeld as exc:
+        raise UsageError(f"refused: {exc}") from None
+    print(json.dumps({"run_id": run_id, "incoming_dir": str(incoming), "reports": str(reports)}))
+    return 0
+
+
+def cmd_playbook_store(args) -> int:
+    """For plain ansible-playbook: store what the play fetched and render the reports (as `disklab run`)."""
+    reports = Path(args.reports)
+    kind = args.kind
+    try:
+        with RunLock(reports / ".lock", args.run_id, what=f"the reports directory {reports}"):
+            if args.check or args.nothing_fetched:
+                store.discard_incoming(reports, args.run_id)
+                why = "check mode" if args.check else "the tags selected no fetch"
+                print(f"{why}: nothing was stored for run {args.run_id}")
+                return 0
+            hosts = [h for h in (args.hosts or "").split(",") if h]
+            outcomes = {h: HostOutcome(host=h) for h in hosts}
+            status, failed = store_and_render(reports, args.run_id, kind, Path(args.inventory), outcomes)
+    except LockHeld as exc:
+        raise UsageError(f"refused: {exc}") from None
+    if not status:
+        print(f"run {args.run_id}: nothing was fetched, nothing stored")
+        return 0
+    _say_stored(reports, args.run_id, kind, outcomes, failed)
+    if any(o.status in ("failed", "unreachable") for o in outcomes.values()):
+        print("a host without a results file failed earlier in the play: Ansible's output names the task")
+    return 1 if failed else 0
 
 
 def _ansible_options(args) -> dict:
@@ -368,6 +441,23 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--out", metavar="FILE", help="write here (atomically) instead of to stdout")
     exp.add_argument("--host", action="append", metavar="HOST", help="only this host (repeatable)")
     exp.set_defaults(func=cmd_export)
+    begin = sub.add_parser(
+        "playbook-begin", help="(run by the playbooks under plain ansible-playbook) a run id"
+    )
+    begin.add_argument("--run-id", help="use this run id (its finished results are fetched later)")
+    begin.set_defaults(func=cmd_playbook_begin)
+    st = sub.add_parser(
+        "playbook-store", help="(run by the playbooks under plain ansible-playbook) store and render"
+    )
+    st.add_argument("--run-id", required=True)
+    st.add_argument("--kind", choices=("runs", "audits"), required=True)
+    st.add_argument("--inventory", required=True)
+    st.add_argument("--hosts", help="every host of the play, comma-separated (one without a file failed)")
+    st.add_argument("--check", action="store_true", help="check mode: store nothing, remove the staging dir")
+    st.add_argument(
+        "--nothing-fetched", action="store_true", help="the tags skipped the fetch: store nothing"
+    )
+    st.set_defaults(func=cmd_playbook_store)
 
     # Parsed by disklab.powercut_cli itself (see main); listed here for `disklab --help`.
     sub.add_parser("powercut", help="check every crash state of your own save function (MODULE.py:FUNCTION)")

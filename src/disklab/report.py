@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import os
+import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import jinja2
@@ -21,6 +25,11 @@ from disklab_host.common.formats import VERSIONS
 
 # Per host: the input stamp of the last render and the index row it produced.
 STAMP_FILE = ".rendered.json"
+
+# Rendering many hosts: at least this many out-of-date hosts go to a pool of processes, one per CPU
+# (DISKLAB_RENDER_WORKERS sets the count; 1 renders in this process). Most of a host's render is drawing
+# its plots with matplotlib, which one process does on one core.
+PARALLEL_MIN_HOSTS = 4
 
 # Report sections, in the registry's step order; each has sections/NAME.py and templates/sections/NAME.md.j2.
 SECTION_ORDER = list(registry.STEP_NAMES)
@@ -280,22 +289,82 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     Returns (the reports written this time and the index, one line per host
     that could not be rendered). A host whose stored files cannot be read is
     left out of the index and named in the errors; the other hosts render.
+    Out-of-date hosts are rendered in parallel (see PARALLEL_MIN_HOSTS).
     """
     env = environment()
     renderer = renderer_stamp()
+    hosts = store.hosts(reports)
+    before = {h: _mtime(reports / h / "report.md") for h in hosts}
+    stale = [h for h in hosts if force or _cached_row(reports / h, renderer) is None]
+    workers = _render_workers(len(stale))
+    if workers > 1:
+        jobs = [(str(reports), h, renderer, force) for h in hosts]
+        with ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context()) as pool:
+            done = list(pool.map(_render_one, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
+    else:
+        done = [_render_one((str(reports), h, renderer, force), env) for h in hosts]
     rows, written, errors = [], [], []
-    for host in store.hosts(reports):
-        report_md = reports / host / "report.md"
-        before = report_md.stat().st_mtime_ns if report_md.exists() else None
-        try:
-            row = render_host(reports / host, env, renderer, force)
-        except stored.StoredFileError as exc:
-            errors.append(f"{host}: not rendered: {exc}")
+    for host, row, error in done:
+        if error:
+            errors.append(error)
             continue
         if row is None:
             continue
         rows.append(row)
-        if report_md.stat().st_mtime_ns != before:
-            written.append(report_md)
+        if _mtime(reports / host / "report.md") != before[host]:
+            written.append(reports / host / "report.md")
     written.append(render_index(reports, rows, env))
     return written, errors
+
+
+def _mtime(path: Path) -> int | None:
+    return path.stat().st_mtime_ns if path.exists() else None
+
+
+def _cached_row(host_dir: Path, renderer: str) -> dict | None:
+    """The index row of a host whose report is up to date (its stamp matches), else None."""
+    stamp_path = host_dir / STAMP_FILE
+    if not (stamp_path.is_file() and (host_dir / "report.md").is_file()):
+        return None
+    try:
+        cached = stored.read(stamp_path, "render_stamp")
+    except stored.StoredFileError:
+        return None
+    return cached["index_row"] if cached.get("stamp") == input_stamp(host_dir, renderer) else None
+
+
+def _render_workers(stale: int) -> int:
+    """How many processes render ``stale`` out-of-date hosts: 1 below PARALLEL_MIN_HOSTS or on one CPU."""
+    setting = os.environ.get("DISKLAB_RENDER_WORKERS", "").strip()
+    if setting:
+        try:
+            cpus = max(1, int(setting))
+        except ValueError:
+            raise ValueError(f"DISKLAB_RENDER_WORKERS must be an integer >= 1, got {setting!r}") from None
+    else:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 1 if stale < PARALLEL_MIN_HOSTS else min(cpus, stale)
+
+
+def _mp_context():
+    """fork on Linux when this process runs no other thread (cheapest); spawn otherwise (macOS, threads)."""
+    import multiprocessing
+
+    fork = sys.platform.startswith("linux") and threading.active_count() == 1
+    return multiprocessing.get_context("fork" if fork else "spawn")
+
+
+_WORKER_ENV: jinja2.Environment | None = None
+
+
+def _render_one(job: tuple, env: jinja2.Environment | None = None) -> tuple[str, dict | None, str | None]:
+    """Render one host (in a pool worker, or here with ``env``): (host, index row or None, error or None)."""
+    global _WORKER_ENV
+    reports, host, renderer, force = job
+    if env is None:
+        _WORKER_ENV = _WORKER_ENV or environment()
+        env = _WORKER_ENV
+    try:
+        return host, render_host(Path(reports) / host, env, renderer, force), None
+    except stored.StoredFileError as exc:
+        return host, None, f"{host}: not rendered: {exc}"

@@ -7,6 +7,7 @@ runner_on_failed, runner_on_unreachable), not by parsing terminal output.
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
 import shlex
@@ -21,9 +22,20 @@ from disklab.progress import Progress
 REPO = Path(__file__).resolve().parents[2]
 
 
-def repo_path(*parts: str) -> Path:
-    """A path inside the disklab checkout (playbooks, roles, labscripts, inventory)."""
-    return REPO.joinpath(*parts)
+def ansible_home() -> Path:
+    """The directory that holds ansible.cfg, playbooks/, roles/ and inventory/.
+
+    An installed package carries them as package data in ``disklab/ansible/``
+    (setup.py copies them there when the wheel is built); a checkout, or an
+    editable install, uses the checkout's own top directory.
+    """
+    packaged = Path(str(importlib.resources.files("disklab") / "ansible"))
+    return packaged if (packaged / "ansible.cfg").is_file() else REPO
+
+
+def ansible_path(*parts: str) -> Path:
+    """A path under :func:`ansible_home` (``ansible_path("playbooks", "site.yml")``)."""
+    return ansible_home().joinpath(*parts)
 
 
 @dataclass
@@ -69,6 +81,26 @@ def _failure_message(res: dict) -> str:
     return "failed (no message)"
 
 
+# The line the lab_run role's poll prints: ``disklab-status <host clock, Unix s> <status.json's line>``.
+STATUS_MARK = "disklab-status "
+
+
+def parse_status(stdout: str) -> tuple[float | None, dict] | None:
+    """(host clock, status) from a lab poll's output, or None when it carries no status yet."""
+    for line in (stdout or "").splitlines():
+        line = line.strip()
+        if not line.startswith(STATUS_MARK):
+            continue
+        clock, _, doc = line[len(STATUS_MARK) :].partition(" ")
+        try:
+            status = json.loads(doc)
+            host_now = float(clock)
+        except ValueError:
+            return None
+        return (host_now, status) if isinstance(status, dict) else None
+    return None
+
+
 class EventTracker:
     """Folds ansible-runner events into one HostOutcome per host and feeds the progress view."""
 
@@ -85,7 +117,7 @@ class EventTracker:
         kind = event.get("event", "")
         data = event.get("event_data", {})
         name = data.get("host") or data.get("remote_addr")
-        if not name or not kind.startswith("runner_on_"):
+        if not name or not (kind.startswith("runner_on_") or kind == "runner_retry"):
             return True
         host = self._host(name)
         task = data.get("task") or host.task
@@ -96,6 +128,12 @@ class EventTracker:
             host.status, host.task, host.role = "failed", task, data.get("role")
             host.message = _failure_message(data.get("res", {}))
             self.progress.update(name, task, "failed")
+        elif kind in ("runner_retry", "runner_on_ok") and STATUS_MARK in str(
+            data.get("res", {}).get("stdout")
+        ):
+            polled = parse_status(data["res"]["stdout"])
+            if polled is not None:
+                self.progress.step(name, polled[1], polled[0])
         elif kind == "runner_on_ok" and str(task).startswith("stop |"):
             try:
                 host.stop_report = json.loads(data.get("res", {}).get("stdout", ""))
@@ -138,7 +176,8 @@ def run_playbook(
     tracker = EventTracker(progress)
     bindir = str(Path(sys.executable).parent)
     env = {
-        "ANSIBLE_CONFIG": str(repo_path("ansible.cfg")),
+        "ANSIBLE_CONFIG": str(ansible_path("ansible.cfg")),
+        "DISKLAB_CWD": os.getcwd(),  # inventory/local.yml keeps this machine's lab under ./.lab
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_NOCOLOR": "1",
         "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
@@ -148,8 +187,8 @@ def run_playbook(
         with progress:
             r = ansible_runner.run(
                 private_data_dir=private,
-                project_dir=str(repo_path("playbooks")),
-                playbook=str(repo_path("playbooks", playbook)),
+                project_dir=str(ansible_path("playbooks")),
+                playbook=str(ansible_path("playbooks", playbook)),
                 inventory=str(Path(inventory).resolve()),
                 extravars=extravars,
                 envvars=env,

@@ -11,6 +11,12 @@ failed with its error, its partial files are removed, and the next step still
 runs, so one broken experiment never costs the others their results. The
 results file is written atomically, once, at the end. One run at a time per
 lab root: a second run is refused (exit 3) naming the run that holds it.
+
+While it runs, the runner keeps ``status.json`` beside the results file (one
+line of JSON, replaced atomically at each step): the step running, its place in
+the list, when it started (host clock, Unix seconds) and the steps done so far.
+The lab_run role reads it while the lab runs (an async task), so the
+controller shows each host's step live; see :func:`write_status`.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from pathlib import Path
 
 from . import codeinfo, registry
 from .common.formats import stamp
-from .common.fsio import atomic_write_json
+from .common.fsio import atomic_write_json, atomic_write_text
 from .common.lock import LockHeld, RunLock
 
 # The lock file under the lab root: one run at a time per lab root (its workbench, its venv).
@@ -47,6 +53,25 @@ class Interrupted(BaseException):
 
 def _interrupt(signum, frame) -> None:
     raise Interrupted(signal.Signals(signum).name)
+
+
+# The status file, beside the results file (read by the lab_run role while the lab runs).
+STATUS_NAME = "status.json"
+
+
+def write_status(path: Path, **fields) -> None:
+    """Replace the status file with one line of JSON: ``fields`` plus pid and ``updated_unix``.
+
+    Fields: state (starting | running | finished | interrupted | refused),
+    run_id, step, step_index (1-based), steps, step_started_unix, done
+    ([name, status, wall_s] per finished step). Never raises: a status file
+    that cannot be written costs the live view, not the run.
+    """
+    doc = {"pid": os.getpid(), "updated_unix": round(time.time(), 3), **fields}
+    try:
+        atomic_write_text(path, json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n")
+    except OSError as exc:
+        print(f"disklab lab: cannot write the status file {path}: {exc}", file=sys.stderr)
 
 
 def utc_now() -> str:
@@ -93,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="run only these steps (for development)")
     args = ap.parse_args(argv)
 
+    status = args.out.parent / STATUS_NAME
+    write_status(status, state="starting")
     cfg = load_config(args.config)
     lab_root = Path(cfg.get("lab_root") or Path(cfg["workbench"]).parent)
     # Lead a process group of its own, so `stop` ends the runner with its savers and loaders, and
@@ -110,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             return _run(cfg, args, lock)
     except LockHeld as exc:
         print(f"disklab lab: refused: {exc}", file=sys.stderr)
+        write_status(status, state="refused", run_id=cfg["run_id"], reason=str(exc))
         return EXIT_LOCKED
     finally:
         for sig, handler in handlers.items():
@@ -140,18 +168,27 @@ def _run(cfg: dict, args: argparse.Namespace, lock: RunLock) -> int:
         },
     )
     name = None
+    status = args.out.parent / STATUS_NAME
+    done: list[list] = []
     try:
         for i, name in enumerate(steps, 1):
+            write_status(status, state="running", run_id=cfg["run_id"], step=name, step_index=i,
+                         steps=len(steps), step_started_unix=round(time.time(), 3), done=done)  # fmt: skip
             lock.note(step=name, step_index=i, steps=len(steps))
             print(f"disklab-step {name}", flush=True)
-            results["experiments"][name] = run_step(name, cfg)
+            section = results["experiments"][name] = run_step(name, cfg)
+            done.append([name, section.get("status"), round(section["step_wall_s"], 3)])
     except Interrupted as why:
         if name and name not in registry.KEPT:
             shutil.rmtree(Path(cfg["workbench"]) / name, ignore_errors=True)
         print(f"disklab lab: interrupted ({why}) at step {name}; no results written", file=sys.stderr)
+        write_status(
+            status, state="interrupted", run_id=cfg["run_id"], step=name, steps=len(steps), done=done
+        )
         return EXIT_INTERRUPTED
     results["finished_utc"] = utc_now()
     atomic_write_json(args.out, results)
+    write_status(status, state="finished", run_id=cfg["run_id"], steps=len(steps), done=done)
     failed = [n for n, s in results["experiments"].items() if s.get("status") == "failed"]
     print(json.dumps({"out": str(args.out), "failed_steps": failed}))
     return 0

@@ -1,0 +1,111 @@
+"""Plain `ansible-playbook` on the playbooks, as an Ansible user runs them: defaults, tags, check mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, write_local_inventory
+from disklab import stored
+from disklab_host import registry
+
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
+STEP_TAGS = set(registry.STEP_NAMES)
+
+
+def _tags(tasks: list[dict]) -> dict[str, set[str]]:
+    return {t["name"]: set(t.get("tags") or []) for t in tasks}
+
+
+def test_every_step_is_a_tag_of_the_tasks_that_run_it():
+    """`--tags crash` must reach the venv, the audit, the lab and the fetch: the same step list everywhere."""
+    site = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
+    play = _tags(site[1]["tasks"])
+    for name, phase in (
+        ("Provision the lab venv", "provision"),
+        ("Audit the host", "audit"),
+        ("Run the experiments and fetch the results", "fetch"),
+    ):
+        assert play[name] >= STEP_TAGS | {phase, "measure"}, name
+    role = yaml.safe_load((REPO / "roles" / "lab_run" / "tasks" / "main.yml").read_text())
+    for name, tags in _tags(role).items():
+        assert tags >= STEP_TAGS | {"measure"}, name
+    assert "fetch" in _tags(role)["Fetch the results JSON to the controller"]
+    defaults = yaml.safe_load((REPO / "roles" / "lab_run" / "defaults" / "main.yml").read_text())
+    assert defaults["lab_run_steps"] == list(registry.STEP_NAMES)
+    assert all("always" in tags for name, tags in _tags(site[0]["tasks"]).items())  # validation, run id
+
+
+def _plain(cwd: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """ansible-playbook started in ``cwd`` by a shell (which sets PWD), with the checkout's ansible.cfg."""
+    env = {**os.environ, "PWD": str(cwd), "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    env.pop("DISKLAB_CWD", None)
+    return subprocess.run(
+        [ANSIBLE_PLAYBOOK, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.slow
+def test_plain_audit_with_defaults_stores_and_renders_under_the_current_directory(tmp_path):
+    inv = write_local_inventory(
+        tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb", lab_run_workbench_create=True
+    )
+    proc = _plain(tmp_path, "-i", str(inv), str(REPO / "playbooks" / "audit.yml"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    reports = tmp_path / "reports"
+    audits = list((reports / "localhost" / "audits").glob("*.json"))
+    assert len(audits) == 1
+    doc = stored.read(audits[0], "audit")
+    run_id = audits[0].stem
+    assert doc["run_id"] == run_id and doc["facts"]["workbench"]["requested_path"] == str(tmp_path / "wb")
+    record = stored.read(reports / ".runs" / f"{run_id}.json", "run_record")
+    assert record["hosts"] == {"localhost": "ok"} and record["run_kind"] == "audits"
+    assert "| localhost | ok |" in (reports / "index.md").read_text()
+    assert (reports / "localhost" / "report.md").is_file()
+    assert not (reports / ".incoming").exists()
+    assert f"audit {run_id}: fleet index in" in proc.stdout
+
+
+@pytest.mark.slow
+def test_plain_check_mode_on_a_fresh_host_passes_and_changes_nothing(tmp_path):
+    root = tmp_path / "fresh-root"
+    inv = write_local_inventory(tmp_path / "inv.yml", root, root / "wb", lab_run_workbench_create=True)
+    reports = tmp_path / "reports"
+    proc = _plain(tmp_path, "-i", str(inv), str(REPO / "playbooks" / "site.yml"), "--check")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert "check mode: nothing was stored for run" in proc.stdout
+    assert not root.exists()  # no lab root, workbench, venv or run directory on the host
+    assert not list(reports.glob("*/*/*.json")) and not (reports / ".incoming").exists()
+
+
+@pytest.mark.slow
+def test_plain_site_with_one_step_tag_runs_that_step_and_stores_the_rendered_run(tmp_path, lab_root):
+    wb = tmp_path / "wb"
+    wb.mkdir()
+    reports = tmp_path / "somewhere" / "reports"
+    inv = write_local_inventory(tmp_path / "inv.yml", lab_root, wb)
+    proc = _plain(
+        tmp_path,
+        "-i",
+        str(inv),
+        str(REPO / "playbooks" / "site.yml"),
+        "--tags",
+        "fsync_bench",
+        "-e",
+        f"disklab_reports={reports}",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    runs = list((reports / "localhost" / "runs").glob("*.json"))
+    assert len(runs) == 1
+    doc = stored.read(runs[0], "results")
+    assert list(doc["experiments"]) == ["fsync_bench"] and doc["experiments"]["fsync_bench"]["status"] == "ok"
+    assert "fsync p50 is" in (reports / "localhost" / "report.md").read_text()
+    status = json.loads((lab_root / "runs" / runs[0].stem / "status.json").read_text())
+    assert status["state"] == "finished" and [d[0] for d in status["done"]] == ["fsync_bench"]
+    assert not (reports / ".incoming").exists() and not (tmp_path / "reports").exists()

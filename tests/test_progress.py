@@ -1,0 +1,209 @@
+"""Live progress: the lab runner's status file, the poll's output, and the controller's view of each host."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from disklab import progress as progress_mod
+from disklab.progress import Progress
+from disklab.runner import EventTracker, parse_status
+from disklab_host import lab
+
+LAB_TASK = "Run the storage lab experiments on the host"
+
+
+class Clock:
+    """A controller clock the test moves by hand (time.monotonic in disklab.progress)."""
+
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _poll(host: str, host_now: float, status: dict, kind: str = "runner_retry") -> dict:
+    """An ansible-runner event for one attempt of the lab poll, as the raw task prints it (over a tty)."""
+    stdout = f"disklab-status {host_now:.0f} {json.dumps(status)}\r\ndisklab-job running\r\n"
+    return {"event": kind, "event_data": {"host": host, "task": LAB_TASK, "res": {"stdout": stdout}}}
+
+
+def _start(host: str, task: str = LAB_TASK) -> dict:
+    return {"event": "runner_on_start", "event_data": {"host": host, "task": task}}
+
+
+def test_each_hosts_step_place_and_a_counting_elapsed_time_come_from_its_polls(monkeypatch, capsys):
+    clock = Clock()
+    monkeypatch.setattr(progress_mod.time, "monotonic", clock)
+    prog = Progress(console=Console(stderr=True, force_terminal=False), live=False)
+    tracker = EventTracker(prog)
+    for host in ("host0", "host1"):
+        tracker(_start(host))
+    running = {
+        "state": "running",
+        "step": "crash",
+        "step_index": 4,
+        "steps": 7,
+        "step_started_unix": 5000.0,
+        "done": [["write_buffering", "ok", 1.5], ["fsync_bench", "ok", 2.0], ["big_write", "ok", 3.0]],
+    }
+    tracker(_poll("host0", 5012.0, running))  # the host's clock says 12 s into the step
+    tracker(_poll("host1", 7000.0, {**running, "step": "load", "step_index": 6, "step_started_unix": 6999.0}))
+    rows = prog.rows
+    assert Progress.what(rows["host0"]) == "crash (4/7)" and Progress.what(rows["host1"]) == "load (6/7)"
+    assert Progress.elapsed_s(rows["host0"]) == 12.0
+    clock.t += 30  # no poll for 30 s: the elapsed time keeps counting on the controller's clock
+    assert Progress.elapsed_s(rows["host0"]) == 42.0 and Progress.elapsed_s(rows["host1"]) == 31.0
+    tracker(_poll("host0", 5050.0, running))  # the same step again: no new line, elapsed from the host
+    assert Progress.elapsed_s(rows["host0"]) == 50.0
+    table = prog.table()
+    assert [c._cells for c in table.columns][1] == ["crash (4/7)", "load (6/7)"]
+    assert [c._cells for c in table.columns][2] == ["50 s", "31 s"]
+    finished = {"state": "finished", "steps": 7, "done": [*running["done"], ["crash", "ok", 40.0]]}
+    tracker(_poll("host0", 5060.0, finished, kind="runner_on_ok"))
+    lines = capsys.readouterr().err.splitlines()
+    step_lines = [ln for ln in lines if ": step " in ln]
+    assert len(step_lines) == 2  # one per step change, per host
+    assert step_lines[0].endswith(
+        f"host0: running: {LAB_TASK}: step crash (4/7), 12 s in; big_write ok in 3.0 s"
+    )
+    assert "host1: running: " in step_lines[1] and "step load (6/7), 1 s in" in step_lines[1]
+    assert lines[-1].endswith(
+        "host0: lab finished: write_buffering ok 1.5 s, fsync_bench ok 2.0 s, "
+        "big_write ok 3.0 s, crash ok 40.0 s"
+    )
+
+
+def test_a_poll_without_a_status_and_a_failed_host_change_nothing(monkeypatch):
+    monkeypatch.setattr(progress_mod.time, "monotonic", Clock())
+    prog = Progress(console=Console(stderr=True, force_terminal=False), live=False)
+    tracker = EventTracker(prog)
+    tracker(_start("h"))
+    assert parse_status("disklab-status 12 \r\ndisklab-job running") is None  # no status file yet
+    assert parse_status("Shared connection to h closed.\r\n") is None
+    tracker(
+        {
+            "event": "runner_retry",
+            "event_data": {"host": "h", "task": LAB_TASK, "res": {"stdout": "disklab-status 12 \n"}},
+        }
+    )
+    assert prog.rows["h"].step is None
+    tracker({"event": "runner_on_failed", "event_data": {"host": "h", "task": LAB_TASK, "res": {"msg": "x"}}})
+    tracker(
+        _poll(
+            "h",
+            10.0,
+            {"state": "running", "step": "crash", "step_index": 1, "steps": 1, "step_started_unix": 1.0},
+        )
+    )
+    assert prog.rows["h"].state == "failed" and prog.rows["h"].step is None
+
+
+def test_the_lab_runner_keeps_a_status_file_with_each_step_and_ends_it_finished(tmp_path):
+    """disklab_host.lab for real (one fast step): the file the lab_run role polls, one line of JSON."""
+    wb = tmp_path / "root" / "workbench"
+    wb.mkdir(parents=True)
+    cfg = {
+        "run_id": "R1",
+        "host": "h",
+        "profile": "quick",
+        "workbench": str(wb),
+        "lab_root": str(tmp_path / "root"),
+        "steps": ["write_buffering"],
+        "settings": {"write_buffering_calls": 200},
+        "system": "Linux",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "host.json").write_text("{}")
+    run_dir = tmp_path / "run"
+    argv = [
+        "--config",
+        str(tmp_path / "config.json"),
+        "--facts",
+        str(tmp_path / "host.json"),
+        "--out",
+        str(run_dir / "results.json"),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "disklab_host", "lab", *argv], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = (run_dir / lab.STATUS_NAME).read_text()
+    assert text.count("\n") == 1  # one line: the poll prints it as is
+    status = json.loads(text)
+    assert status["state"] == "finished" and status["run_id"] == "R1" and status["steps"] == 1
+    assert [d[:2] for d in status["done"]] == [["write_buffering", "ok"]] and status["done"][0][2] > 0
+    results = json.loads((run_dir / "results.json").read_text())
+    assert status["done"][0][2] == round(results["experiments"]["write_buffering"]["step_wall_s"], 3)
+
+
+def test_write_status_records_the_running_step_atomically(tmp_path):
+    path = tmp_path / "status.json"
+    lab.write_status(
+        path,
+        state="running",
+        run_id="R",
+        step="crash",
+        step_index=3,
+        steps=7,
+        step_started_unix=100.0,
+        done=[],
+    )
+    doc = json.loads(path.read_text())
+    assert (doc["step"], doc["step_index"], doc["steps"], doc["state"]) == ("crash", 3, 7, "running")
+    assert isinstance(doc["pid"], int) and doc["updated_unix"] > 0
+    assert [p.name for p in tmp_path.iterdir()] == ["status.json"]  # no temp file left behind
+    host_now, polled = parse_status(f"disklab-status 130 {path.read_text()}disklab-job running\n")
+    assert (host_now, polled["step"]) == (130.0, "crash")
+
+
+def test_the_poll_reads_the_status_file_and_the_async_job_with_plain_sh(tmp_path):
+    """The lab_run role's poll command, run by sh as Ansible's raw module runs it, against real files."""
+    import yaml
+
+    tasks = yaml.safe_load((Path(__file__).resolve().parents[1] / "roles/lab_run/tasks/main.yml").read_text())
+    poll = next(t for t in tasks if t["name"] == LAB_TASK)
+    import jinja2
+
+    env = jinja2.Environment()
+    env.filters["quote"] = lambda s: "'" + str(s).replace("'", "'\"'\"'") + "'"
+    run_dir = tmp_path / "run dir"
+    run_dir.mkdir()
+    job = tmp_path / "job"
+    ctx = {
+        "__lab_run_dir": str(run_dir),
+        "__lab_run_job": {"results_file": str(job)},
+        "__lab_run_poll_wait_s": 1,
+    }
+    for name in ("__status", "__seen", "__job"):
+        ctx[name] = env.from_string(poll["vars"][name]).render(**ctx)
+    ctx["__running"] = env.from_string(poll["vars"]["__running"]).render(**ctx)
+    command = env.from_string(poll["ansible.builtin.raw"]).render(**ctx)
+
+    def sh() -> str:
+        return subprocess.run(
+            ["sh", "-c", command], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+
+    job.write_text(json.dumps({"started": True, "finished": False, "ansible_job_id": "j1"}))
+    lab.write_status(
+        run_dir / lab.STATUS_NAME,
+        state="running",
+        step="crash",
+        step_index=1,
+        steps=2,
+        step_started_unix=1.0,
+        done=[],
+    )
+    first = sh()  # the first attempt prints the status at once
+    assert parse_status(first)[1]["step"] == "crash" and "disklab-job running" in first
+    again = sh()  # nothing changed: it waits out its (1 s) wait, and prints the same status
+    assert parse_status(again)[1]["step"] == "crash" and "disklab-job running" in again
+    job.write_text(json.dumps({"rc": 0, "stdout": "{}", "ansible_job_id": "j1"}))
+    last = sh()
+    assert "disklab-job ended" in last and '"rc": 0' in last and not job.exists()  # the job file is removed
