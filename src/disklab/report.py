@@ -299,7 +299,13 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     workers = _render_workers(len(stale))
     if workers > 1:
         jobs = [(str(reports), h, renderer, force) for h in hosts]
-        with ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context()) as pool:
+        context = _mp_context()
+        if context.get_start_method() == "fork":  # the workers inherit matplotlib, not each import it
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot  # noqa: F401
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             done = list(pool.map(_render_one, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
     else:
         done = [_render_one((str(reports), h, renderer, force), env) for h in hosts]
