@@ -289,7 +289,7 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     Returns (the reports written this time and the index, one line per host
     that could not be rendered). A host whose stored files cannot be read is
     left out of the index and named in the errors; the other hosts render.
-    Out-of-date hosts are rendered in parallel (see PARALLEL_MIN_HOSTS).
+    Out-of-date hosts are rendered in DISKLAB_RENDER_WORKERS processes when set (see _render_workers).
     """
     env = environment()
     renderer = renderer_stamp()
@@ -340,15 +340,16 @@ def _cached_row(host_dir: Path, renderer: str) -> dict | None:
 
 
 def _render_workers(stale: int) -> int:
-    """How many processes render ``stale`` out-of-date hosts: 1 below PARALLEL_MIN_HOSTS or on one CPU."""
+    """How many processes render ``stale`` out-of-date hosts: DISKLAB_RENDER_WORKERS (default 1), and 1
+    below PARALLEL_MIN_HOSTS."""
     setting = os.environ.get("DISKLAB_RENDER_WORKERS", "").strip()
     if setting:
         try:
             cpus = max(1, int(setting))
         except ValueError:
             raise ValueError(f"DISKLAB_RENDER_WORKERS must be an integer >= 1, got {setting!r}") from None
-    else:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    else:  # serial unless asked: on 2 shared cores the pool measured no reliable gain (bench/README.md)
+        cpus = 1
     return 1 if stale < PARALLEL_MIN_HOSTS else min(cpus, stale)
 
 
