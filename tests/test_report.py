@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import FIXTURES, REPO
 from disklab import report, schemas, store, stored, units
 from disklab.fsio import atomic_write_json
 from disklab_host.audit import collect as audit
@@ -277,3 +278,20 @@ def test_tidy_markdown_separates_tables_and_headings_but_not_code():
     assert report.tidy_markdown(text) == (
         "## A\n\nline\n\n| a |\n|---|\n| 1 |\n\nafter\n```\n# not a heading\n|x\n```\n"
     )
+
+
+def test_a_render_pool_writes_what_the_serial_render_writes(tmp_path, monkeypatch):
+    """DISKLAB_RENDER_WORKERS=2 renders out-of-date hosts in processes; the files equal a serial render's."""
+    v1 = FIXTURES / "stored" / "v1"
+    trees = {}
+    for workers in ("1", "2"):
+        reports = tmp_path / f"reports-{workers}"
+        shutil.copytree(v1, reports)
+        for n in range(2, 5):  # four hosts with runs: past PARALLEL_MIN_HOSTS
+            shutil.copytree(reports / "oldhost", reports / f"oldhost{n}")
+        monkeypatch.setenv("DISKLAB_RENDER_WORKERS", workers)
+        assert report._render_workers(4) == int(workers)
+        written, errors = report.render_all(reports, force=True)
+        assert errors == [] and len(written) >= 4
+        trees[workers] = {p.relative_to(reports): p.read_bytes() for p in reports.rglob("*.md")}
+    assert trees["1"] == trees["2"]
