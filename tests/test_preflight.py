@@ -88,3 +88,13 @@ def test_cli_prints_json_and_exits_2_when_refused(tmp_path):
     assert proc.returncode == 2
     out = json.loads(proc.stdout)
     assert out["ok"] is False and "lab_run_workbench" in out["error"]
+
+
+def test_a_step_whose_setting_is_off_needs_no_disk(workbench):
+    """realfs runs only with lab_run_realfs: true; off (the default), preflight counts nothing for it."""
+    steps = ["realfs", "write_buffering"]
+    off = preflight.preflight(_cfg(workbench, steps=steps))
+    assert off["per_step_bytes"]["realfs"] == 0
+    on = preflight.preflight(_cfg(workbench, steps=steps, settings={"realfs": True}))
+    assert on["per_step_bytes"]["realfs"] >= 320 * 2**20
+    assert on["needed_bytes"] > off["needed_bytes"]

@@ -129,7 +129,8 @@ def preflight(cfg: dict, dry_run: bool = False) -> dict:
     wb = check_workbench(cfg["workbench"], bool(cfg.get("workbench_create")), dry_run)
     if wb is None:
         return {"ok": True, "workbench": cfg["workbench"], "sizes": sizes, "would_create_workbench": True}
-    space = check_space(wb, registry.needed_bytes(sizes, cfg["steps"]), cfg["profile"], sizes)
+    needed = registry.needed_bytes(sizes, cfg["steps"], cfg.get("settings") or {})
+    space = check_space(wb, needed, cfg["profile"], sizes)
     return {"ok": True, "workbench": str(wb), "sizes": sizes, **space}
 
 

@@ -71,6 +71,12 @@ class Step:
     needed_bytes: Callable[[dict[str, int]], int]
     uses: tuple[str, ...] = field(default=())  # helper subpackages of disklab_host besides common
     module: str = ""  # the module with run(cfg, workdir); disklab_host.steps.<name> when left empty
+    # A step off by default: it runs only when settings[setting] is true (the role's lab_run_<setting>),
+    # and needs no disk when off.
+    setting: str | None = None
+
+    def enabled(self, settings: dict) -> bool:
+        return self.setting is None or settings.get(self.setting) is True
 
     def __post_init__(self) -> None:
         if not self.module:
@@ -164,6 +170,7 @@ STEPS: tuple[Step, ...] = (
         # ~70 MiB of data extents each, its zeroed log), plus the write log (~1.1x the state per save)
         needed_bytes=lambda s: 320 * MIB + 4 * s["realfs_state_mib"] * MIB,
         uses=("realfs", "powercut", "checkpoint"),
+        setting="realfs",
     ),
     Step(
         name="ceiling",
@@ -259,6 +266,12 @@ def resolve(profile: str, overrides: dict | None = None, *, strict: bool = True)
     return sizes
 
 
-def needed_bytes(sizes: dict[str, int], steps: list[str]) -> dict[str, int]:
-    """Peak bytes each enabled step writes to the workbench at once (its own files, while it runs)."""
-    return {name: BY_NAME[name].needed_bytes(sizes) for name in steps if name in BY_NAME}
+def needed_bytes(sizes: dict[str, int], steps: list[str], settings: dict | None = None) -> dict[str, int]:
+    """Peak bytes each listed step writes to the workbench at once (its own files, while it runs); 0 for
+    a step whose setting is off (see Step.setting)."""
+    settings = settings or {}
+    return {
+        name: BY_NAME[name].needed_bytes(sizes) if BY_NAME[name].enabled(settings) else 0
+        for name in steps
+        if name in BY_NAME
+    }

@@ -21,6 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .. import registry
 from ..common.facts import not_run
 from ..realfs import compare, crashlab, fsync_error
 from ..realfs.mounts import FILESYSTEMS, Resources, missing_tools
@@ -40,7 +41,7 @@ def why_not(cfg: dict, filesystems: list[str]) -> str | None:
     """The reason the step cannot run on this host, or None."""
     if cfg.get("system", platform.system()) != "Linux":
         return "not available: loop devices, mount(2) and FUSE are Linux's (this host is not Linux)"
-    if (cfg.get("settings") or {}).get("realfs") is not True:
+    if not registry.BY_NAME["realfs"].enabled(cfg.get("settings") or {}):
         return (
             f"{SETTING} is off (the default): this step makes loop devices, mounts and a FUSE filesystem "
             "as root; set it to true on a host you hand over for that"
