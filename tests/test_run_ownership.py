@@ -170,6 +170,13 @@ def test_store_marks_a_host_with_failed_steps_partial_and_retry_picks_it(tmp_pat
         (b"[]", "holds a JSON list"),
         (b"{}", "does not match the schema"),
         (b'{"file_kind": "results", "schema_version": 2, "experiments": null}', "does not match the schema"),
+        # the update to version 3 meets odd shapes where it looks (crash, powercut, load) and leaves them
+        (b'{"file_kind": "results", "schema_version": 2, "experiments": []}', "does not match the schema"),
+        (
+            b'{"file_kind": "results", "schema_version": 2, "experiments": {"crash": {"status": "ok", '
+            b'"modes": {"naive": {"kills": [7]}}}, "powercut": {"recipes": [1]}, "load": {"samples": [2]}}}',
+            "does not match the schema",
+        ),
         (b"\xff\xfe\x00", "not UTF-8 text"),
     ],
 )

@@ -37,12 +37,15 @@ def _results_update_to_2(doc: dict) -> None:
 
 def _results_3_kill_method(doc: dict) -> None:
     """Crash kills before exact stops: progress kills watched the file, time kills used a timer."""
-    crash = doc.get("experiments", {}).get("crash")
+    experiments = doc.get("experiments")
+    crash = experiments.get("crash") if isinstance(experiments, dict) else None
     if not isinstance(crash, dict) or crash.get("status") != "ok":
         return
     crash.setdefault("progress_stop_unusable", "this run predates exact stops (results version 2)")
-    for mode in crash.get("modes", {}).values():
-        for kill in mode.get("kills", []):
+    for mode in (crash.get("modes") or {}).values():
+        for kill in (mode.get("kills") or []) if isinstance(mode, dict) else []:
+            if not isinstance(kill, dict):
+                continue
             kill.setdefault("kill_method", "poll" if kill.get("kill_by") == "progress" else "timer")
             kill.setdefault("stopped_at", None)
 
@@ -53,7 +56,8 @@ def _results_3_powercut_unplaced(doc: dict) -> None:
     Every call of those recordings was placed (an unplaced one refused the save), none had a temp file
     outside the directory (a write outside refused it), and their replay matched the real files.
     """
-    section = (doc.get("experiments") or {}).get("powercut")
+    experiments = doc.get("experiments")
+    section = experiments.get("powercut") if isinstance(experiments, dict) else None
     if not isinstance(section, dict):
         return
     for recipe in section.get("recipes") or ():
