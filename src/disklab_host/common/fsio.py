@@ -22,6 +22,19 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def fsync_tree(root: str | os.PathLike) -> None:
+    """fsync every file under ``root``, then ``root`` itself: what exists there is then durable."""
+    root = Path(root)
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    fsync_dir(root)
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, overwrite: bool = True) -> Path:
     """Write ``data`` to ``path`` so that no crash leaves a half-written file; returns ``path``.
 

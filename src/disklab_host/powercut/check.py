@@ -30,6 +30,15 @@ UNSAFE = ("corrupt", "missing")
 FORMATS = ("torch", "safetensors")
 
 
+def verdict_of(counts: dict[str, int]) -> str:
+    """A save's verdict from its crash states' outcome counts: unsafe if any lost the checkpoint
+    (corrupt or missing), else rolled_back if any brought back the old one after the save returned,
+    else safe."""
+    if any(counts[o] for o in UNSAFE):
+        return "unsafe"
+    return "rolled_back" if counts["rolled_back"] else "safe"
+
+
 def materialise(files: dict[str, bytes], scratch: Path) -> Path:
     """Write ``files`` (relative path -> bytes) into a fresh ``scratch`` directory; returns it."""
     if scratch.exists():
@@ -160,14 +169,8 @@ def check_model(
             first_unsafe = _point(recording, ops, st, out, error, names, ckpt, size)
         if out == "rolled_back" and first_rb is None:
             first_rb = _point(recording, ops, st, out, error, names, ckpt, size)
-    if counts["corrupt"] or counts["missing"]:
-        verdict = "unsafe"
-    elif counts["rolled_back"]:
-        verdict = "rolled_back"
-    else:
-        verdict = "safe"
     return {
-        "verdict": verdict,
+        "verdict": verdict_of(counts),
         "states": len(states),
         "distinct_files": len(verdicts),
         "counts": counts,

@@ -35,7 +35,7 @@ import warnings
 from pathlib import Path
 
 from ..common.child import child_env, module_argv
-from ..common.fsio import atomic_write_json, fsync_dir
+from ..common.fsio import atomic_write_json, fsync_tree
 from ..common.interrupts import in_main_thread, interrupt_once
 from ..common.units import MIB, ibytes
 from . import check as pc_check
@@ -168,17 +168,6 @@ def _marker(path: Path) -> None:
         os.close(os.open(path, os.O_RDONLY))
 
 
-def _make_durable(root: Path) -> None:
-    for p in root.rglob("*"):
-        if p.is_file():
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    fsync_dir(root)
-
-
 def _absolute_spec(spec: str) -> str:
     if ":" not in spec or spec.startswith("recipe:"):
         return spec
@@ -219,7 +208,7 @@ def record(
     _run_save(step=OLD_STEP, trace=base / "trace-step1.txt", **run, **limits)
     old_state, new_state = saver.make_state(state_mib, OLD_STEP), saver.make_state(state_mib, NEW_STEP)
     check_after_return(root / ckpt, fmt, "old", old_state, new_state)
-    _make_durable(root)  # the model takes the old checkpoint as durable; make that true
+    fsync_tree(root)  # the model takes the old checkpoint as durable; make that true
     initial, dirs = pc_record.snapshot(root)
     start = time.perf_counter()
     traced = dict(step=NEW_STEP, trace=base / "trace.txt", initial=initial, dirs=dirs)

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from ..common.child import child_env, module_argv
+from ..common.fsio import fsync_tree
 from ..common.units import MIB
 from ..powercut import check as pc_check
 from . import images
@@ -111,22 +112,6 @@ class Recorder:
         self.ask(f"mark {name}")
 
 
-def make_durable(root: Path) -> None:
-    """fsync every file under ``root``, then ``root`` itself."""
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    fd = os.open(root, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def loop_dio(dev: str) -> bool:
     """Whether the loop device really does direct I/O (/sys/block/loopN/loop/dio)."""
     try:
@@ -146,7 +131,7 @@ def prepare(fs: str, work: Path, saver: SaveProcess, ckpt: str, res: Resources) 
     mnt = res.mount(dev, work / "mnt", fs, spec.options)
     (Path(mnt) / CKPT_DIR).mkdir()
     saver.save(OLD_STEP, Path(mnt) / CKPT_DIR / ckpt)
-    make_durable(Path(mnt) / CKPT_DIR)
+    fsync_tree(Path(mnt) / CKPT_DIR)
     syncfs(Path(mnt))
     res.release(mnt)
     res.release(dev)
@@ -289,12 +274,7 @@ def check_states(
         if out == "rolled_back" and first_rb is None:
             first_rb = example
     begin.unlink()
-    if counts["corrupt"] or counts["missing"]:
-        verdict = "unsafe"
-    elif counts["rolled_back"]:
-        verdict = "rolled_back"
-    else:
-        verdict = "safe"
+    verdict = pc_check.verdict_of(counts)
     final = rows[-1][2] if rows else None
     return {
         "verdict": verdict,
