@@ -191,7 +191,7 @@ def test_version_2_flags_become_three_states_and_the_workbench_its_paths():
     wb = doc["workbench"]
     assert wb["requested_path"] == wb["audited_path"] == FACTS["workbench"]["requested_path"]
     assert wb["exists"] is True and wb["created"] is False and wb["note"] is None and "path" not in wb
-    assert doc["schema_version"] == VERSIONS["facts"] == 4
+    assert doc["schema_version"] == VERSIONS["facts"] == 5
     assert schemas.first_error("facts", doc) is None
 
 
@@ -205,6 +205,17 @@ def test_version_3_facts_get_the_durability_facts_as_not_audited():
     device = doc["workbench"]["device"]
     for key in stored.DURABILITY_FACTS:
         assert device[key] == {"unavailable": "not audited: written before facts version 4"}
+    assert schemas.first_error("facts", doc) is None
+
+
+def test_version_4_facts_say_their_versions_source_is_unknown():
+    old = json.loads(json.dumps(FACTS))
+    old["schema_version"] = 4
+    del old["versions_source"]  # what a version-4 audit did not say
+    assert schemas.first_error("facts", {**old, "schema_version": 5}) is not None
+    doc = stored.upgrade(old, "facts")
+    assert doc["versions_source"]["from"] == "unknown"
+    assert doc["versions_source"]["why"] == "written before facts version 5"
     assert schemas.first_error("facts", doc) is None
 
 

@@ -178,13 +178,25 @@ def _facts_update_to_4(doc: dict) -> None:
             device.setdefault(key, {"unavailable": "not audited: written before facts version 4"})
 
 
+def _facts_5_versions_source(doc: dict) -> None:
+    """Where the versions came from, as unknown: older audits always probed, but did not say so."""
+    doc.setdefault(
+        "versions_source",
+        {"from": "unknown", "probed_utc": None, "record": None, "why": "written before facts version 5"},
+    )
+
+
+def _facts_update_to_5(doc: dict) -> None:
+    _facts_5_versions_source(doc)
+
+
 def _nothing(doc: dict) -> None:
     """An update that only stamps the kind and version (the kind had none before)."""
 
 
 UPDATES: dict[str, dict[int, Callable[[dict], None]]] = {
     "results": {2: _results_update_to_2, 3: _results_update_to_3},
-    "facts": {2: _facts_update_to_2, 3: _facts_update_to_3, 4: _facts_update_to_4},
+    "facts": {2: _facts_update_to_2, 3: _facts_update_to_3, 4: _facts_update_to_4, 5: _facts_update_to_5},
     "audit": {2: _audit_update_to_2},
     "failure": {2: _run_kind_update_to_2},
     "run_record": {2: _run_kind_update_to_2},

@@ -14,17 +14,21 @@ pip nor packaging nor setuptools in that interpreter (Homebrew's Python 3.12+ an
    the range the pinned torch has wheels for (``TORCH_PYTHONS``), ``--require-cuda`` where the build
    chosen has no CUDA;
 3. the venv (``plan``): kept when its record (``PATH/disklab-venv.json``) matches what is wanted and
-   its Python imports the pinned versions; otherwise removed and rebuilt, but only when it is a venv
+   its Python has the pinned versions; otherwise removed and rebuilt, but only when it is a venv
    (a record or a pyvenv.cfg): any other directory is refused;
 4. ``<python> -m venv PATH`` (ensurepip), then the venv's own pip: ``pip install --no-deps
    --index-url INDEX torch==V`` when an index applies (only torch comes from it), then ``pip install
    <pins> <pip args>`` (torch already satisfies its pin; its dependencies come from the default index);
-5. the probe (``probe``): python, torch, safetensors and numpy versions, torch.cuda.is_available(),
-   torch.version.cuda, torch.backends.mps.is_available();
+5. the probe (disklab_host.venvprobe): python, torch, safetensors and numpy versions, every installed
+   distribution's version, torch.cuda.is_available(), torch.version.cuda,
+   torch.backends.mps.is_available(). It starts the venv's Python and imports torch (seconds), so it
+   runs once and is kept in the record with a fingerprint of what could change it; a kept venv whose
+   fingerprint still matches is not probed again (the host audit reuses the same probe);
 6. the record, written atomically last (``fsio.atomic_write_json``), so an interrupted install has
    no record and is rebuilt next time.
 
-Prints one JSON object: ``{"ok", "changed", "action", "reason", "torch_index", "python", "versions"}``
+Prints one JSON object: ``{"ok", "changed", "action", "reason", "torch_index", "python", "versions",
+"versions_source"}`` (versions_source: ``{"from": "probed_now" | "venv_record", "probed_utc"}``)
 with action kept, created or rebuilt (``--check``: would_keep, would_create or would_rebuild, which
 change nothing; ``changed`` then says whether the real run would change the host). Exit status 0;
 2 for a refusal and 1 for a failed command or file operation, with ``{"ok": false, "error": ...}`` on stdout
@@ -44,6 +48,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import venvprobe
 from .common.fsio import atomic_write_json
 
 # PyTorch's wheel indexes (https://pytorch.org/get-started/locally/). One CUDA build for the fleet:
@@ -64,29 +69,9 @@ TORCH_PYTHONS = {
 # The last torch release with wheels for macOS on x86_64 (PyTorch dropped Intel Macs after it).
 LAST_INTEL_MAC_TORCH = (2, 2, 2)
 
-RECORD_NAME = "disklab-venv.json"
+RECORD_NAME = venvprobe.RECORD_NAME
 RECORD_KIND = "disklab_host.provision"
 SUBPROCESS_TIMEOUT_S = 3600  # one pip install of torch over a slow link
-
-# Run with the venv's Python: the versions the lab's numbers depend on, and each pin's installed version.
-_PROBE = r"""
-import importlib.metadata as md, json, sys
-out = {"python": sys.version.split()[0], "dists": {}}
-for name in sys.argv[1:]:
-    try:
-        out["dists"][name] = md.version(name)
-    except md.PackageNotFoundError:
-        out["dists"][name] = None
-try:
-    import numpy, safetensors, torch
-except Exception as exc:
-    out["import_error"] = f"{type(exc).__name__}: {exc}"
-else:
-    out.update(torch=torch.__version__, safetensors=safetensors.__version__, numpy=numpy.__version__,
-               cuda_available=bool(torch.cuda.is_available()), torch_cuda=torch.version.cuda,
-               mps_available=bool(torch.backends.mps.is_available()))
-print(json.dumps(out))
-"""
 
 
 class Refused(Exception):
@@ -252,41 +237,55 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def probe(venv: Path, pin_names: list[str]) -> dict | None:
-    """The venv Python's versions (see _PROBE), or None when it cannot run at all."""
+def probe(venv: Path) -> dict | None:
+    """The venv Python's versions (venvprobe.SCRIPT) as a record entry (venvprobe.entry) with
+    ``from: probed_now``, or None when it cannot run at all."""
     py = venv_python(venv)
     if not py.exists():
         return None
+    before = venvprobe.fingerprint(venv)
     try:
         cp = subprocess.run(
-            [str(py), "-c", _PROBE, *pin_names], capture_output=True, text=True, timeout=300, env=_clean_env()
+            [str(py), "-c", venvprobe.SCRIPT], capture_output=True, text=True, timeout=300, env=_clean_env()
         )
-        return json.loads(cp.stdout) if cp.returncode == 0 else None
+        result = json.loads(cp.stdout) if cp.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return None
+    if not isinstance(result, dict):
+        return None
+    return {**venvprobe.entry(result, before), "from": "probed_now"}
+
+
+def probe_or_recorded(venv: Path, record: dict | None) -> tuple[dict | None, str]:
+    """The record's probe when nothing changed since it ran (``from: venv_record``), else a new probe;
+    with why (venvprobe.recorded)."""
+    kept, why = venvprobe.recorded(venv, record)
+    if kept is not None:
+        return {**kept, "from": "venv_record"}, why
+    return probe(venv), why
 
 
 def _probe_problem(found: dict | None, pins: dict[str, str]) -> str | None:
     """Why a probe does not show the pinned versions, or None when it does."""
     if found is None:
         return "its python does not run"
-    if "import_error" in found:
-        return f"its python cannot import the lab's packages ({found['import_error']})"
+    result = found["result"]
+    modules = ("torch", "safetensors", "numpy")
+    broken = [result[m]["unavailable"] for m in modules if isinstance(result.get(m), dict)]
+    if broken:
+        return f"its python cannot import the lab's packages ({'; '.join(broken)})"
+    dists = result.get("dists") or {}
     wrong = [
-        f"{name} {found['dists'].get(name)} (pinned {version})"
+        f"{name} {dists.get(name)} (pinned {version})"
         for name, version in pins.items()
-        if not _matches(found["dists"].get(name), version)
+        if not _matches(dists.get(name), version)
     ]
     return f"it holds {', '.join(wrong)}" if wrong else None
 
 
 def read_record(venv: Path) -> dict | None:
     """The venv's record, or None when it is missing or unreadable."""
-    try:
-        rec = json.loads((venv / RECORD_NAME).read_text())
-    except (OSError, ValueError):
-        return None
-    return rec if isinstance(rec, dict) else None
+    return venvprobe.read_record(venv)
 
 
 def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict | None]:
@@ -313,11 +312,12 @@ def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict |
     if changed:
         parts = [f"{k} {record.get(k)!r} -> {want[k]!r}" for k in changed]
         return "rebuild", f"the venv was made from other settings: {'; '.join(parts)}", None
-    found = probe(venv, list(pins))
+    found, why = probe_or_recorded(venv, record)
     problem = _probe_problem(found, pins)
     if problem:
         return "rebuild", f"the venv matches its record but {problem}", found
-    return "keep", "the venv matches its record and imports the pinned versions", found
+    source = "probed now" if found["from"] == "probed_now" else "versions from its record"
+    return "keep", f"the venv matches its record and imports the pinned versions ({source}: {why})", found
 
 
 def _run(argv: list[str], what: str) -> None:
@@ -373,8 +373,27 @@ def _remove_venv(venv: Path) -> None:
 
 def _versions(found: dict) -> dict:
     """The probe's fields that the roles keep as lab_venv_versions."""
-    keys = ("python", "torch", "safetensors", "numpy", "cuda_available", "torch_cuda", "mps_available")
-    return {k: found.get(k) for k in keys}
+    r = found["result"]
+    cuda = r.get("torch_version_cuda")
+    return {
+        "python": r.get("python"),
+        "torch": r.get("torch"),
+        "safetensors": r.get("safetensors"),
+        "numpy": r.get("numpy"),
+        "cuda_available": r.get("torch_cuda_available"),
+        "torch_cuda": cuda if isinstance(cuda, str) else None,
+        "mps_available": r.get("torch_mps_available"),
+    }
+
+
+def _source(found: dict) -> dict:
+    """Where the versions came from: ``{"from": "probed_now" | "venv_record", "probed_utc"}``."""
+    return {"from": found["from"], "probed_utc": found.get("probed_utc")}
+
+
+def _record_entry(found: dict) -> dict:
+    """The probe as the record keeps it (venvprobe.entry), without the ``from`` of this run."""
+    return {k: v for k, v in found.items() if k != "from"}
 
 
 def provision(
@@ -396,26 +415,30 @@ def provision(
     action, reason, found = plan(venv, want, parsed)
     out = {"torch_index": index or "pypi", "python": str(venv_python(venv)), "venv": str(venv)}
     if check:
-        versions = _versions(found) if action == "keep" and found else None
+        kept = action == "keep" and found
+        versions = _versions(found) if kept else None
         if versions and require_cuda:
             _refuse_without_cuda(versions, venv, index)
         return {"ok": True, "changed": action != "keep", "action": f"would_{action}", "reason": reason,
-                **out, "versions": versions}  # fmt: skip
+                **out, "versions": versions, "versions_source": _source(found) if kept else None}  # fmt: skip
     if action != "keep":
         if action == "rebuild":
             _remove_venv(venv)
         install(venv, pins, parsed["torch"], index, pip_args)
-        found = probe(venv, list(parsed))
+        found = probe(venv)
         problem = _probe_problem(found, parsed)
         if problem:
             raise Failed(f"the new venv at {venv} was installed but {problem}")
-        atomic_write_json(venv / RECORD_NAME, want)
+        atomic_write_json(venv / RECORD_NAME, {**want, venvprobe.PROBE_KEY: _record_entry(found)})
+    elif found["from"] == "probed_now":  # kept, and probed again: the record keeps the new probe
+        record = read_record(venv) or want
+        atomic_write_json(venv / RECORD_NAME, {**record, venvprobe.PROBE_KEY: _record_entry(found)})
     versions = _versions(found)
     if require_cuda:
         _refuse_without_cuda(versions, venv, index)
     action = {"keep": "kept", "create": "created", "rebuild": "rebuilt"}[action]
     return {"ok": True, "changed": action != "kept", "action": action, "reason": reason, **out,
-            "versions": versions}  # fmt: skip
+            "versions": versions, "versions_source": _source(found)}  # fmt: skip
 
 
 def _refuse_without_cuda(versions: dict, venv: Path, index: str | None) -> None:

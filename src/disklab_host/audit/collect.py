@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import venvprobe
 from ..common.facts import is_unavailable, unavailable
 
 # Version of the facts object's shape; the controller's facts.schema.json pins it.
@@ -222,30 +223,6 @@ def collect_memory(probe: Probe) -> dict:
 
 # --- versions -------------------------------------------------------------
 
-# Run with the lab venv's Python; prints one JSON object. Kept as plain text so
-# this module never imports torch.
-_VERSIONS_SCRIPT = r"""
-import io, json, platform, sys
-out = {"python": platform.python_version(), "python_executable": sys.executable,
-       "io_default_buffer_size_bytes": io.DEFAULT_BUFFER_SIZE}
-mods = {}
-for name in ("torch", "safetensors", "numpy"):
-    try:
-        mods[name] = __import__(name)
-        out[name] = mods[name].__version__
-    except Exception as exc:
-        out[name] = {"unavailable": f"import {name} failed: {type(exc).__name__}: {exc}"}
-torch = mods.get("torch")
-if torch is None:
-    for key in ("torch_cuda_available", "torch_version_cuda", "torch_mps_available"):
-        out[key] = out["torch"]
-else:
-    out["torch_cuda_available"] = bool(torch.cuda.is_available())
-    out["torch_version_cuda"] = torch.version.cuda or {
-        "unavailable": "CPU-only torch build: torch.version.cuda is None"}
-    out["torch_mps_available"] = bool(torch.backends.mps.is_available())
-print(json.dumps(out))
-"""
 VERSION_KEYS = (
     "python",
     "python_executable",
@@ -259,24 +236,36 @@ VERSION_KEYS = (
 )
 
 
-def collect_versions(probe: Probe, venv_python: str | None) -> dict:
-    """Versions seen by the lab venv's Python, gathered in a subprocess.
+def collect_versions(probe: Probe, venv_python: str | None) -> tuple[dict, dict]:
+    """``(versions, source)``: the versions seen by the lab venv's Python, and where they came from.
 
-    Keys: VERSION_KEYS. ``io_default_buffer_size_bytes`` is io.DEFAULT_BUFFER_SIZE
-    (Python's write buffer, the lesson's first layer). Without ``venv_python``,
-    python is the audit's own interpreter and the rest are unavailable.
+    Keys of versions: VERSION_KEYS. ``io_default_buffer_size_bytes`` is io.DEFAULT_BUFFER_SIZE
+    (Python's write buffer, the lesson's first layer). They come from the probe provision kept in the
+    venv's record (disklab_host.venvprobe) while nothing that could change them has changed since it
+    ran, else from running the same probe now in a subprocess. ``source`` is ``{"from": "venv_record"
+    | "probed_now" | "no_venv", "probed_utc", "record", "why"}``. Without ``venv_python``, python is
+    the audit's own interpreter and the rest are unavailable.
     """
     if venv_python is None:
         out = {key: unavailable(NO_VENV) for key in VERSION_KEYS}
         out.update(python=platform.python_version(), python_executable=sys.executable)
-        return out
-    got = attempt(
-        f"lab venv python {venv_python}",
-        lambda: json.loads(probe.run([venv_python, "-c", _VERSIONS_SCRIPT])),
-    )
+        return out, {"from": "no_venv", "probed_utc": None, "record": None, "why": NO_VENV}
+    venv = Path(venv_python).parent.parent
+    kept, why = venvprobe.recorded(venv, proc=probe.path("/proc"))
+    if kept is not None:
+        got: object = kept["result"]
+        source = {"from": "venv_record", "probed_utc": kept.get("probed_utc"),
+                  "record": str(venv / venvprobe.RECORD_NAME), "why": why}  # fmt: skip
+    else:
+        source = {"from": "probed_now", "probed_utc": venvprobe.utc_now(), "record": None, "why": why}
+        got = attempt(
+            f"lab venv python {venv_python}",
+            lambda: json.loads(probe.run([venv_python, "-c", venvprobe.SCRIPT])),
+        )
     if is_unavailable(got):
-        return {key: got for key in VERSION_KEYS}
-    return {key: got.get(key, unavailable(f"the venv probe did not report {key}")) for key in VERSION_KEYS}
+        return {key: got for key in VERSION_KEYS}, source
+    missing = {key: unavailable(f"the venv probe did not report {key}") for key in VERSION_KEYS}
+    return {key: got.get(key, missing[key]) for key in VERSION_KEYS}, source
 
 
 # --- gpu ------------------------------------------------------------------
@@ -655,19 +644,20 @@ def collect_all(
     """Every fact about this host and ``workbench`` as one JSON-able dict.
 
     Top-level keys: file_kind, schema_version (disklab_host.common.formats),
-    collected_utc, audit_python, host, versions, gpu, workbench, writeback,
-    memory, caveats. With the real probe (``probe`` None) the workbench is
-    located on this host by :func:`locate_workbench` (created when
-    ``create``; a missing one is audited through its nearest existing parent)
-    and ValueError is raised as it says. A recorded probe takes ``location``
-    as given, by default a workbench that exists.
+    collected_utc, audit_python, host, versions, versions_source (see
+    :func:`collect_versions`), gpu, workbench, writeback, memory, caveats.
+    With the real probe (``probe`` None) the workbench is located on this
+    host by :func:`locate_workbench` (created when ``create``; a missing one
+    is audited through its nearest existing parent) and ValueError is
+    raised as it says. A recorded probe takes ``location`` as given, by
+    default a workbench that exists.
     """
     if probe is None:
         probe = Probe()
         location = location or locate_workbench(workbench, create)
     location = location or existing_workbench(workbench)
     host = collect_host(probe)
-    versions = collect_versions(probe, venv_python)
+    versions, versions_source = collect_versions(probe, venv_python)
     gpu = collect_gpu(probe, versions)
     return stamp(
         "facts",
@@ -676,6 +666,7 @@ def collect_all(
             "audit_python": platform.python_version(),
             "host": host,
             "versions": versions,
+            "versions_source": versions_source,
             "gpu": gpu,
             "workbench": collect_workbench(probe, location["requested_path"], location),
             "writeback": collect_writeback(probe),

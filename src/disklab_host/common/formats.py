@@ -30,6 +30,8 @@ facts (a host's audit; host.json on the host, inside every results and audit fil
      audited through its nearest existing parent).
   4: workbench.device gains model, vendor, write_cache (queue/write_cache), fua and pcie_link
      (NVMe link speed and width), the facts that bound durability and a cold read.
+  5: versions_source: whether the versions came from the probe kept in the venv's record
+     (disklab-venv.json, trusted while its fingerprint matches) or were probed by this audit.
 audit (reports/<host>/audits/<run_id>.json)
   1: schema_version 1 (the results' number) and kind "audit".
   2: file_kind replaces kind; its own version.
@@ -48,7 +50,7 @@ from __future__ import annotations
 
 VERSIONS: dict[str, int] = {
     "results": 3,
-    "facts": 4,
+    "facts": 5,
     "audit": 2,
     "failure": 2,
     "run_record": 2,
