@@ -19,8 +19,16 @@ ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
 STEP_TAGS = set(registry.STEP_NAMES)
 
 
+def _flat(tasks: list[dict]) -> list[dict]:
+    """The tasks of a task list, with those of each block (and its always part) in place of the block."""
+    out = []
+    for task in tasks:
+        out += _flat(task["block"] + task.get("always", [])) if "block" in task else [task]
+    return out
+
+
 def _tags(tasks: list[dict]) -> dict[str, set[str]]:
-    return {t["name"]: set(t.get("tags") or []) for t in tasks}
+    return {t["name"]: set(t.get("tags") or []) for t in _flat(tasks)}
 
 
 def test_every_step_is_a_tag_of_the_tasks_that_run_it():
@@ -109,3 +117,29 @@ def test_plain_site_with_one_step_tag_runs_that_step_and_stores_the_rendered_run
     status = json.loads((lab_root / "runs" / runs[0].stem / "status.json").read_text())
     assert status["state"] == "finished" and [d[0] for d in status["done"]] == ["fsync_bench"]
     assert not (reports / ".incoming").exists() and not (tmp_path / "reports").exists()
+
+
+@pytest.mark.slow
+def test_plain_site_where_every_host_fails_stores_the_failures(tmp_path):
+    """Ansible ends a play whose hosts all failed; the play's always part still stores what there is."""
+    inv = write_local_inventory(
+        tmp_path / "inv.yml",
+        tmp_path / "root",
+        tmp_path / "wb",
+        lab_run_workbench_create=True,
+        lab_venv_python=str(tmp_path / "no-such-python"),  # provision fails, before any venv is made
+    )
+    proc = _plain(tmp_path, "-i", str(inv), str(REPO / "playbooks" / "site.yml"))
+    assert proc.returncode != 0
+    reports = tmp_path / "reports"
+    failures = list((reports / "localhost" / "failures").glob("*.json"))
+    assert len(failures) == 1, proc.stdout[-3000:] + proc.stderr
+    run_id = failures[0].stem
+    failure = stored.read(failures[0], "failure")
+    assert failure["status"] == "failed"
+    assert failure["message"] == "no results file was fetched from this host"
+    record = stored.read(reports / ".runs" / f"{run_id}.json", "run_record")
+    assert record["hosts"] == {"localhost": "failed"} and record["run_kind"] == "runs"
+    assert "localhost: failed" in proc.stdout and (reports / "index.md").is_file()
+    assert not (reports / ".incoming").exists()
+    assert "a host without a results file failed earlier in the play" in proc.stdout

@@ -104,6 +104,31 @@ def test_a_poll_without_a_status_and_a_failed_host_change_nothing(monkeypatch):
     assert prog.rows["h"].state == "failed" and prog.rows["h"].step is None
 
 
+def test_the_lab_runner_given_its_config_inline_makes_the_run_directory_and_keeps_config_json(tmp_path):
+    """--config-json (what the lab_run role passes): the runner makes its directory and file."""
+    wb = tmp_path / "root" / "workbench"
+    wb.mkdir(parents=True)
+    cfg = {"run_id": "R2", "host": "h", "profile": "quick", "workbench": str(wb),
+           "lab_root": str(tmp_path / "root"), "steps": ["write_buffering"],
+           "settings": {"write_buffering_calls": 200}, "system": "Linux"}  # fmt: skip
+    (tmp_path / "host.json").write_text("{}")
+    run_dir = tmp_path / "root" / "runs" / "R2"
+    assert not run_dir.exists()
+    argv = ["--config-json", json.dumps(cfg), "--facts", str(tmp_path / "host.json"),
+            "--out", str(run_dir / "results.json")]  # fmt: skip
+    lab_cmd = [sys.executable, "-m", "disklab_host", "lab"]
+    proc = subprocess.run([*lab_cmd, *argv], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((run_dir / "config.json").read_text()) == cfg
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["experiments"]["write_buffering"]["status"] == "ok"
+    assert json.loads((run_dir / lab.STATUS_NAME).read_text())["state"] == "finished"
+    bad = ["--config-json", "{not json", "--facts", "x", "--out", str(tmp_path / "o" / "r.json")]
+    proc = subprocess.run([*lab_cmd, *bad], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "--config-json is not JSON" in proc.stderr
+    assert not (tmp_path / "o").exists()  # refused before anything is written
+
+
 def test_the_lab_runner_keeps_a_status_file_with_each_step_and_ends_it_finished(tmp_path):
     """disklab_host.lab for real (one fast step): the file the lab_run role polls, one line of JSON."""
     wb = tmp_path / "root" / "workbench"

@@ -1,8 +1,9 @@
 """The lab runner: run each enabled experiment on this host, write one results JSON.
 
-Usage: python disklab_host.pyz lab --config CONFIG.json --facts HOST.json --out RESULTS.json
+Usage: python disklab_host.pyz lab (--config CONFIG.json | --config-json JSON) --facts HOST.json
+       --out RESULTS.json
 
-CONFIG (written by the lab_run role) holds run_id, host, profile, workbench,
+CONFIG (from the lab_run role, inline with ``--config-json``) holds run_id, host, profile, workbench,
 steps and settings (every lab_run_* set in the inventory, sizes among them).
 Each step is registered in disklab_host.registry and is a module of
 disklab_host.steps with ``run(cfg: dict, workdir: pathlib.Path) -> dict``; it
@@ -11,6 +12,9 @@ failed with its error, its partial files are removed, and the next step still
 runs, so one broken experiment never costs the others their results. The
 results file is written atomically, once, at the end. One run at a time per
 lab root: a second run is refused (exit 3) naming the run that holds it.
+With ``--config-json`` the runner makes the run's directory (the results
+file's) and keeps the config there as ``config.json`` (atomically) before it
+starts, so the role needs no remote task of its own for either.
 
 While it runs, the runner keeps ``status.json`` beside the results file (one
 line of JSON, replaced atomically at each step): the step running, its place in
@@ -57,6 +61,8 @@ def _interrupt(signum, frame) -> None:
 
 # The status file, beside the results file (read by the lab_run role while the lab runs).
 STATUS_NAME = "status.json"
+# The run's config, kept beside the results file when it came inline (--config-json).
+CONFIG_NAME = "config.json"
 
 
 def write_status(path: Path, **fields) -> None:
@@ -112,12 +118,24 @@ def run_step(name: str, cfg: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", type=Path, required=True)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", type=Path, help="the run's config.json")
+    src.add_argument(
+        "--config-json", help="the same config, inline: kept as config.json beside --out, its directory made"
+    )
     ap.add_argument("--facts", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--only", nargs="*", help="run only these steps (for development)")
     args = ap.parse_args(argv)
 
+    if args.config_json is not None:
+        try:
+            json.loads(args.config_json)
+        except ValueError as exc:
+            ap.error(f"--config-json is not JSON: {exc}")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.config = args.out.parent / CONFIG_NAME
+        atomic_write_text(args.config, args.config_json.rstrip("\n") + "\n")
     status = args.out.parent / STATUS_NAME
     write_status(status, state="starting")
     cfg = load_config(args.config)
