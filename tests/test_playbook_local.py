@@ -49,6 +49,9 @@ def test_two_local_runs_write_reports_and_leave_the_venv_unchanged(tmp_path, lab
     assert len(runs) == 1
     doc = stored.read(runs[0], "results")  # validates against the schema
     assert doc["facts"]["workbench"]["fstype"] == df_type
+    # the audit reused the probe provision kept in the venv's record (nothing changed in between)
+    assert doc["facts"]["versions_source"]["from"] == "venv_record", doc["facts"]["versions_source"]
+    assert doc["facts"]["versions"]["torch"].startswith("2.13.0")
     runs_table = (reports / "index.md").read_text().split("## Filesystem audit")[0]
     assert runs_table.count(f"| localhost | ok | {df_type} |") == 1
 
