@@ -25,6 +25,9 @@ from disklab_host.common.formats import VERSIONS
 
 # Per host: the input stamp of the last render and the index row it produced.
 STAMP_FILE = ".rendered.json"
+# Per host: the digests of stored files found valid (disklab.stored.validity_key), one a line; a cache
+# only: without it, or with a line that names no file, the files are checked against their schemas again.
+VALID_FILE = ".validated.sha256"
 
 # Rendering many hosts: at least this many out-of-date hosts go to a pool of processes, one per CPU
 # (DISKLAB_RENDER_WORKERS sets the count; 1 renders in this process). Most of a host's render is drawing
@@ -58,16 +61,21 @@ def build_section(name: str, section: dict, doc: dict, plot_dir: Path) -> dict:
     return module.build(section, doc, plot_dir)
 
 
-def host_context(host_dir: Path) -> dict | None:
-    """Everything the host template needs, from the host's stored files; None without any."""
+def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | None:
+    """Everything the host template needs, from the host's stored files; None without any.
+
+    ``known_valid``: the :func:`disklab.stored.validity_key` digests of files already found valid (their
+    schema check is skipped; those that pass are added), as :func:`render_host` keeps them.
+    """
     run_files = store.files(host_dir, "runs")
     audit_path = store.latest(host_dir, "audits")
     failure_path = store.latest(host_dir, "failures")
     if not run_files and audit_path is None and failure_path is None:
         return None
-    doc = stored.read(run_files[-1], "results") if run_files else None
-    audit = stored.read(audit_path, "audit") if audit_path else None
-    failure = stored.read(failure_path, "failure") if failure_path else None
+    kv = known_valid
+    doc = stored.read(run_files[-1], "results", known_valid=kv) if run_files else None
+    audit = stored.read(audit_path, "audit", known_valid=kv) if audit_path else None
+    failure = stored.read(failure_path, "failure", known_valid=kv) if failure_path else None
     if failure and doc and store.run_key(failure_path) < store.run_key(run_files[-1]):
         failure = None  # a later run succeeded
     sections = []
@@ -84,7 +92,7 @@ def host_context(host_dir: Path) -> dict | None:
     unreadable: list[str] = []
     for path in reversed(run_files[-6:-1]) if doc else []:
         try:
-            older[path] = stored.read(path, "results")
+            older[path] = stored.read(path, "results", known_valid=kv)
         except stored.StoredFileError as exc:
             older[path] = None
             unreadable.append(str(exc))
@@ -245,9 +253,17 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
             cached = {}  # an unreadable stamp only means: render again
         if cached.get("stamp") == stamp:
             return cached["index_row"]
-    ctx = host_context(host_dir)
+    valid_path = host_dir / VALID_FILE
+    try:
+        known = set(valid_path.read_text().split())
+    except OSError:
+        known = set()
+    valid = set(known)
+    ctx = host_context(host_dir, valid)
     if ctx is None:
         return None
+    if valid != known:  # written before the report: a failed render still keeps what was checked
+        atomic_write_text(valid_path, "".join(f"{k}\n" for k in sorted(valid)))
     text = env.get_template("host_report.md.j2").render(
         disklab_version=__version__, schema_version=VERSIONS["results"], **ctx
     )
@@ -301,10 +317,8 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
         jobs = [(str(reports), h, renderer, force) for h in hosts]
         context = _mp_context()
         if context.get_start_method() == "fork":  # the workers inherit matplotlib, not each import it
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot  # noqa: F401
+            import matplotlib.backends.backend_agg  # noqa: F401
+            import matplotlib.figure  # noqa: F401
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             done = list(pool.map(_render_one, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
     else:
