@@ -29,10 +29,13 @@ STAMP_FILE = ".rendered.json"
 # only: without it, or with a line that names no file, the files are checked against their schemas again.
 VALID_FILE = ".validated.sha256"
 
-# Rendering many hosts: at least this many out-of-date hosts go to a pool of processes, one per CPU
-# (DISKLAB_RENDER_WORKERS sets the count; 1 renders in this process). Most of a host's render is drawing
-# its plots with matplotlib, which one process does on one core.
+# Rendering many hosts: at least this many out-of-date hosts go to a pool of processes, one per CPU this
+# process may run on (DISKLAB_RENDER_WORKERS sets the count; 1 renders in this process). Most of a host's
+# render is drawing its plots with matplotlib, which one process does on one core.
 PARALLEL_MIN_HOSTS = 4
+# A spawned worker imports disklab and matplotlib and compiles the templates itself (seconds), so where
+# workers cannot be forked (macOS, a process with threads) a pool starts only for this many hosts.
+SPAWN_MIN_HOSTS = 24
 
 # Report sections, in the registry's step order; each has sections/NAME.py and templates/sections/NAME.md.j2.
 SECTION_ORDER = list(registry.STEP_NAMES)
@@ -305,7 +308,7 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     Returns (the reports written this time and the index, one line per host
     that could not be rendered). A host whose stored files cannot be read is
     left out of the index and named in the errors; the other hosts render.
-    Out-of-date hosts are rendered in DISKLAB_RENDER_WORKERS processes when set (see _render_workers).
+    Out-of-date hosts are rendered in a pool of processes, one per CPU (see _render_workers).
     """
     env = environment()
     renderer = renderer_stamp()
@@ -316,9 +319,8 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     if workers > 1:
         jobs = [(str(reports), h, renderer, force) for h in hosts]
         context = _mp_context()
-        if context.get_start_method() == "fork":  # the workers inherit matplotlib, not each import it
-            import matplotlib.backends.backend_agg  # noqa: F401
-            import matplotlib.figure  # noqa: F401
+        if context.get_start_method() == "fork":  # the workers inherit the compiled templates
+            _preload(env)
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             done = list(pool.map(_render_one, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
     else:
@@ -354,17 +356,39 @@ def _cached_row(host_dir: Path, renderer: str) -> dict | None:
 
 
 def _render_workers(stale: int) -> int:
-    """How many processes render ``stale`` out-of-date hosts: DISKLAB_RENDER_WORKERS (default 1), and 1
-    below PARALLEL_MIN_HOSTS."""
+    """How many processes render ``stale`` out-of-date hosts: DISKLAB_RENDER_WORKERS (default: one per CPU
+    this process may run on), and 1 below PARALLEL_MIN_HOSTS (by default SPAWN_MIN_HOSTS where workers
+    would be spawned)."""
     setting = os.environ.get("DISKLAB_RENDER_WORKERS", "").strip()
+    least = PARALLEL_MIN_HOSTS
     if setting:
         try:
             cpus = max(1, int(setting))
         except ValueError:
             raise ValueError(f"DISKLAB_RENDER_WORKERS must be an integer >= 1, got {setting!r}") from None
-    else:  # serial unless asked: on 2 shared cores the pool measured no reliable gain (bench/README.md)
-        cpus = 1
-    return 1 if stale < PARALLEL_MIN_HOSTS else min(cpus, stale)
+    else:
+        cpus = _cpus()
+        if _mp_context().get_start_method() != "fork":
+            least = SPAWN_MIN_HOSTS
+    return 1 if stale < least or cpus == 1 else min(cpus, stale)
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS has one), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS: no affinity
+        return max(1, os.cpu_count() or 1)
+
+
+def _preload(env: jinja2.Environment) -> None:
+    """Before forking workers: compile every template into ``env`` and make it the workers' environment,
+    so no forked worker compiles them again. matplotlib is not loaded here: a render whose plots are all
+    current (``--force`` after a template change) never imports it."""
+    global _WORKER_ENV
+    for name in env.list_templates(extensions=["j2"]):
+        env.get_template(name)
+    _WORKER_ENV = env
 
 
 def _mp_context():
