@@ -262,10 +262,11 @@ def parse(data: bytes, kind: str, *, check: bool = True) -> dict:
 @functools.cache
 def _checker_digest() -> bytes:
     """What decides whether bytes are valid: the shipped schemas and the reading code (this module's
-    updates, the host package's versions)."""
+    updates, disklab.schemas' checks, the host package's versions)."""
     h = hashlib.sha256()
     base = Path(schemas.__file__).parent / "schema"
-    for path in (*sorted(base.rglob("*.json")), Path(__file__), Path(formats.__file__)):
+    code = (Path(__file__), Path(schemas.__file__), Path(formats.__file__))
+    for path in (*sorted(base.rglob("*.json")), *code):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.digest()
 
