@@ -110,12 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--reports", type=Path, default=REPO / "reports", help="where a real base run is looked for"
     )
+    ap.add_argument("--report-hosts", type=int, help="synthetic hosts for the report part (default 500)")
     ap.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results")
     args = ap.parse_args(argv)
     if args.repeats is not None and args.repeats < 1:
         ap.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.report_hosts is not None and args.report_hosts < 1:
+        ap.error(f"--report-hosts must be >= 1, got {args.report_hosts}")
     args.workbench.mkdir(parents=True, exist_ok=True)
     s = _settings(args.tiny, args.repeats)
+    if args.report_hosts is not None:
+        s["report_hosts"] = args.report_hosts
     fio = common.fio_version()
     host = socket.gethostname()
     run_id = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")

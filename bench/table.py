@@ -24,8 +24,12 @@ def _row(name: str, part: dict) -> str:
         value = part["value"]
         shown = f"{value[f'median_{unit}']:.3g} {UNIT_TEXT[unit]}"
         target = f"{target_text(part['target'])} {UNIT_TEXT[unit]}"
-        first = part.get("first_render_s")
+        first, force = part.get("first_render_s"), part.get("force_render_s")
         note = f"first render, nothing rendered yet: {first:.3g} s" if first is not None else ""
+        if first is not None and "first_render_target" in part:
+            verdict = "met" if part["first_render_met"] else "MISSED"
+            note += f" (target {target_text(part['first_render_target'])} s, {verdict})"
+        note += f"; --force: {force:.3g} s" if force is not None else ""
         return f"| {title} | {shown} | {target} | {met} | {_side(value, unit)} | {note} |"
     a, b = part["sides"]
     r = part["ratio"]

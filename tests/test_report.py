@@ -295,3 +295,60 @@ def test_a_render_pool_writes_what_the_serial_render_writes(tmp_path, monkeypatc
         assert errors == [] and len(written) >= 4
         trees[workers] = {p.relative_to(reports): p.read_bytes() for p in reports.rglob("*.md")}
     assert trees["1"] == trees["2"]
+
+
+def test_force_redraws_a_plot_only_when_what_it_shows_changed(tmp_path, linux_doc):
+    """--force re-renders every report; a plot whose data and code are unchanged is kept as it was."""
+    reports = tmp_path / "reports"
+    _store(reports, linux_doc)
+    report.render_all(reports)
+    png = reports / "linuxbox" / "plots" / "fsync_bench_latency.png"
+    first = (png.read_bytes(), png.stat().st_mtime_ns)
+    assert png.with_name(f".{png.name}.sha256").is_file()
+    report.render_all(reports, force=True)
+    assert (png.read_bytes(), png.stat().st_mtime_ns) == first  # not drawn again
+    png.unlink()  # a missing plot is drawn again even with its digest in place
+    report.render_all(reports, force=True)
+    assert png.is_file()
+    second = copy.deepcopy(linux_doc)
+    second["run_id"] = "20261129T110000Z"
+    second["experiments"]["fsync_bench"]["modes"]["fsync"]["samples_ns"][0] *= 7  # other data: redrawn
+    _store(reports, second)
+    before = png.with_name(f".{png.name}.sha256").read_text()
+    report.render_all(reports)
+    assert png.with_name(f".{png.name}.sha256").read_text() != before
+
+
+def test_a_file_found_valid_is_not_checked_again_but_changed_bytes_are(tmp_path, linux_doc, monkeypatch):
+    reports = tmp_path / "reports"
+    _store(reports, linux_doc)
+    report.render_all(reports)
+    valid = reports / "linuxbox" / report.VALID_FILE
+    keys = valid.read_text().split()
+    run = reports / "linuxbox" / "runs" / "20261129T100000Z.json"
+    assert keys == [stored.validity_key(run.read_bytes(), "results")]
+    checked = []
+    real = schemas.first_error
+    monkeypatch.setattr(schemas, "first_error", lambda kind, doc: checked.append(kind) or real(kind, doc))
+    report.render_all(reports, force=True)
+    assert "results" not in checked  # the same bytes passed before
+    # the same name with other bytes is checked again, and an invalid one is refused
+    doc = json.loads(run.read_text())
+    doc["experiments"]["fsync_bench"]["blocks"] = "many"
+    run.write_text(json.dumps(doc))
+    report.render_all(reports, force=True)
+    assert "results" in checked
+    _, errors = report.render_all(reports, force=True)
+    assert errors and "experiments.fsync_bench.blocks" in errors[0]
+
+
+def test_out_of_date_hosts_render_in_one_process_per_cpu_by_default(monkeypatch):
+    monkeypatch.delenv("DISKLAB_RENDER_WORKERS", raising=False)
+    monkeypatch.setattr(report, "_cpus", lambda: 2)
+    fork = report._mp_context().get_start_method() == "fork"
+    least = report.PARALLEL_MIN_HOSTS if fork else report.SPAWN_MIN_HOSTS
+    assert report._render_workers(least) == 2 and report._render_workers(least - 1) == 1
+    monkeypatch.setattr(report, "_cpus", lambda: 1)
+    assert report._render_workers(500) == 1
+    monkeypatch.setenv("DISKLAB_RENDER_WORKERS", "3")
+    assert report._render_workers(report.PARALLEL_MIN_HOSTS) == 3

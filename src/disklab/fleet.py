@@ -19,12 +19,10 @@ readable.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
-from disklab import figures, units
-from disklab.fsio import atomic_write_text, save_figure
+from disklab import figures, plotting, units
+from disklab.fsio import save_figure
 
 FLEET_PAGE = "fleet.md"
 TEMPLATE = "fleet.md.j2"
@@ -297,25 +295,6 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
     return hosts, out
 
 
-def _digest(data: object) -> str:
-    """What a plot shows, and the code that draws it: equal digests draw the same picture."""
-    code = Path(__file__).read_bytes()
-    return hashlib.sha256(code + json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _unchanged(reports: Path, name: str, data: object) -> bool:
-    """True when ``fleet-plots/<name>`` exists and was drawn from the same data by the same code."""
-    mark = reports / PLOT_DIR / f".{name}.sha256"
-    try:
-        return (reports / PLOT_DIR / name).is_file() and mark.read_text().strip() == _digest(data)
-    except OSError:
-        return False
-
-
-def _remember(reports: Path, name: str, data: object) -> None:
-    atomic_write_text(reports / PLOT_DIR / f".{name}.sha256", _digest(data) + "\n")
-
-
 def _pyplot():
     import matplotlib
 
@@ -395,8 +374,9 @@ def plots(reports: Path, index_rows: list[dict]) -> dict[str, str | None]:
     ):
         if not (keys if table == "load_cold" else syncs):
             continue
-        if not _unchanged(reports, name, data):
-            draw(reports / PLOT_DIR / name, *args)
-            _remember(reports, name, data)
+        path = reports / PLOT_DIR / name
+        if not plotting.is_current(path, data, __file__):
+            draw(path, *args)
+            plotting.remember(path, data, __file__)
         out[table] = f"{PLOT_DIR}/{name}"
     return out

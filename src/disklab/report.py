@@ -25,11 +25,17 @@ from disklab_host.common.formats import VERSIONS
 
 # Per host: the input stamp of the last render and the index row it produced.
 STAMP_FILE = ".rendered.json"
+# Per host: the digests of stored files found valid (disklab.stored.validity_key), one a line; a cache
+# only: without it, or with a line that names no file, the files are checked against their schemas again.
+VALID_FILE = ".validated.sha256"
 
-# Rendering many hosts: at least this many out-of-date hosts go to a pool of processes, one per CPU
-# (DISKLAB_RENDER_WORKERS sets the count; 1 renders in this process). Most of a host's render is drawing
-# its plots with matplotlib, which one process does on one core.
+# Rendering many hosts: at least this many out-of-date hosts go to a pool of processes, one per CPU this
+# process may run on (DISKLAB_RENDER_WORKERS sets the count; 1 renders in this process). Most of a host's
+# render is drawing its plots with matplotlib, which one process does on one core.
 PARALLEL_MIN_HOSTS = 4
+# A spawned worker imports disklab and matplotlib and compiles the templates itself (seconds), so where
+# workers cannot be forked (macOS, a process with threads) a pool starts only for this many hosts.
+SPAWN_MIN_HOSTS = 24
 
 # Report sections, in the registry's step order; each has sections/NAME.py and templates/sections/NAME.md.j2.
 SECTION_ORDER = list(registry.STEP_NAMES)
@@ -58,16 +64,21 @@ def build_section(name: str, section: dict, doc: dict, plot_dir: Path) -> dict:
     return module.build(section, doc, plot_dir)
 
 
-def host_context(host_dir: Path) -> dict | None:
-    """Everything the host template needs, from the host's stored files; None without any."""
+def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | None:
+    """Everything the host template needs, from the host's stored files; None without any.
+
+    ``known_valid``: the :func:`disklab.stored.validity_key` digests of files already found valid (their
+    schema check is skipped; those that pass are added), as :func:`render_host` keeps them.
+    """
     run_files = store.files(host_dir, "runs")
     audit_path = store.latest(host_dir, "audits")
     failure_path = store.latest(host_dir, "failures")
     if not run_files and audit_path is None and failure_path is None:
         return None
-    doc = stored.read(run_files[-1], "results") if run_files else None
-    audit = stored.read(audit_path, "audit") if audit_path else None
-    failure = stored.read(failure_path, "failure") if failure_path else None
+    kv = known_valid
+    doc = stored.read(run_files[-1], "results", known_valid=kv) if run_files else None
+    audit = stored.read(audit_path, "audit", known_valid=kv) if audit_path else None
+    failure = stored.read(failure_path, "failure", known_valid=kv) if failure_path else None
     if failure and doc and store.run_key(failure_path) < store.run_key(run_files[-1]):
         failure = None  # a later run succeeded
     sections = []
@@ -84,7 +95,7 @@ def host_context(host_dir: Path) -> dict | None:
     unreadable: list[str] = []
     for path in reversed(run_files[-6:-1]) if doc else []:
         try:
-            older[path] = stored.read(path, "results")
+            older[path] = stored.read(path, "results", known_valid=kv)
         except stored.StoredFileError as exc:
             older[path] = None
             unreadable.append(str(exc))
@@ -245,9 +256,17 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
             cached = {}  # an unreadable stamp only means: render again
         if cached.get("stamp") == stamp:
             return cached["index_row"]
-    ctx = host_context(host_dir)
+    valid_path = host_dir / VALID_FILE
+    try:
+        known = set(valid_path.read_text().split())
+    except OSError:
+        known = set()
+    valid = set(known)
+    ctx = host_context(host_dir, valid)
     if ctx is None:
         return None
+    if valid != known:  # written before the report: a failed render still keeps what was checked
+        atomic_write_text(valid_path, "".join(f"{k}\n" for k in sorted(valid)))
     text = env.get_template("host_report.md.j2").render(
         disklab_version=__version__, schema_version=VERSIONS["results"], **ctx
     )
@@ -289,7 +308,7 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     Returns (the reports written this time and the index, one line per host
     that could not be rendered). A host whose stored files cannot be read is
     left out of the index and named in the errors; the other hosts render.
-    Out-of-date hosts are rendered in DISKLAB_RENDER_WORKERS processes when set (see _render_workers).
+    Out-of-date hosts are rendered in a pool of processes, one per CPU (see _render_workers).
     """
     env = environment()
     renderer = renderer_stamp()
@@ -300,11 +319,8 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     if workers > 1:
         jobs = [(str(reports), h, renderer, force) for h in hosts]
         context = _mp_context()
-        if context.get_start_method() == "fork":  # the workers inherit matplotlib, not each import it
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot  # noqa: F401
+        if context.get_start_method() == "fork":  # the workers inherit the compiled templates
+            _preload(env)
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             done = list(pool.map(_render_one, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
     else:
@@ -340,17 +356,39 @@ def _cached_row(host_dir: Path, renderer: str) -> dict | None:
 
 
 def _render_workers(stale: int) -> int:
-    """How many processes render ``stale`` out-of-date hosts: DISKLAB_RENDER_WORKERS (default 1), and 1
-    below PARALLEL_MIN_HOSTS."""
+    """How many processes render ``stale`` out-of-date hosts: DISKLAB_RENDER_WORKERS (default: one per CPU
+    this process may run on), and 1 below PARALLEL_MIN_HOSTS (by default SPAWN_MIN_HOSTS where workers
+    would be spawned)."""
     setting = os.environ.get("DISKLAB_RENDER_WORKERS", "").strip()
+    least = PARALLEL_MIN_HOSTS
     if setting:
         try:
             cpus = max(1, int(setting))
         except ValueError:
             raise ValueError(f"DISKLAB_RENDER_WORKERS must be an integer >= 1, got {setting!r}") from None
-    else:  # serial unless asked: on 2 shared cores the pool measured no reliable gain (bench/README.md)
-        cpus = 1
-    return 1 if stale < PARALLEL_MIN_HOSTS else min(cpus, stale)
+    else:
+        cpus = _cpus()
+        if _mp_context().get_start_method() != "fork":
+            least = SPAWN_MIN_HOSTS
+    return 1 if stale < least or cpus == 1 else min(cpus, stale)
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS has one), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS: no affinity
+        return max(1, os.cpu_count() or 1)
+
+
+def _preload(env: jinja2.Environment) -> None:
+    """Before forking workers: compile every template into ``env`` and make it the workers' environment,
+    so no forked worker compiles them again. matplotlib is not loaded here: a render whose plots are all
+    current (``--force`` after a template change) never imports it."""
+    global _WORKER_ENV
+    for name in env.list_templates(extensions=["j2"]):
+        env.get_template(name)
+    _WORKER_ENV = env
 
 
 def _mp_context():

@@ -12,11 +12,14 @@ message starts with the file's path and says what is wrong in one line.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 from disklab import schemas
+from disklab_host.common import formats
 from disklab_host.common.formats import VERSIONS, stamp
 from disklab_host.common.fsio import atomic_write_json
 
@@ -248,8 +251,11 @@ def upgrade(doc: dict, kind: str) -> dict:
     return doc
 
 
-def parse(data: bytes, kind: str) -> dict:
-    """A stored file's bytes as an upgraded, validated ``kind`` document; StoredFileError, no path."""
+def parse(data: bytes, kind: str, *, check: bool = True) -> dict:
+    """A stored file's bytes as an upgraded, validated ``kind`` document; StoredFileError, no path.
+
+    ``check=False`` skips only the schema check, for bytes already found valid (see :func:`read`).
+    """
     try:
         doc = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -259,23 +265,49 @@ def parse(data: bytes, kind: str) -> dict:
     if not isinstance(doc, dict):
         raise StoredFileError(f"holds a JSON {type(doc).__name__}, not a {kind} object")
     upgrade(doc, kind)
-    error = schemas.first_error(kind, doc)
+    error = schemas.first_error(kind, doc) if check else None
     if error:
         raise StoredFileError(error)
     return doc
 
 
-def read(path: str | Path, kind: str) -> dict:
-    """Read, upgrade and validate one stored file of ``kind``. Raises StoredFileError naming ``path``."""
+@functools.cache
+def _checker_digest() -> bytes:
+    """What decides whether bytes are valid: the shipped schemas and the reading code (this module's
+    updates, disklab.schemas' checks, the host package's versions)."""
+    h = hashlib.sha256()
+    base = Path(schemas.__file__).parent / "schema"
+    code = (Path(__file__), Path(schemas.__file__), Path(formats.__file__))
+    for path in (*sorted(base.rglob("*.json")), *code):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.digest()
+
+
+def validity_key(data: bytes, kind: str) -> str:
+    """The digest under which ``data`` as a ``kind`` file is remembered as valid (see :func:`read`)."""
+    return hashlib.sha256(_checker_digest() + kind.encode() + b"\0" + data).hexdigest()
+
+
+def read(path: str | Path, kind: str, *, known_valid: set[str] | None = None) -> dict:
+    """Read, upgrade and validate one stored file of ``kind``. Raises StoredFileError naming ``path``.
+
+    With ``known_valid`` (a set of :func:`validity_key` digests the caller keeps): bytes whose key is in
+    it skip the schema check (the same bytes, schemas and code passed it before), and the key of bytes
+    that pass is added to it. Stored runs never change, so re-rendering them need not validate again.
+    """
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise StoredFileError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    key = validity_key(data, kind) if known_valid is not None else None
     try:
-        return parse(data, kind)
+        doc = parse(data, kind, check=key is None or key not in known_valid)
     except StoredFileError as exc:
         raise StoredFileError(f"{path}: {kind} file {exc}") from None
+    if key is not None:
+        known_valid.add(key)
+    return doc
 
 
 def write(path: str | Path, kind: str, doc: dict, *, overwrite: bool = False) -> Path:

@@ -9,7 +9,8 @@ against ``schema/experiments/<experiment>.schema.json``). It returns the extra
 context that ``templates/sections/<experiment>.md.j2`` renders as ``x``:
 explanations computed from this host's own numbers, and the paths of plots it
 wrote under ``plot_dir`` (relative to the host's report directory, e.g.
-``plots/crash_bytes.png``, written with :func:`disklab.fsio.save_figure`).
+``plots/crash_bytes.png``, drawn with :func:`disklab.plotting.draw_once`, which skips a plot whose data
+and code are unchanged).
 It must not raise on a section whose status is ``failed`` or ``not_run``.
 """
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from disklab import plotting
 from disklab.sections import evidence
 from disklab.units import ibytes, pct
 
@@ -203,43 +204,37 @@ def _explain_break_it(section: dict, results: dict) -> dict:
 
 
 def _plot(section: dict, plot_dir: Path) -> str | None:
-    pts = [
-        (mode, k)
-        for mode in PLOT_MODES
-        for k in section["modes"].get(mode, {}).get("kills", [])
-        if k["kill_after_s"] is not None
-    ]
-    if not pts:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from disklab.fsio import save_figure
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    markers = {"new_ok": "o", "old_ok": "s", "corrupt": "x", "missing": "v", "unexpected_step": "d"}
-    colors = {"naive": "tab:red", "atomic": "tab:blue"}
-    done = set()
-    for mode, k in pts:
-        key = (mode, k["outcome"])
-        ax.scatter(
-            k["kill_after_s"] * 1000,
-            k["new_written_bytes"] / (1 << 20),
-            marker=markers[k["outcome"]],
-            color=colors[mode],
-            label=None if key in done else f"{mode}: {OUTCOME_LABELS[k['outcome']]}",
-        )
-        done.add(key)
+    """Bytes of the new checkpoint on disk against the time of the SIGKILL, one marker per outcome."""
+    groups: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (mode, outcome): points, first seen first
     for mode in PLOT_MODES:
-        if mode in section["modes"]:
-            ax.axhline(section["modes"][mode]["full_bytes"] / (1 << 20), color=colors[mode], ls=":", lw=1)
-    ax.set_xlabel("time from the start of the save call to the SIGKILL (ms)")
-    ax.set_ylabel("bytes of the new checkpoint on disk (MiB)")
-    ax.set_title("naive and atomic saves: bytes on disk at the SIGKILL (dotted: full size)")
-    ax.legend(fontsize=8)
-    save_figure(fig, Path(plot_dir) / PLOT_NAME)
+        for k in section["modes"].get(mode, {}).get("kills", []):
+            if k["kill_after_s"] is not None:
+                point = (k["kill_after_s"] * 1000, k["new_written_bytes"] / (1 << 20))
+                groups.setdefault((mode, k["outcome"]), []).append(point)
+    if not groups:
+        return None
+    full = {m: section["modes"][m]["full_bytes"] / (1 << 20) for m in PLOT_MODES if m in section["modes"]}
+
+    def draw():
+        fig = plotting.figure(7, 4)
+        ax = fig.subplots()
+        markers = {"new_ok": "o", "old_ok": "s", "corrupt": "x", "missing": "v", "unexpected_step": "d"}
+        colors = {"naive": "tab:red", "atomic": "tab:blue"}
+        for (mode, outcome), pts in groups.items():
+            xs, ys = zip(*pts, strict=True)
+            label = f"{mode}: {OUTCOME_LABELS[outcome]}"
+            ax.scatter(xs, ys, marker=markers[outcome], color=colors[mode], label=label)
+        for mode, mib in full.items():
+            ax.axhline(mib, color=colors[mode], ls=":", lw=1)
+        ax.set_xlabel("time from the start of the save call to the SIGKILL (ms)")
+        ax.set_ylabel("bytes of the new checkpoint on disk (MiB)")
+        ax.set_title("naive and atomic saves: bytes on disk at the SIGKILL (dotted: full size)")
+        ax.legend(fontsize=8)
+        plotting.margins(fig, left=0.8, right=0.15, bottom=0.55, top=0.35)
+        return fig
+
+    data = {"points": [[mode, outcome, pts] for (mode, outcome), pts in groups.items()], "full_mib": full}
+    plotting.draw_once(Path(plot_dir) / PLOT_NAME, data, draw, __file__)
     return f"{Path(plot_dir).name}/{PLOT_NAME}"
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab.fsio import save_figure
+from disklab import plotting
 from disklab.sections import evidence, status_note
 from disklab.units import ibytes, ratio, secs, us
 
@@ -242,24 +242,32 @@ def _explanations(section: dict, rows: list[dict], meaning: dict, fstype: object
 
 
 def _plot(section: dict, plot_dir: Path) -> str:
-    import matplotlib
+    """The latency distribution (ECDF) of write + sync per mode that ran, µs on a log scale."""
+    curves = [
+        (name, sorted(v / 1e3 for v in m["samples_ns"]))
+        for name in section["mode_order"]
+        if (m := section["modes"][name])["status"] == "ok"
+    ]
+    title = f"{section['blocks']} blocks of {ibytes(section['block_bytes'])} per mode"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def draw():
+        from matplotlib.ticker import FuncFormatter, LogLocator
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for name in section["mode_order"]:
-        m = section["modes"][name]
-        if m["status"] != "ok":
-            continue
-        xs = sorted(v / 1e3 for v in m["samples_ns"])
-        ax.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=name)
-    ax.set_xscale("log")
-    ax.set_xlabel("write + sync latency (µs, log scale)")
-    ax.set_ylabel("fraction of calls")
-    ax.set_title(f"{section['blocks']} blocks of {ibytes(section['block_bytes'])} per mode")
-    ax.legend()
-    save_figure(fig, Path(plot_dir) / PLOT_NAME)
+        fig = plotting.figure(6, 3.5)
+        ax = fig.subplots()
+        for name, xs in curves:
+            ax.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=name)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_locator(LogLocator(subs=(2, 5)))  # minor ticks at 2 and 5 of each decade
+        ax.xaxis.set_major_formatter(FuncFormatter(plotting.plain_number))  # 10, 100, 1,000 µs
+        ax.set_xlabel("write + sync latency (µs, log scale)")
+        ax.set_ylabel("fraction of calls")
+        ax.set_title(title)
+        ax.legend()
+        plotting.margins(fig, left=0.75, right=0.15, bottom=0.6, top=0.35)
+        return fig
+
+    plotting.draw_once(Path(plot_dir) / PLOT_NAME, {"curves": curves, "title": title}, draw, __file__)
     return f"{Path(plot_dir).name}/{PLOT_NAME}"
 
 

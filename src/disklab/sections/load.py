@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab.fsio import save_figure
+from disklab import plotting
 from disklab.sections import evidence
 from disklab.units import ibytes, pct
 
@@ -230,40 +230,52 @@ def workers_summary(section: dict) -> dict | None:
 
 def plot(section: dict, plot_dir: Path) -> str | None:
     """Stage timelines per method (medians), cold and warm side by side; returns the plot's path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     cells = sorted(section["cells"], key=_order)
     labels = sorted({_label(c) for c in cells}, key=lambda lab: [_label(c) for c in cells].index(lab))
     if not labels:
         return None
-    markers = {"loader_return": "o", "module_populated": "s", "all_touched": "D", "device_placed": "^"}
-    fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(labels) + 1.8), sharey=True, sharex=True)
-    for ax, state in zip(axes, ("cold", "warm"), strict=True):
+    # per cache state, per row that has any: (row, [(stage, median time from the load call, s)])
+    rows_by_state = {}
+    for state in ("cold", "warm"):
+        rows_by_state[state] = []
         for y, lab in enumerate(labels):
             cell = next((c for c in cells if _label(c) == lab and c["cache_state"] == state), None)
             times = [(s, _median(cell, s)) for s in STAGES if _median(cell, s) is not None]
-            if not times:
-                continue
-            ax.hlines(y, 0, times[-1][1], color="0.75")
-            for stage, t in times:
-                ax.plot(t, y, markers[stage], color=f"C{STAGES.index(stage)}", label=stage)
-        ax.set_title(f"{state} (median time from the load call)")
-        ax.set_xlabel("time since the load call (s)")
-        ax.grid(axis="x", alpha=0.3)
-    axes[0].set_yticks(range(len(labels)), labels)
-    axes[0].invert_yaxis()  # top to bottom in table order
-    handles = {h.get_label(): h for ax in axes for h in ax.get_lines()}
-    fig.legend(
-        [handles[s] for s in STAGES if s in handles],
-        [s for s in STAGES if s in handles],
-        loc="lower center",
-        ncol=4,
-    )
-    fig.subplots_adjust(bottom=0.2)
-    save_figure(fig, Path(plot_dir) / PLOT_NAME)
+            if times:
+                rows_by_state[state].append((y, times))
+    markers = {"loader_return": "o", "module_populated": "s", "all_touched": "D", "device_placed": "^"}
+
+    def draw():
+        height = 0.45 * len(labels) + 1.8
+        fig = plotting.figure(12, height)
+        axes = fig.subplots(1, 2, sharey=True, sharex=True)
+        for ax, state in zip(axes, ("cold", "warm"), strict=True):
+            rows = rows_by_state[state]
+            if rows:
+                ax.hlines([y for y, _ in rows], 0, [times[-1][1] for _, times in rows], color="0.75")
+            for stage in STAGES:
+                pts = [(t, y) for y, times in rows for s, t in times if s == stage]
+                if pts:
+                    xs, ys = zip(*pts, strict=True)
+                    ax.plot(xs, ys, markers[stage], color=f"C{STAGES.index(stage)}", label=stage)
+            ax.set_title(f"{state} (median time from the load call)")
+            ax.set_xlabel("time since the load call (s)")
+            ax.grid(axis="x", alpha=0.3)
+        axes[0].set_yticks(range(len(labels)), labels)
+        axes[0].invert_yaxis()  # top to bottom in table order
+        handles = {h.get_label(): h for ax in axes for h in ax.get_lines()}
+        fig.legend(
+            [handles[s] for s in STAGES if s in handles],
+            [s for s in STAGES if s in handles],
+            loc="lower center",
+            ncol=4,
+        )
+        left = plotting.text_width_in(fig, labels) + 0.25
+        plotting.margins(fig, left=left, right=0.15, bottom=1.05, top=0.35, wspace=0.08)
+        return fig
+
+    data = {"labels": labels, "rows": rows_by_state}
+    plotting.draw_once(Path(plot_dir) / PLOT_NAME, data, draw, __file__)
     return f"{Path(plot_dir).name}/{PLOT_NAME}"
 
 

@@ -1,0 +1,105 @@
+"""Drawing the reports' plots: cheap figures, drawn only when what they show has changed.
+
+A report's plots are most of the cost of rendering it, so:
+
+* :func:`figure` makes a matplotlib ``Figure`` on the Agg canvas without pyplot
+  (no figure manager, no pyplot import, nothing to close);
+* :func:`save` writes one PNG at :data:`DPI` through the atomic write, in one
+  draw: the margins are set in inches by the caller (:func:`margins`, with
+  :func:`text_width_in` for labels whose length varies) instead of
+  ``bbox_inches="tight"``, which lays the whole figure out twice;
+* :func:`draw_once` skips the drawing when the PNG exists and its
+  ``.NAME.sha256`` beside it holds the digest of the same plotted data and the
+  same drawing code: ``disklab report --force`` after a template change, or a
+  host whose run did not change, costs no matplotlib time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from disklab.fsio import atomic_write_bytes, atomic_write_text
+
+DPI = 110
+
+
+def figure(width_in: float, height_in: float):
+    """A ``matplotlib.figure.Figure`` of that size on an Agg canvas, at :data:`DPI`."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width_in, height_in), dpi=DPI)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def margins(fig, *, left: float, right: float, bottom: float, top: float, wspace: float | None = None):
+    """Place the axes with margins given in inches (the space tick labels, axis labels and titles take)."""
+    w, h = fig.get_size_inches()
+    fig.subplots_adjust(left=left / w, right=1 - right / w, bottom=bottom / h, top=1 - top / h, wspace=wspace)
+
+
+def text_width_in(fig, texts: list[str], fontsize: float | str | None = None) -> float:
+    """The width in inches of the widest of ``texts`` in the default font at ``fontsize`` (tick labels')."""
+    from matplotlib import rcParams
+    from matplotlib.font_manager import FontProperties
+
+    renderer = fig.canvas.get_renderer()
+    prop = FontProperties(size=fontsize or rcParams["ytick.labelsize"])
+    widths = [renderer.get_text_width_height_descent(t, prop, ismath=False)[0] for t in texts]
+    return max(widths, default=0.0) / fig.dpi
+
+
+def plain_number(value: float, _pos: object = None) -> str:
+    """A log axis' tick label as a plain number (``0.1``, ``10``, ``1,000``), not mathtext's 10^n."""
+    return f"{value:,.0f}" if value >= 1 else f"{value:g}"
+
+
+def save(fig, path: str | Path) -> Path:
+    """Write ``fig`` as PNG at :data:`DPI` through :func:`disklab.fsio.atomic_write_bytes` (one draw)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def digest(data: object, *code: str | Path) -> str:
+    """What a plot shows and the code drawing it (this module and ``code``): equal digests, same picture."""
+    h = hashlib.sha256()
+    for path in (Path(__file__), *map(Path, code)):
+        h.update(path.read_bytes() + b"\0")
+    h.update(json.dumps(data, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def _mark(path: Path) -> Path:
+    return path.with_name(f".{path.name}.sha256")
+
+
+def is_current(path: str | Path, data: object, *code: str | Path) -> bool:
+    """True when ``path`` exists and was drawn from ``data`` by the same code (its digest beside it)."""
+    path = Path(path)
+    try:
+        return path.is_file() and _mark(path).read_text().strip() == digest(data, *code)
+    except OSError:
+        return False
+
+
+def remember(path: str | Path, data: object, *code: str | Path) -> None:
+    """Write the digest of ``data`` and the code beside ``path`` (after the PNG itself is written)."""
+    atomic_write_text(_mark(Path(path)), digest(data, *code) + "\n")
+
+
+def draw_once(path: str | Path, data: object, draw: Callable[[], object], *code: str | Path) -> Path:
+    """Save ``draw()``'s figure at ``path`` unless it is current for ``data`` and ``code``; returns ``path``.
+
+    ``data`` must hold everything the figure shows (JSON-able), ``code`` the files of the drawing code.
+    """
+    path = Path(path)
+    if not is_current(path, data, *code):
+        save(draw(), path)
+        remember(path, data, *code)
+    return path
