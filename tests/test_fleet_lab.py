@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, TINY_SIZES, run_disklab
+from conftest import FLEET_TABLES, REPO, TINY_SIZES, fleet_tables, run_disklab
 from disklab import compare, store, stored, units
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
@@ -57,16 +57,6 @@ LAB_TASK = "Run the storage lab experiments on the host"  # lab_run's task name;
 DIRTY_EXPIRE = Path("/proc/sys/vm/dirty_expire_centisecs")
 TIMEOUT_S = 600
 FIRST_FLEET_PAGE = "fleet-after-first-run.md"  # beside reports/: reports/fleet.md as the first run left it
-# The side-by-side tables of reports/fleet.md (src/disklab/fleet.py), in their order.
-FLEET_TABLES = (
-    "Runs side by side",
-    "Durable sync p50",
-    "Cold load at all_touched",
-    "Warm load at all_touched",
-    "Cold ceiling",
-    "Peak RSS at all_touched",
-    "Power-cut verdicts",
-)
 
 
 def _free_fleet_id() -> int:
@@ -80,17 +70,6 @@ def _lab_args() -> list[str]:
     for name, value in TINY_SIZES.items():
         args += ["-e", f"{name}={value}"]
     return args
-
-
-def fleet_tables(page: str) -> dict[str, dict]:
-    """The tables of a reports/fleet.md: ``{title: {"header": [cells], "rows": {label: [cells]}}}``."""
-    out = {}
-    for chunk in page.split("\n## ")[1:]:
-        title, _, body = chunk.partition("\n")
-        lines = [ln for ln in body.splitlines() if ln.startswith("| ")]
-        cells = [[c.strip() for c in ln.strip().strip("|").split(" | ")] for ln in lines]
-        out[title] = {"header": cells[0] if cells else [], "rows": {c[0]: c[1:] for c in cells[1:]}}
-    return out
 
 
 def _index_row(reports: Path, host: str, table: str = "Runs") -> str:
