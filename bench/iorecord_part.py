@@ -16,7 +16,8 @@ How the pairs are taken, and why:
   median of an odd number of alternating pairs leans to the order that came up
   once more: with the second load of a pair slower by a few percent for a
   reason that has nothing to do with the record, that alone moves the median.
-  ``by_order`` keeps the median ratio of each order, so such an effect shows.
+  ``by_order`` keeps the median ratio of each order, so such an effect shows,
+  and ``order_balanced_ratio`` (the geometric mean of the two) cancels it.
 - Cold pairs are twice as many as warm ones (a cold read's spread on a shared
   VM disk is several times a warm one's).
 - Every sample's cache proof is checked (loadlab.proof, the report's rule): a
@@ -34,6 +35,7 @@ How the pairs are taken, and why:
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -114,10 +116,17 @@ def _judged(pairs: list[dict]) -> dict:
     else:
         resolution = "the 95 % interval of the median is narrower than the target band"
     ratio = summary(ratios)
+    # The geometric mean of the two orders' medians: an effect of a load's place in its pair cancels out.
+    balanced = None
+    if len(by_order) == 2:
+        (m1, m2) = (v["median"] for v in by_order.values())
+        balanced = math.sqrt(m1 * m2)
     return {
         "ratio": ratio,
         "median_interval_95": interval,
+        "resolved": interval is not None and interval["high"] - interval["low"] <= band,
         "by_order": dict(sorted(by_order.items())),
+        "order_balanced_ratio": balanced,
         "met": target_met(ratio["median"], TARGET),
         "resolution": resolution,
     }

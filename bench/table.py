@@ -66,6 +66,10 @@ def markdown(doc: dict) -> str:
             ci_text = f"95 % interval of the median {ci['low']:.3f} to {ci['high']:.3f}" if ci else ""
             ci_text = ci_text or "too few pairs for a 95 % interval"
             orders = ", ".join(f"{k} {v['median']:.3f} (n={v['n']})" for k, v in j["by_order"].items())
+            if j.get("order_balanced_ratio") is not None:
+                orders += f", balanced {j['order_balanced_ratio']:.3f}"
+            if not j.get("resolved"):
+                ci_text += " (wider than the target band: noise-limited)"
             extra.append(
                 f"- I/O record, {state}: ratio with/without {r['median']:.3f} "
                 f"({r['min']:.3f} to {r['max']:.3f}, n={r['n']}), {ci_text}, "

@@ -133,7 +133,8 @@ def test_tiny_io_record_part_checks_each_samples_cache_proof_and_times_the_recor
         assert pair["ratio"] == pair["with_record"]["time_s"] / pair["without_record"]["time_s"]
         assert pair["without_record"]["device_read_bytes"] is None  # the record was off
         assert part[state]["ratio"]["n"] == 1 and part[state]["median_interval_95"] is None
-        assert "too few pairs" in part[state]["resolution"]
+        assert "too few pairs" in part[state]["resolution"] and part[state]["resolved"] is False
+        assert part[state]["order_balanced_ratio"] is None  # one order only
     assert part["met"] == (part["warm"]["met"] and part["cold"]["met"])
     cost = part["record_cost"]
     assert cost["reads_the_file"] is False  # its residency is the same after 200 begin/end pairs
