@@ -9,6 +9,7 @@ pair, and the part is judged on the median of those ratios.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -45,6 +46,30 @@ def summary(samples: list[float], unit: str = "") -> dict:
         f"min{suffix}": s[0],
         f"max{suffix}": s[-1],
     }
+
+
+def median_interval(samples: list[float], level: float = 0.95) -> dict | None:
+    """A distribution-free interval for the median of ``samples``: two order statistics.
+
+    The k-th smallest and k-th largest sample, with k the largest for which the
+    chance that fewer than k samples fall below the true median, Binomial(n, 1/2),
+    is at most (1 - level) / 2 (the sign test's interval). Returns ``{"low",
+    "high", "k", "coverage"}`` (coverage: the exact chance the interval holds the
+    median, at least ``level``), or None when ``n`` is too small for any such
+    interval (n < 6 at 95 %).
+    """
+    n = len(samples)
+    s = sorted(samples)
+    tail, k = 0.0, 0
+    for i in range(n // 2 + 1):  # tail = P(B <= i)
+        tail += math.comb(n, i) / 2**n
+        if tail > (1 - level) / 2:
+            break
+        k = i + 1
+    if k == 0:
+        return None
+    coverage = 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
+    return {"low": s[k - 1], "high": s[n - k], "k": k, "coverage": coverage}
 
 
 def target_met(value: float, target: dict) -> bool:

@@ -74,9 +74,7 @@ def _part(name: str, args, s: dict, fio: str | None) -> dict:
             return not_run(title, "the load step's cold path here evicts with fadvise_dontneed (Linux)")
         import iorecord_part
 
-        return iorecord_part.io_record_overhead(
-            args.workbench, s["read_bytes"], 1 if args.tiny else s["io_repeats"]
-        )
+        return iorecord_part.io_record_overhead(args.workbench, s["read_bytes"], s["io_repeats"], args.tiny)
     if name == "harness_overhead":
         if args.tiny:
             return not_run(title, "cannot be tiny: the quick profile runs for minutes and needs the lab venv")
@@ -101,7 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="smoke-test sizes: seconds, not minutes")
     ap.add_argument("--parts", nargs="+", choices=PART_ORDER, default=PART_ORDER)
-    ap.add_argument("--repeats", type=int, help="pairs per part (default: 9 for fio parts, 3 for the others)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        help="pairs per part (default: 9 for the fio parts and the I/O record's warm pairs, rounded up to "
+        "even there, with twice as many cold ones; 3 for the others)",
+    )
     ap.add_argument("--workbench", type=Path, default=REPO / ".lab" / "workbench" / "bench")
     ap.add_argument("--lab-root", type=Path, default=REPO / ".lab", help="disklab_root for the harness part")
     ap.add_argument(

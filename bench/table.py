@@ -62,6 +62,30 @@ def markdown(doc: dict) -> str:
             f"- warm read: disklab {_side(w['sides']['disklab'], 'mib_s')}, "
             f"fio {_side(w['sides']['fio'], 'mib_s')}, ratio {w['ratio']['median']:.3f}"
         )
+    io = doc["parts"].get("io_record_overhead", {})
+    if io.get("status") == "ok" and "record_cost" in io:
+        for state in ("warm", "cold"):
+            j, r = io[state], io[state]["ratio"]
+            ci = j["median_interval_95"]
+            ci_text = f"95 % interval of the median {ci['low']:.3f} to {ci['high']:.3f}" if ci else ""
+            ci_text = ci_text or "too few pairs for a 95 % interval"
+            orders = ", ".join(f"{k} {v['median']:.3f} (n={v['n']})" for k, v in j["by_order"].items())
+            if j.get("order_balanced_ratio") is not None:
+                orders += f", balanced {j['order_balanced_ratio']:.3f}"
+            if not j.get("resolved"):
+                ci_text += " (wider than the target band: noise-limited)"
+            extra.append(
+                f"- I/O record, {state}: ratio with/without {r['median']:.3f} "
+                f"({r['min']:.3f} to {r['max']:.3f}, n={r['n']}), {ci_text}, "
+                f"{'met' if j['met'] else 'MISSED'}; by order: {orders}"
+            )
+        c = io["record_cost"]
+        extra.append(
+            f"- I/O record's own reads: {c['begin_plus_end_us']['median_us']:.1f} µs per begin+end "
+            f"(device {c['device']}), outside the stage clock; file read by them: "
+            f"{'YES' if c['reads_the_file'] else 'no'}; samples retaken for a failed cache proof: "
+            f"{io['retaken']['warm']} warm, {io['retaken']['cold']} cold"
+        )
     ho = doc["parts"].get("harness_overhead", {})
     if ho.get("status") == "ok" and "fixed_cost_per_host" in ho:
         f, b = ho["fixed_cost_per_host"], ho["task_breakdown"]

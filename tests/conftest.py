@@ -56,6 +56,29 @@ def write_local_inventory(path: Path, lab_root: Path, workbench: Path, **overrid
     return path
 
 
+# The side-by-side tables of reports/fleet.md (src/disklab/fleet.py), in their order.
+FLEET_TABLES = (
+    "Runs side by side",
+    "Durable sync p50",
+    "Cold load at all_touched",
+    "Warm load at all_touched",
+    "Cold ceiling",
+    "Peak RSS at all_touched",
+    "Power-cut verdicts",
+)
+
+
+def fleet_tables(page: str) -> dict[str, dict]:
+    """The tables of a reports/fleet.md: ``{title: {"header": [cells], "rows": {label: [cells]}}}``."""
+    out = {}
+    for chunk in page.split("\n## ")[1:]:
+        title, _, body = chunk.partition("\n")
+        lines = [ln for ln in body.splitlines() if ln.startswith("| ")]
+        cells = [[c.strip() for c in ln.strip().strip("|").split(" | ")] for ln in lines]
+        out[title] = {"header": cells[0] if cells else [], "rows": {c[0]: c[1:] for c in cells[1:]}}
+    return out
+
+
 def run_disklab(*args: str, reports: Path, timeout: int = 900):
     """Run the disklab CLI in a fresh process, as a user would; returns CompletedProcess."""
     import subprocess

@@ -55,6 +55,14 @@ def test_ratio_is_taken_within_each_pair_and_orders_alternate():
         )
 
 
+def test_median_interval_is_the_sign_tests_order_statistics():
+    # n=9 at 95 %: P(B <= 1) = 10/512 <= 0.025 < P(B <= 2), so the 2nd smallest and 2nd largest
+    iv = common.median_interval([9.0, 1.0, 8.0, 2.0, 7.0, 3.0, 6.0, 4.0, 5.0])
+    assert (iv["low"], iv["high"], iv["k"]) == (2.0, 8.0, 2) and iv["coverage"] == 1 - 2 * 10 / 512
+    assert common.median_interval([float(i) for i in range(20)])["k"] == 6  # P(B <= 5) = 0.0207 at n=20
+    assert common.median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None  # 2 / 32 > 0.05: no 95 % interval
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """One `bench/run.py --tiny` in a fresh process; (results document, stdout)."""
@@ -112,6 +120,26 @@ def test_tiny_fio_parts_compare_like_with_like(tiny_run):
         assert d["resident_fraction_before_cold"] <= 0.01 and d["resident_fraction_before_warm"] >= 0.99
         assert pair["fio"]["cold_mib_s"] > 0 and pair["fio"]["warm_mib_s"] > 0
     assert not list(Path(doc["workbench"]).iterdir()), "the bench leaves no file on the workbench"
+
+
+def test_tiny_io_record_part_checks_each_samples_cache_proof_and_times_the_record(tiny_run):
+    doc, stdout = tiny_run
+    part = doc["parts"]["io_record_overhead"]
+    assert part["status"] == "ok", part
+    for state in ("warm", "cold"):
+        (pair,) = part["pairs"][state]  # --tiny: one pair of each
+        assert pair["order"] == ["with_record", "without_record"]
+        assert pair["with_record"]["cache_state"] == pair["without_record"]["cache_state"] == state
+        assert pair["ratio"] == pair["with_record"]["time_s"] / pair["without_record"]["time_s"]
+        assert pair["without_record"]["device_read_bytes"] is None  # the record was off
+        assert part[state]["ratio"]["n"] == 1 and part[state]["median_interval_95"] is None
+        assert "too few pairs" in part[state]["resolution"] and part[state]["resolved"] is False
+        assert part[state]["order_balanced_ratio"] is None  # one order only
+    assert part["met"] == (part["warm"]["met"] and part["cold"]["met"])
+    cost = part["record_cost"]
+    assert cost["reads_the_file"] is False  # its residency is the same after 200 begin/end pairs
+    assert cost["begin_plus_end_us"]["median_us"] > 0
+    assert "- I/O record, cold: ratio with/without" in stdout
 
 
 def test_tiny_run_prints_the_table_and_ends_with_a_summary(tiny_run):

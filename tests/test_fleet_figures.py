@@ -311,6 +311,23 @@ def test_a_two_host_fleet_renders_the_side_by_side_tables(tmp_path, lab_doc):
     assert drawn == {p: (reports / fleet.PLOT_DIR / p).stat().st_mtime_ns for p in drawn}
 
 
+def test_a_fleet_without_load_figures_says_why_in_each_load_table(linux_doc):  # noqa: F811
+    """Runs without the load step (the fleet lab test's steps): the load and RSS tables name why per host."""
+    other = copy.deepcopy(linux_doc)
+    other["experiments"]["load"] = {"status": "not_run", "reason": "no torch on this host"}
+    rows = [
+        {"host": h, "fleet": fleet.host_column(d), "durable_sync": report.durable_sync(d)}
+        for h, d in (("a", linux_doc), ("b", other))
+    ]
+    assert "load" not in linux_doc["experiments"]
+    _, tables = fleet.tables(rows)
+    by_name = {t["name"]: t for t in tables}
+    for name in ("load_cold", "load_warm", "rss"):
+        assert by_name[name]["rows"] == [
+            ("load cells", ["load not measured in this run", "load not run: no torch on this host"])
+        ], name
+
+
 def test_a_big_fleet_turns_the_tables_round(lab_doc):
     rows = [
         {

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, TINY_SIZES, run_disklab
-from disklab import compare, store, stored
+from conftest import FLEET_TABLES, REPO, TINY_SIZES, fleet_tables, run_disklab
+from disklab import compare, store, stored, units
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
 import fleet as fleetmod  # noqa: E402
@@ -48,12 +48,15 @@ def _fleet_marks(test):
     return test
 
 
-# The two lab hosts, and the steps that keep a run short but still cover fsync and a crash.
+# The two lab hosts, and the steps that keep a run short but still cover fsync, a crash and the host's own
+# ceiling (a 4 MiB file read cold and warm: well under a second). load and powercut take minutes at tiny
+# sizes; test_fleet_profiles.py runs them on its two hosts and checks their fleet tables.
 LAB_HOSTS = ("host0", "host1")  # ext4, xfs
-STEPS = "[fsync_bench,crash]"
+STEPS = "[fsync_bench,crash,ceiling]"
 LAB_TASK = "Run the storage lab experiments on the host"  # lab_run's task name; the host is cut here
 DIRTY_EXPIRE = Path("/proc/sys/vm/dirty_expire_centisecs")
 TIMEOUT_S = 600
+FIRST_FLEET_PAGE = "fleet-after-first-run.md"  # beside reports/: reports/fleet.md as the first run left it
 
 
 def _free_fleet_id() -> int:
@@ -103,6 +106,8 @@ def first_run(fleet, reports):
     proc = run_disklab(
         "run", "-i", str(fleet.inventory_path), *_lab_args(), reports=reports, timeout=TIMEOUT_S
     )
+    if (reports / "fleet.md").exists():  # the later runs of this module render it again
+        shutil.copyfile(reports / "fleet.md", reports.parent / FIRST_FLEET_PAGE)
     return proc
 
 
@@ -193,7 +198,7 @@ def test_quick_lab_on_two_hosts_writes_both_reports(fleet, reports, first_run):
         assert len(runs) == 1
         doc = stored.read(runs[0], "results")  # schema-validated
         assert doc["host"] == name and doc["facts"]["workbench"]["fstype"] == fs
-        assert sorted(doc["experiments"]) == ["crash", "fsync_bench"]
+        assert sorted(doc["experiments"]) == ["ceiling", "crash", "fsync_bench"]
         assert all(s["status"] == "ok" for s in doc["experiments"].values()), doc["experiments"]
         report = (reports / name / "report.md").read_text()
         assert f"| filesystem type | **{fs}** |" in report and "fsync p50 is" in report
@@ -206,17 +211,59 @@ def test_quick_lab_on_two_hosts_writes_both_reports(fleet, reports, first_run):
 
 
 @_fleet_marks
+def test_the_first_run_renders_the_fleet_side_by_side(reports, first_run):
+    """reports/fleet.md from the real two-host run: every table with both hosts as columns, real figures."""
+    assert first_run.returncode == 0, first_run.stdout + first_run.stderr
+    page = (reports.parent / FIRST_FLEET_PAGE).read_text()
+    assert "[fleet.md](fleet.md)" in (reports / "index.md").read_text()
+    tables = fleet_tables(page)
+    assert tuple(tables) == FLEET_TABLES
+    for title, t in tables.items():
+        assert t["header"] == ["figure", *LAB_HOSTS], title
+        assert t["rows"] and all(len(cells) == len(LAB_HOSTS) for cells in t["rows"].values()), (title, t)
+    docs = {h: stored.read(next((reports / h / "runs").glob("*.json")), "results") for h in LAB_HOSTS}
+    runs = tables["Runs side by side"]["rows"]
+    assert runs["run"] == [f"`{docs[h]['run_id']}`" for h in LAB_HOSTS]
+    assert runs["profile"] == ["quick", "quick"] and runs["torch"] == ["2.13.0+cpu"] * 2
+    assert runs["kernel"] == [docs[h]["facts"]["host"]["kernel"] for h in LAB_HOSTS]
+    # the one figure these steps give: each host's own fsync p50, with its unit and call
+    (sync,) = tables["Durable sync p50"]["rows"].values()
+    for h, cell in zip(LAB_HOSTS, sync, strict=True):
+        p50 = docs[h]["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"]
+        assert p50 > 0 and cell == f"{units.us_short(p50)} (fsync)", (h, cell)
+        assert re.fullmatch(r"[\d.]+ (µs|ms|s) \(fsync\)", cell), cell
+    assert "![Durable sync p50, one point per host](fleet-plots/durable_sync_p50.png)" in page
+    assert (reports / "fleet-plots" / "durable_sync_p50.png").read_bytes().startswith(b"\x89PNG")
+    # each host's own ceiling, cold and warm, as stored
+    ceiling = tables["Cold ceiling"]["rows"]
+    assert list(ceiling) == ["cold sequential read", "warm read"]
+    for h, cold, warm in zip(LAB_HOSTS, ceiling["cold sequential read"], ceiling["warm read"], strict=True):
+        section = docs[h]["experiments"]["ceiling"]
+        assert section["status"] == "ok", section
+        for cell, key in ((cold, "cold_mib_s"), (warm, "warm_mib_s")):
+            assert section[key]["median"] > 0 and cell == units.mib_s(section[key]["median"]), (h, key, cell)
+            assert re.fullmatch(r"[\d,]+ MiB/s", cell), cell
+    # load and powercut are not among this run's steps: every cell says so, none is blank
+    assert tables["Cold load at all_touched"]["rows"] == {"load cells": ["load not measured in this run"] * 2}
+    assert tables["Warm load at all_touched"]["rows"] == {"load cells": ["load not measured in this run"] * 2}
+    assert tables["Peak RSS at all_touched"]["rows"] == {"load cells": ["load not measured in this run"] * 2}
+    assert tables["Power-cut verdicts"]["rows"] == {"recipes": ["powercut not measured in this run"] * 2}
+
+
+@_fleet_marks
 def test_the_live_view_shows_each_hosts_lab_step_while_it_runs(first_run):
     """The plain-line progress of the first run: each host's lab step, polled from the host while it ran."""
     assert first_run.returncode == 0, first_run.stdout + first_run.stderr
     for host in LAB_HOSTS:
         steps = re.findall(
-            rf"\] {host}: running: {LAB_TASK}: step (\w+) \((\d)/2\), \d+ s in", first_run.stderr
+            rf"\] {host}: running: {LAB_TASK}: step (\w+) \((\d)/3\), \d+ s in", first_run.stderr
         )
-        assert steps and all(name in ("fsync_bench", "crash") for name, _ in steps), first_run.stderr[-3000:]
+        names = ("fsync_bench", "crash", "ceiling")
+        assert steps and all(name in names for name, _ in steps), first_run.stderr[-3000:]
         assert ("crash", "2") in steps  # the crash step runs for seconds: a poll always sees it
         assert re.search(
-            rf"\] {host}: lab finished: fsync_bench ok [\d.]+ s, crash ok [\d.]+ s", first_run.stderr
+            rf"\] {host}: lab finished: fsync_bench ok [\d.]+ s, crash ok [\d.]+ s, ceiling ok [\d.]+ s",
+            first_run.stderr,
         )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_SIZES, run_disklab
-from disklab import stored
+from conftest import FLEET_TABLES, TINY_SIZES, fleet_tables, run_disklab
+from disklab import figures, stored, units
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
 import fleet as fleetmod  # noqa: E402
@@ -160,6 +161,57 @@ def test_fresh_host_gets_its_workbench_and_powercut_says_why_it_did_not_run(flee
     assert powercut["status"] == "not_run" and "strace" in powercut["reason"], powercut
     report = (reports / FRESH / "report.md").read_text()
     assert f"**Not run on this host**: {powercut['reason']}" in report
+
+
+def test_the_fleet_page_puts_both_hosts_real_figures_side_by_side(fleet, reports, lab):
+    """reports/fleet.md of the quick lab on both hosts: every table, hosts as columns, each host's figures."""
+    assert lab.returncode == 0, lab.stdout + lab.stderr
+    hosts = [FRESH, MAC]
+    tables = fleet_tables((reports / "fleet.md").read_text())
+    assert tuple(tables) == FLEET_TABLES
+    for title, t in tables.items():
+        assert t["header"] == ["figure", *hosts], title
+        assert t["rows"] and all(len(cells) == len(hosts) for cells in t["rows"].values()), (title, t)
+    docs = {h: stored.read(next((reports / h / "runs").glob("*.json")), "results") for h in hosts}
+    (sync,) = tables["Durable sync p50"]["rows"].values()
+    for h, cell in zip(hosts, sync, strict=True):
+        p50 = docs[h]["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"]
+        assert cell == f"{units.us_short(p50)} (fsync)", (h, cell)
+    # every proven load cell of each host, at all_touched, as its raw samples give it (seconds, n)
+    for col, h in enumerate(hosts):
+        groups: dict[tuple, list[dict]] = {}
+        for s in docs[h]["experiments"]["load"]["samples"]:
+            at = s["stages"].get("all_touched") or {}
+            if s["cache_state"] in ("cold", "warm") and at.get("status") == "ok":
+                groups.setdefault((s["cache_state"], s["method"], s["file"], s.get("populate")), []).append(s)
+        assert {c for c, *_ in groups} == {"cold", "warm"}, (h, sorted(groups))
+        for (cache, method, file, populate), group in groups.items():
+            label = figures.cell_name(method, file, populate)
+            times = [s["stages"]["all_touched"]["time_s"] for s in group]
+            shown = tables[f"{cache.capitalize()} load at all_touched"]["rows"][label][col]
+            lo, hi, mid = units.secs(min(times)), units.secs(max(times)), units.secs(statistics.median(times))
+            assert shown == f"{mid} [{lo}, {hi}] (n={len(times)})", (h, cache, label, shown)
+            rss = [s["stages"]["all_touched"]["peak_rss_bytes"] for s in group]
+            shown = tables["Peak RSS at all_touched"]["rows"][f"{label} · {cache}"][col]
+            assert shown == units.ibytes(statistics.median(rss)), (h, cache, label, shown)
+        ceiling = docs[h]["experiments"]["ceiling"]
+        rows = tables["Cold ceiling"]["rows"]
+        assert rows["cold sequential read"][col] == units.mib_s(ceiling["cold_mib_s"]["median"])
+        assert rows["warm read"][col] == units.mib_s(ceiling["warm_mib_s"]["median"])
+    # the power-cut verdicts: the mac-like host's own, each recipe under each model; the fresh host says why
+    verdicts = tables["Power-cut verdicts"]["rows"]
+    reason = docs[FRESH]["experiments"]["powercut"]["reason"]
+    assert all(cells[0] == f"powercut not run: {reason}" for cells in verdicts.values()), verdicts
+    if STRACE_HERE:
+        recipes = docs[MAC]["experiments"]["powercut"]["recipes"]
+        expected = {}
+        for r in recipes:
+            for model, label in figures.POWERCUT_MODELS:
+                m = r["models"][model]  # the step records both models for every recipe
+                v = f"**{m['verdict']}**" if m["verdict"] == "unsafe" else m["verdict"]
+                expected[f"{r['number']} {r['title']} · {label}"] = f"{v} ({m['states']} states)"
+        assert {k: cells[1] for k, cells in verdicts.items()} == expected
+        assert any("**unsafe**" in v for v in expected.values())  # the naive in-place save, at least
 
 
 def test_nothing_leaks_between_the_hosts_or_into_the_root_namespace(fleet, reports, lab):

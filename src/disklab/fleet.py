@@ -209,6 +209,8 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
                 return units.ibytes(x["peak_rss"]["median"]) if x["peak_rss"] else NOT_MEASURED
         return NOT_MEASURED
 
+    # Without a load figure on any host, one row says why for each host (a table with no rows says nothing).
+    no_load = [("load cells", [c["load_why"] or NOT_MEASURED for _, c, _ in cols])]
     for cache, what in (
         ("cold", "page cache emptied and proven cold before each call"),
         ("warm", "file resident in the page cache"),
@@ -224,7 +226,8 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
                 [
                     (figures.cell_name(m, f, p), [load_cell(c, (f, m, p), cache, "time") for _, c, _ in cols])
                     for f, m, p in keys
-                ],
+                ]
+                or no_load,
             )
         )
     out.append(
@@ -263,7 +266,8 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
                 )
                 for f, m, p in keys
                 for cache in figures.PROVEN
-            ],
+            ]
+            or no_load,
         )
     )
     pkeys = []
