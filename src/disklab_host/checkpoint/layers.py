@@ -32,7 +32,7 @@ from ..common.child import child_env, module_argv
 MODULE = "disklab_host.checkpoint.layers"
 SAVED = "saved"
 STEP = 1
-MAX_MIB = 64  # the kill-and-count save needs no more than this to show its pages
+MAX_MIB = 16  # the kill-and-count save needs no more than this to show its pages (4 tensors)
 WAIT_S = 600
 
 
