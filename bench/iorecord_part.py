@@ -106,15 +106,22 @@ def _judged(pairs: list[dict]) -> dict:
         by_order[" then ".join(order)] = {"n": len(mine), "median": summary(mine)["median"]}
     band = TARGET["high"] - TARGET["low"]
     if interval is None:
-        resolution = "too few pairs for a 95 % interval of the median"
+        reading, resolution = None, "too few pairs for a 95 % interval of the median"
+    elif interval["low"] > TARGET["high"] or interval["high"] < TARGET["low"]:
+        reading = "outside"
+        resolution = (
+            f"the whole 95 % interval of the median ({interval['low']:.3f} to {interval['high']:.3f}) lies "
+            f"outside the target band ({TARGET['low']} to {TARGET['high']}): a real difference, not noise"
+        )
     elif interval["high"] - interval["low"] > band:
+        reading = "noise_limited"
         resolution = (
             f"the 95 % interval of the median ({interval['low']:.3f} to {interval['high']:.3f}) is wider "
             f"than the target band ({TARGET['low']} to {TARGET['high']}): the machine's noise, not the "
             "record, sets where the median falls; more pairs or a quieter machine narrow it"
         )
     else:
-        resolution = "the 95 % interval of the median is narrower than the target band"
+        reading, resolution = "narrow", "the 95 % interval of the median is narrower than the target band"
     ratio = summary(ratios)
     # The geometric mean of the two orders' medians: an effect of a load's place in its pair cancels out.
     balanced = None
@@ -124,7 +131,8 @@ def _judged(pairs: list[dict]) -> dict:
     return {
         "ratio": ratio,
         "median_interval_95": interval,
-        "resolved": interval is not None and interval["high"] - interval["low"] <= band,
+        "resolved": reading in ("narrow", "outside"),
+        "interval_reading": reading,  # narrow, outside (the band), noise_limited, or None (too few pairs)
         "by_order": dict(sorted(by_order.items())),
         "order_balanced_ratio": balanced,
         "met": target_met(ratio["median"], TARGET),

@@ -72,7 +72,9 @@ def markdown(doc: dict) -> str:
             orders = ", ".join(f"{k} {v['median']:.3f} (n={v['n']})" for k, v in j["by_order"].items())
             if j.get("order_balanced_ratio") is not None:
                 orders += f", balanced {j['order_balanced_ratio']:.3f}"
-            if not j.get("resolved"):
+            if j.get("interval_reading") == "outside":
+                ci_text += " (wholly outside the target band: a real difference)"
+            elif not j.get("resolved"):
                 ci_text += " (wider than the target band: noise-limited)"
             extra.append(
                 f"- I/O record, {state}: ratio with/without {r['median']:.3f} "

@@ -25,7 +25,7 @@ import signal
 import sys
 from pathlib import Path
 
-from disklab import __version__, store
+from disklab import __version__, ship, store
 from disklab.runner import HostOutcome, ansible_path
 from disklab_host import registry
 from disklab_host.common.lock import LockHeld, RunLock
@@ -120,6 +120,7 @@ def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, lim
 
     incoming = store.incoming_dir(reports, run_id)
     incoming.mkdir(parents=True)
+    ship.build(incoming / ship.ARTIFACT_NAME)  # here, not in a playbook task: a module run less per run
     extravars.update(
         {
             "disklab_run_id": run_id,
@@ -214,6 +215,7 @@ def cmd_playbook_begin(args) -> int:
             run_id = args.run_id or store.new_run_id(reports)
             incoming = store.incoming_dir(reports, run_id)
             incoming.mkdir(parents=True, exist_ok=bool(args.run_id))
+            ship.build(incoming / ship.ARTIFACT_NAME)  # so the playbook's pack task is skipped
     except LockHeld as exc:
         raise UsageError(f"refused: {exc}") from None
     print(json.dumps({"run_id": run_id, "incoming_dir": str(incoming), "reports": str(reports)}))
