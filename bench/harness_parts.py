@@ -206,28 +206,38 @@ def fleet_scaling(repeats: int, state_root: Path, timeout_s: float = 900) -> dic
     finally:
         shutil.rmtree(reports, ignore_errors=True)
         problems = fleet.down()
+    per_host = {
+        f"audit_{FLEET_HOSTS}_hosts": [c / FLEET_HOSTS for c in cpu["audit_16_hosts"]],
+        "audit_1_host": [c / 1 for c in cpu["audit_1_host"]],
+    }
+    # Judged on the controller's CPU per host (the issue's target); the wall times are kept beside it and
+    # not judged: the hosts are network namespaces of this machine, so their own work shares its cores.
     part = judged_part(
         title="fleet scaling",
-        quantity=f"wall time of disklab audit, {FLEET_HOSTS} hosts vs 1 host",
+        quantity=f"controller CPU s per host of disklab audit, {FLEET_HOSTS} hosts vs 1 host",
         unit="s",
-        sides=samples,
-        target={"op": "<=", "value": 1.5},
-        notes=["hosts are network namespaces of this machine: they share its CPUs, disk and page cache"],
+        sides=per_host,
+        target={"op": "<=", "value": CPU_PER_HOST_TARGET},
+        notes=[
+            "controller CPU: user+sys of disklab audit and the processes it waited for (ansible-playbook, "
+            "its forks, the ssh clients); the hosts' own work runs under their sshd and is not in it",
+            "hosts are network namespaces of this machine: they share its CPUs, disk and page cache, so the "
+            "wall times (kept in 'wall', not judged) grow with the host count on 2 cores",
+        ],
     )
     part["warmup_audit_16_hosts_s"] = warmup_s
     part["controller_cpu"] = {k: summary(v, "s") for k, v in cpu.items()}
-    per_host = {
-        "audit_1_host": [c / 1 for c in cpu["audit_1_host"]],
-        f"audit_{FLEET_HOSTS}_hosts": [c / FLEET_HOSTS for c in cpu["audit_16_hosts"]],
+    part["wall"] = {
+        **{k: summary(v, "s") for k, v in samples.items()},
+        "ratio_16_to_1": summary(
+            [a / b for a, b in zip(samples["audit_16_hosts"], samples["audit_1_host"], strict=True)]
+        ),
     }
-    ratio = summary(
-        [a / b for a, b in zip(per_host[f"audit_{FLEET_HOSTS}_hosts"], per_host["audit_1_host"], strict=True)]
-    )
     part["controller_cpu_per_host"] = {
         **{k: summary(v, "s") for k, v in per_host.items()},
-        "ratio_16_to_1": ratio,
-        "target": {"op": "<=", "value": CPU_PER_HOST_TARGET},
-        "met": ratio["median"] <= CPU_PER_HOST_TARGET,
+        "ratio_16_to_1": part["ratio"],
+        "target": part["target"],
+        "met": part["met"],
     }
     part["machine_cpus"] = os.cpu_count()
     part["fleet_down_problems"] = problems

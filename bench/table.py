@@ -99,13 +99,13 @@ def markdown(doc: dict) -> str:
             f"Ansible between tasks {b['between_tasks_s']:.1f} s; largest tasks: {top}"
         )
     fl = doc["parts"].get("fleet_scaling", {})
-    if fl.get("status") == "ok" and "controller_cpu_per_host" in fl:
-        c = fl["controller_cpu_per_host"]
-        one, many = c["audit_1_host"], next(v for k, v in c.items() if k.endswith("_hosts"))
+    if fl.get("status") == "ok" and "wall" in fl:
+        w = fl["wall"]
+        many = next(k for k in w if k.endswith("_hosts"))
         extra.append(
-            f"- controller CPU per host: 1 host {one['median_s']:.2f} s, 16 hosts {many['median_s']:.2f} s, "
-            f"ratio {c['ratio_16_to_1']['median']:.2f} (target ≤ {c['target']['value']}, "
-            f"{'met' if c['met'] else 'MISSED'})"
+            f"- fleet wall time (not judged; the hosts share this machine's cores): 1 host "
+            f"{w['audit_1_host']['median_s']:.2f} s, {many.split('_')[1]} hosts {w[many]['median_s']:.2f} s, "
+            f"ratio {w['ratio_16_to_1']['median']:.2f}"
         )
     return "\n".join(lines + ([""] + extra if extra else []))
 
