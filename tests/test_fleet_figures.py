@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import FLEET_TABLES
 from disklab import cli, compare, export, figures, fleet, report, schemas, stored
 from disklab_host.steps import ceiling
 from test_load_section import make_section
@@ -270,14 +271,7 @@ def test_a_two_host_fleet_renders_the_side_by_side_tables(tmp_path, lab_doc):
     index = (reports / "index.md").read_text()
     assert "[fleet.md](fleet.md)" in index
     page = (reports / "fleet.md").read_text()
-    for title in (
-        "Durable sync p50",
-        "Cold load at all_touched",
-        "Warm load at all_touched",
-        "Cold ceiling",
-        "Peak RSS at all_touched",
-        "Power-cut verdicts",
-    ):
+    for title in FLEET_TABLES:
         assert f"## {title}" in page
     lines = page.splitlines()
     assert lines.count("| figure | dgx1 | spark |") == 7  # the runs table and six questions
