@@ -22,7 +22,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from disklab import figures, plotting, units
-from disklab.fsio import save_figure
 
 FLEET_PAGE = "fleet.md"
 TEMPLATE = "fleet.md.j2"
@@ -308,7 +307,7 @@ def _pyplot():
     return plt
 
 
-def _plot_load(path: Path, cols: list, keys: list) -> None:
+def _plot_load(cols: list, keys: list):
     """Load at all_touched, cold and warm side by side: one row per cell, one point per host (log s)."""
     plt = _pyplot()
     legend = len(cols) <= 10
@@ -331,10 +330,10 @@ def _plot_load(path: Path, cols: list, keys: list) -> None:
     axes[0].invert_yaxis()
     if legend:
         axes[1].legend(loc="best", fontsize="small")
-    save_figure(fig, path)
+    return fig
 
 
-def _plot_sync(path: Path, syncs: list) -> None:
+def _plot_sync(syncs: list):
     """Durable sync p50 per host (log µs); past MAX_BARS hosts, sorted points without names."""
     plt = _pyplot()
     named = len(syncs) <= MAX_BARS
@@ -349,7 +348,7 @@ def _plot_sync(path: Path, syncs: list) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("4 KiB write + durable sync, p50 (µs, log scale)")
     ax.grid(axis="x", alpha=0.3)
-    save_figure(fig, path)
+    return fig
 
 
 def plots(reports: Path, index_rows: list[dict]) -> dict[str, str | None]:
@@ -372,15 +371,12 @@ def plots(reports: Path, index_rows: list[dict]) -> dict[str, str | None]:
         ),
     ]
     out: dict[str, str | None] = {"load_cold": None, "sync": None}
-    for table, name, data, draw, args in (
-        ("load_cold", LOAD_PLOT, load_data, _plot_load, (cols, keys)),
-        ("sync", SYNC_PLOT, syncs, _plot_sync, (syncs,)),
+    for table, name, data, draw in (
+        ("load_cold", LOAD_PLOT, load_data, lambda: _plot_load(cols, keys)),
+        ("sync", SYNC_PLOT, syncs, lambda: _plot_sync(syncs)),
     ):
         if not (keys if table == "load_cold" else syncs):
             continue
-        path = reports / PLOT_DIR / name
-        if not plotting.is_current(path, data, __file__):
-            draw(path, *args)
-            plotting.remember(path, data, __file__)
+        plotting.draw_once(reports / PLOT_DIR / name, data, draw, __file__, write=plotting.save_tight)
         out[table] = f"{PLOT_DIR}/{name}"
     return out
