@@ -69,6 +69,12 @@ def lab_duration_s(results_path: Path) -> float:
     return (end - start).total_seconds()
 
 
+def step_walls_s(results_path: Path) -> dict[str, float]:
+    """Each step's own wall time (step_wall_s) in one results file, in s: where a slower lab is slower."""
+    doc = json.loads(Path(results_path).read_text())
+    return {name: sec["step_wall_s"] for name, sec in doc["experiments"].items() if "step_wall_s" in sec}
+
+
 def _newest_run_dir(lab_root: Path) -> Path:
     runs = sorted((lab_root / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
     return runs[-1]
@@ -106,12 +112,14 @@ def harness_overhead(lab_root: Path, repeats: int, steps: list[str] | None, time
         samples: dict[str, list[float]] = {"disklab_run": [], "lab_py_direct": []}
         cpu: dict[str, list[float]] = {k: [] for k in samples}
         inside_s = []  # per disklab run: how long its lab.py ran, from the results it wrote
+        steps_s: dict[str, list[dict]] = {k: [] for k in samples}  # per run: each step's wall time
         breakdowns = []  # per disklab run: seconds per task, from its kept artifacts (bench/task_times.py)
         for i, order in enumerate(pair_orders(repeats, ("disklab_run", "lab_py_direct"))):
             for name in order:
                 if name == "disklab_run":
                     samples[name].append(_timed(run_cmd, timeout_s, cpu[name], cwd=REPO))
                     inside_s.append(lab_duration_s(_newest_run_dir(lab_root) / "results.json"))
+                    steps_s[name].append(step_walls_s(_newest_run_dir(lab_root) / "results.json"))
                     kept = max((reports / ".artifacts").iterdir(), key=lambda d: d.stat().st_mtime)
                     breakdowns.append(task_times.breakdown(kept, "site"))
                     continue
@@ -124,6 +132,7 @@ def harness_overhead(lab_root: Path, repeats: int, steps: list[str] | None, time
                     "--out", str(direct_out / f"{i}.json"),
                 ]  # fmt: skip
                 samples[name].append(_timed(direct, timeout_s, cpu[name], cwd=lab_root))
+                steps_s[name].append(step_walls_s(direct_out / f"{i}.json"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     part = judged_part(
@@ -150,6 +159,14 @@ def harness_overhead(lab_root: Path, repeats: int, steps: list[str] | None, time
                                    "met": fixed <= FIXED_COST_TARGET_S}  # fmt: skip
     part["met"] = part["met"] and fixed <= FIXED_COST_TARGET_S
     part["task_breakdown"] = median_breakdown(breakdowns)
+    part["step_wall_s"] = {  # the lab's own steps on each side: a lab slower inside disklab run shows here
+        step: {
+            side: summary([run[step] for run in runs if step in run], "s")["median_s"]
+            for side, runs in steps_s.items()
+        }
+        for step in cfg["steps"]
+        if all(any(step in run for run in runs) for runs in steps_s.values())
+    }
     part["steps"] = cfg["steps"]
     return part
 

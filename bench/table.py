@@ -66,20 +66,20 @@ def markdown(doc: dict) -> str:
     if io.get("status") == "ok" and "record_cost" in io:
         for state in ("warm", "cold"):
             j, r = io[state], io[state]["ratio"]
-            ci = j["median_interval_95"]
-            ci_text = f"95 % interval of the median {ci['low']:.3f} to {ci['high']:.3f}" if ci else ""
-            ci_text = ci_text or "too few pairs for a 95 % interval"
+            ci = j["interval"]
+            ci_text = f"interval (≥ 95 %) {ci['low']:.3f} to {ci['high']:.3f}" if ci else ""
+            ci_text = ci_text or "too few pairs of each order for an interval"
             orders = ", ".join(f"{k} {v['median']:.3f} (n={v['n']})" for k, v in j["by_order"].items())
-            if j.get("order_balanced_ratio") is not None:
-                orders += f", balanced {j['order_balanced_ratio']:.3f}"
+            balanced = j["order_balanced_ratio"]
+            judged = f"{balanced:.3f}" if balanced is not None else "none (one order only)"
             if j.get("interval_reading") == "outside":
                 ci_text += " (wholly outside the target band: a real difference)"
             elif not j.get("resolved"):
                 ci_text += " (wider than the target band: noise-limited)"
             extra.append(
-                f"- I/O record, {state}: ratio with/without {r['median']:.3f} "
-                f"({r['min']:.3f} to {r['max']:.3f}, n={r['n']}), {ci_text}, "
-                f"{'met' if j['met'] else 'MISSED'}; by order: {orders}"
+                f"- I/O record, {state}: order-balanced ratio with/without {judged}, {ci_text}, "
+                f"{'met' if j['met'] else 'MISSED'}; by order: {orders}; pooled median {r['median']:.3f} "
+                f"({r['min']:.3f} to {r['max']:.3f}, n={r['n']})"
             )
         c = io["record_cost"]
         extra.append(
@@ -98,6 +98,11 @@ def markdown(doc: dict) -> str:
             f"lab {b['lab_s']:.1f} s, "
             f"Ansible between tasks {b['between_tasks_s']:.1f} s; largest tasks: {top}"
         )
+        if ho.get("step_wall_s"):
+            steps = ", ".join(
+                f"{s} {v['disklab_run']:.1f}/{v['lab_py_direct']:.1f}" for s, v in ho["step_wall_s"].items()
+            )
+            extra.append(f"- lab steps inside disklab run / started directly (median s): {steps}")
     fl = doc["parts"].get("fleet_scaling", {})
     if fl.get("status") == "ok" and "wall" in fl:
         w = fl["wall"]

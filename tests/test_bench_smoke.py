@@ -132,14 +132,14 @@ def test_tiny_io_record_part_checks_each_samples_cache_proof_and_times_the_recor
         assert pair["with_record"]["cache_state"] == pair["without_record"]["cache_state"] == state
         assert pair["ratio"] == pair["with_record"]["time_s"] / pair["without_record"]["time_s"]
         assert pair["without_record"]["device_read_bytes"] is None  # the record was off
-        assert part[state]["ratio"]["n"] == 1 and part[state]["median_interval_95"] is None
+        assert part[state]["ratio"]["n"] == 1 and part[state]["interval"] is None
         assert "too few pairs" in part[state]["resolution"] and part[state]["resolved"] is False
-        assert part[state]["order_balanced_ratio"] is None  # one order only
+        assert part[state]["order_balanced_ratio"] is None and part[state]["met"] is False  # one order only
     assert part["met"] == (part["warm"]["met"] and part["cold"]["met"])
     cost = part["record_cost"]
     assert cost["reads_the_file"] is False  # its residency is the same after 200 begin/end pairs
     assert cost["begin_plus_end_us"]["median_us"] > 0
-    assert "- I/O record, cold: ratio with/without" in stdout
+    assert "- I/O record, cold: order-balanced ratio with/without none (one order only)" in stdout
 
 
 def test_tiny_run_prints_the_table_and_ends_with_a_summary(tiny_run):

@@ -98,3 +98,45 @@ def test_a_step_whose_setting_is_off_needs_no_disk(workbench):
     on = preflight.preflight(_cfg(workbench, steps=steps, settings={"realfs": True}))
     assert on["per_step_bytes"]["realfs"] >= 320 * 2**20
     assert on["needed_bytes"] > off["needed_bytes"]
+
+
+def _run_zipapp(pyz, *args):
+    """The host package as Ansible's script module runs it: the shipped zipapp, the host's Python."""
+    return subprocess.run([sys.executable, str(pyz), "preflight", *args], capture_output=True, text=True)
+
+
+def test_stage_to_copies_the_running_zipapp_only_after_the_checks_pass(tmp_path, workbench):
+    """The lab_run role's one preflight run: check, then stage itself as LAB_ROOT/disklab_host.pyz."""
+    from disklab import ship
+
+    sent = tmp_path / "sent" / "whatever-name.pyz"  # the script module's temporary copy, any name
+    ship.build(sent)
+    root = tmp_path / "fresh" / "lab"  # nothing made in advance: neither the root nor its parent
+    missing = json.dumps(_cfg(tmp_path / "missing"))
+    refused = _run_zipapp(sent, "--config-json", missing, "--stage-to", str(root))
+    assert refused.returncode == 2 and "lab_run_workbench" in json.loads(refused.stdout)["error"]
+    assert not (tmp_path / "fresh").exists()  # a refused host gets nothing
+
+    ok = _run_zipapp(sent, "--config-json", json.dumps(_cfg(workbench)), "--apply", "--stage-to", str(root))
+    assert ok.returncode == 0, ok.stderr
+    staged = root / "disklab_host.pyz"
+    assert json.loads(ok.stdout)["stage"] == {"path": str(staged), "staged": True}
+    assert staged.read_bytes() == sent.read_bytes()
+    assert oct(root.stat().st_mode & 0o777) == "0o755" and oct(staged.stat().st_mode & 0o777) == "0o644"
+
+    again = _run_zipapp(sent, "--config-json", json.dumps(_cfg(workbench)), "--stage-to", str(root))
+    assert json.loads(again.stdout)["stage"]["staged"] is False  # the same bytes: left as they are
+
+    dry = _run_zipapp(sent, "--config-json", json.dumps(_cfg(workbench)), "--check-mode", "--stage-to", "x")
+    assert dry.returncode == 2 and "--check-mode creates nothing" in dry.stderr
+
+
+def test_stage_to_from_a_source_tree_is_refused_naming_the_setting(tmp_path, workbench):
+    proc = subprocess.run(
+        [sys.executable, "-m", "disklab_host", "preflight", "--config-json", json.dumps(_cfg(workbench)),
+         "--stage-to", str(tmp_path / "lab")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "lab_run_root" in json.loads(proc.stdout)["error"] and "not from a zipapp" in proc.stderr
+    assert not (tmp_path / "lab").exists()

@@ -187,48 +187,78 @@ def test_write_status_records_the_running_step_atomically(tmp_path):
     assert (host_now, polled["step"]) == (130.0, "crash")
 
 
-def test_the_poll_reads_the_status_file_and_the_async_job_with_plain_sh(tmp_path):
-    """The lab_run role's poll command, run by sh as Ansible's raw module runs it, against real files."""
+def _role_sh(tmp_path, **ctx):
+    """The lab_run role's poll command and its paths, rendered as Ansible renders them (quote, match)."""
+    import re
+
+    import jinja2
     import yaml
 
-    tasks = yaml.safe_load((Path(__file__).resolve().parents[1] / "roles/lab_run/tasks/main.yml").read_text())
+    role = Path(__file__).resolve().parents[1] / "roles/lab_run"
+    tasks = yaml.safe_load((role / "tasks/main.yml").read_text())
+    role_vars = yaml.safe_load((role / "vars/main.yml").read_text())
     poll = next(t for t in tasks if t["name"] == LAB_TASK)
-    import jinja2
-
     env = jinja2.Environment()
     env.filters["quote"] = lambda s: "'" + str(s).replace("'", "'\"'\"'") + "'"
-    run_dir = tmp_path / "run dir"
-    run_dir.mkdir()
-    job = tmp_path / "job"
-    ctx = {
-        "__lab_run_dir": str(run_dir),
-        "__lab_run_job": {"results_file": str(job)},
-        "__lab_run_poll_wait_s": 1,
-    }
-    for name in ("__status", "__seen", "__job"):
+    env.tests["match"] = lambda s, pattern: re.match(pattern, s) is not None
+    env.filters["from_json"] = json.loads
+    ctx = {"__lab_run_poll_wait_s": 1, "disklab_run_id": "run 1", **ctx}
+    for name in ("__lab_run_poll_ticks_per_s", "__lab_run_sh_root", "__lab_run_sh_dir",
+                 "__lab_run_sh_python"):  # fmt: skip
+        value = role_vars[name]
+        ctx[name] = env.from_string(value).render(**ctx) if isinstance(value, str) else value
+    for name in ("__status", "__seen", "__exit", "__pid", "__running"):
         ctx[name] = env.from_string(poll["vars"][name]).render(**ctx)
-    ctx["__running"] = env.from_string(poll["vars"]["__running"]).render(**ctx)
-    command = env.from_string(poll["ansible.builtin.raw"]).render(**ctx)
+    return env.from_string(poll["ansible.builtin.raw"]).render(**ctx), ctx
 
-    def sh() -> str:
-        return subprocess.run(
-            ["sh", "-c", command], capture_output=True, text=True, timeout=30, check=True
-        ).stdout
 
-    job.write_text(json.dumps({"started": True, "finished": False, "ansible_job_id": "j1"}))
-    lab.write_status(
-        run_dir / lab.STATUS_NAME,
-        state="running",
-        step="crash",
-        step_index=1,
-        steps=2,
-        step_started_unix=1.0,
-        done=[],
-    )
-    first = sh()  # the first attempt prints the status at once
-    assert parse_status(first)[1]["step"] == "crash" and "disklab-job running" in first
-    again = sh()  # nothing changed: it waits out its (1 s) wait, and prints the same status
-    assert parse_status(again)[1]["step"] == "crash" and "disklab-job running" in again
-    job.write_text(json.dumps({"rc": 0, "stdout": "{}", "ansible_job_id": "j1"}))
-    last = sh()
-    assert "disklab-job ended" in last and '"rc": 0' in last and not job.exists()  # the job file is removed
+def test_a_lab_root_under_home_is_left_to_the_hosts_shell_to_expand(tmp_path):
+    """lab_run_root's default is ~/.disklab: a quoted ~ is not expanded, so the raw tasks give it to $HOME."""
+    home = tmp_path / "a home"
+    _, ctx = _role_sh(tmp_path, lab_run_root="~/lab root", lab_run_python="~/lab root/venv/bin/python",
+                      __lab_run_start={"stdout": "{}"})  # fmt: skip
+    words = subprocess.run(
+        ["sh", "-c", f"printf '%s\\n' {ctx['__lab_run_sh_dir']} {ctx['__lab_run_sh_python']}"],
+        capture_output=True, text=True, check=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+    ).stdout.splitlines()  # fmt: skip
+    assert words == [f"{home}/lab root/runs/run 1", f"{home}/lab root/venv/bin/python"]
+    _, plain = _role_sh(tmp_path, lab_run_root="/srv/it's", lab_run_python="/usr/bin/python3",
+                        __lab_run_start={"stdout": "{}"})  # fmt: skip
+    assert subprocess.run(["sh", "-c", f"printf '%s' {plain['__lab_run_sh_dir']}"], capture_output=True,
+                          text=True, check=True).stdout == "/srv/it's/runs/run 1"  # fmt: skip
+
+
+def test_the_poll_reads_the_status_file_and_the_runners_exit_record_with_plain_sh(tmp_path):
+    """The lab_run role's poll command, run by sh as Ansible's raw module runs it, against real files."""
+    runner = subprocess.Popen(["sleep", "60"])  # stands in for the detached runner: alive, then gone
+    try:
+        started = {"stdout": json.dumps({"pid": runner.pid}) + "\r\n"}  # as SSH's tty gives it
+        command, ctx = _role_sh(
+            tmp_path, lab_run_root=str(tmp_path / "lab root"), lab_run_python=sys.executable,
+            __lab_run_start=started,
+        )  # fmt: skip
+        assert f"sleep {1 / ctx['__lab_run_poll_ticks_per_s']} " in command  # looks more than once a second
+        run_dir = tmp_path / "lab root" / "runs" / "run 1"
+        run_dir.mkdir(parents=True)
+
+        def sh() -> str:
+            cmd = ["sh", "-c", command]
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True).stdout
+
+        lab.write_status(run_dir / lab.STATUS_NAME, state="running", step="crash", step_index=1, steps=2,
+                         step_started_unix=1.0, done=[])  # fmt: skip
+        first = sh()  # the first attempt prints the status at once
+        assert parse_status(first)[1]["step"] == "crash" and "disklab-job running" in first
+        again = sh()  # nothing changed: it waits out its (1 s) wait, and prints the same status
+        assert parse_status(again)[1]["step"] == "crash" and "disklab-job running" in again
+        (run_dir / "exit.json").write_text(json.dumps({"rc": 0, "stdout": "{}", "stderr": ""}))
+        last = sh()
+        assert "disklab-job ended" in last and '"rc": 0' in last
+        (run_dir / "exit.json").unlink()
+        runner.kill()
+        runner.wait()
+        killed = sh()  # gone without an exit record (SIGKILL, an OOM kill): said, not waited on for a week
+        assert "disklab-job ended" in killed
+        assert f"pid {runner.pid}) ended without writing exit.json" in killed
+    finally:
+        runner.kill()

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import disklab_host
 from disklab_host.common.fsio import atomic_write_bytes
+from disklab_host.stage import ARTIFACT_NAME  # noqa: F401 (the one place of the name; cli.py reaches it here)
 
 HOST_PACKAGE = Path(disklab_host.__file__).resolve().parent
-ARTIFACT_NAME = "disklab_host.pyz"  # its name in a run's staging directory and in the lab root on each host
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _MAIN = b"from disklab_host.__main__ import main\nraise SystemExit(main())\n"
 

@@ -19,8 +19,10 @@ starts, so the role needs no remote task of its own for either.
 While it runs, the runner keeps ``status.json`` beside the results file (one
 line of JSON, replaced atomically at each step): the step running, its place in
 the list, when it started (host clock, Unix seconds) and the steps done so far.
-The lab_run role reads it while the lab runs (an async task), so the
-controller shows each host's step live; see :func:`write_status`.
+The lab_run role starts the runner with ``--detach`` (:mod:`detach`: it returns
+at once and the runner goes on in its own session) and reads the status file
+while the lab runs, so the controller shows each host's step live; see
+:func:`write_status`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import codeinfo, registry
+from . import codeinfo, detach, registry
 from .common.formats import stamp
 from .common.fsio import atomic_write_json, atomic_write_text
 from .common.lock import LockHeld, RunLock
@@ -126,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--facts", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--only", nargs="*", help="run only these steps (for development)")
+    ap.add_argument(
+        "--detach", action="store_true", help="return at once; run in the background, recording exit.json"
+    )
     args = ap.parse_args(argv)
 
     if args.config_json is not None:
@@ -136,6 +141,14 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.config = args.out.parent / CONFIG_NAME
         atomic_write_text(args.config, args.config_json.rstrip("\n") + "\n")
+    if args.detach:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        return detach.start(args.out.parent, lambda: _attached(args), args.out)
+    return _attached(args)
+
+
+def _attached(args: argparse.Namespace) -> int:
+    """The run itself, in this process: status, config, signals, the lab root's lock, the steps."""
     status = args.out.parent / STATUS_NAME
     write_status(status, state="starting")
     cfg = load_config(args.config)

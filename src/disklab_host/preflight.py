@@ -1,12 +1,17 @@
 """Preflight: refuse bad settings before any work starts on a host.
 
-Usage: python disklab_host.pyz preflight (--config CONFIG.json | --config-json JSON) [--check-mode]
+Usage: python disklab_host.pyz preflight (--config CONFIG.json | --config-json JSON)
+       [--check-mode | --apply [--stage-to LAB_ROOT]]
 
 Checks, in order, each refusal naming the setting:
 - the profile and every size override, with each size's rules (registry.resolve);
 - the steps (registry.check_steps);
 - the workbench exists (or lab_run_workbench_create allows creating it) and is writable;
 - the free space on the workbench's filesystem covers the profile's peak need.
+
+With ``--stage-to``, once every check has passed, the zipapp this runs from is
+copied to LAB_ROOT/disklab_host.pyz (:mod:`stage`): the lab_run role sends the
+package with this one run, and nothing is staged on a refused host.
 
 Prints one JSON object. Exit status 0 when the host may run, 2 when refused
 (the message is in ``error``). Standard library only: it runs before the
@@ -23,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import registry
+from . import registry, stage
 from .common.units import MIB
 
 
@@ -142,10 +147,19 @@ def main(argv: list[str] | None = None) -> int:
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--check-mode", action="store_true", help="Ansible --check: create nothing")
     mode.add_argument("--apply", action="store_true", help="the default: create the workbench if allowed")
+    ap.add_argument("--stage-to", metavar="LAB_ROOT", help="then copy this zipapp into LAB_ROOT")
     args = ap.parse_args(argv)
+    if args.stage_to and args.check_mode:
+        ap.error("--stage-to changes the host; --check-mode creates nothing")
     try:
         cfg = json.loads(args.config.read_text() if args.config else args.config_json)
         verdict = preflight(cfg, dry_run=args.check_mode)
+        if args.stage_to:
+            try:
+                verdict["stage"] = stage.stage_to(args.stage_to)
+            except (OSError, stage.NotAnArchive) as exc:
+                why = f"cannot stage the host package in lab_run_root {args.stage_to!r}: {exc}"
+                raise Refused(why) from None
     except (Refused, ValueError) as exc:
         print(json.dumps({"ok": False, "error": str(exc)}))
         print(f"disklab preflight refused: {exc}", file=sys.stderr)

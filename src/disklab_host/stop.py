@@ -3,7 +3,8 @@
 The controller runs this on every host after Ctrl-C (or SIGTERM). It reads the
 holder of ``<lab root>/lab.lock`` (disklab_host.lab), sends SIGTERM to its
 process group (the lab runner leads its own group, so its savers and loaders
-stop with it), waits for the lock to be released, and falls back to SIGKILL.
+stop with it), waits for the lock to be released and the runner to be gone, and
+falls back to SIGKILL.
 The runner cleans the files of the step it was in and writes no results.
 Prints one JSON object: {"stopped": bool, "run_id", "step", "forced", "reason"}.
 """
@@ -33,6 +34,17 @@ def _wait_free(path: Path, timeout_s: float) -> bool:
     return holder_of(path) is None
 
 
+def _wait_gone(pid: int, timeout_s: float) -> None:
+    """Wait until process ``pid`` no longer exists: the lock is released a moment before it exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+
+
 def stop(lab_root: Path, grace_s: float = GRACE_S) -> dict:
     """Stop the run holding ``lab_root``; see the module docstring for the record returned."""
     path = lab_root / LOCK_NAME
@@ -51,6 +63,7 @@ def stop(lab_root: Path, grace_s: float = GRACE_S) -> dict:
         except ProcessLookupError:
             break
         if _wait_free(path, wait_s):
+            _wait_gone(pid, 5.0)
             break
         forced = True
     return {"stopped": True, "run_id": holder.get("run_id"), "step": holder.get("step"), "forced": forced,
