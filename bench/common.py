@@ -171,3 +171,30 @@ def fio_p50_ns(lat: dict) -> float:
     when the block has no percentiles (fio ran with them switched off).
     """
     return float(lat["percentile"]["50.000000"])
+
+
+def cpu_times() -> list[int] | None:
+    """The machine's CPU time counters (the ``cpu`` line of /proc/stat, in clock ticks), or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def machine_share(before: list[int] | None, after: list[int] | None) -> dict | None:
+    """How the machine's CPU time went between two :func:`cpu_times`: busy, idle and steal fractions.
+
+    steal (field 8 of proc(5)'s cpu line) is time a virtual machine's CPUs were
+    ready but the hypervisor ran something else: a part measured with much of
+    it ran on a contended host, and its absolute seconds are slower for it.
+    """
+    if before is None or after is None:
+        return None
+    d = [a - b for a, b in zip(after, before, strict=False)]
+    total = sum(d[:8]) or 1  # user nice system idle iowait irq softirq steal (guest is inside user)
+    return {
+        "steal": round(d[7] / total, 4),
+        "idle": round((d[3] + d[4]) / total, 4),
+        "busy": round(sum(d[i] for i in (0, 1, 2, 5, 6)) / total, 4),
+    }

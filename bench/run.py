@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name in args.parts:
         print(f"bench: {name} ...", flush=True)
-        t0 = time.perf_counter()
+        t0, ticks = time.perf_counter(), common.cpu_times()
         try:
             part = _part(name, args, s, fio)
         except Exception as exc:  # recorded; the other parts still run
@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             part = {"status": "failed", "title": name.replace("_", " "), "error": error}
             part["traceback"] = traceback.format_exc(limit=6)
         part["part_wall_s"] = time.perf_counter() - t0
+        part["machine_cpu"] = common.machine_share(ticks, common.cpu_times())  # steal: a contended host
         doc["parts"][name] = part
     doc["finished_utc"] = dt.datetime.now(dt.timezone.utc).isoformat()
     out = args.out_dir / f"{host}-{run_id}.json"

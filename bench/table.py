@@ -112,6 +112,13 @@ def markdown(doc: dict) -> str:
             f"{w['audit_1_host']['median_s']:.2f} s, {many.split('_')[1]} hosts {w[many]['median_s']:.2f} s, "
             f"ratio {w['ratio_16_to_1']['median']:.2f}"
         )
+    shares = {n: p["machine_cpu"] for n, p in doc["parts"].items() if p.get("machine_cpu")}
+    if shares:
+        extra.append(
+            "- machine CPU while each part ran (steal: the hypervisor ran something else; much of it slows "
+            "every absolute figure): "
+            + ", ".join(f"{n} steal {m['steal']:.0%} busy {m['busy']:.0%}" for n, m in shares.items())
+        )
     return "\n".join(lines + ([""] + extra if extra else []))
 
 

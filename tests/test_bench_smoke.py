@@ -152,3 +152,8 @@ def test_tiny_run_prints_the_table_and_ends_with_a_summary(tiny_run):
     assert lines[-1] == table.summary_line(doc)
     judged = [p for p in doc["parts"].values() if p["status"] == "ok"]
     assert f"{sum(p['met'] for p in judged)}/{len(judged)} targets met" in lines[-1]
+    for part in doc["parts"].values():  # how contended the machine was while each part ran (/proc/stat)
+        share = part["machine_cpu"]
+        assert all(0 <= share[k] <= 1 for k in ("steal", "busy", "idle"))  # all 0 for a part under a tick
+        assert share["busy"] + share["idle"] + share["steal"] <= 1.0001
+    assert any(line.startswith("- machine CPU while each part ran") for line in lines)

@@ -352,3 +352,29 @@ def test_out_of_date_hosts_render_in_one_process_per_cpu_by_default(monkeypatch)
     assert report._render_workers(500) == 1
     monkeypatch.setenv("DISKLAB_RENDER_WORKERS", "3")
     assert report._render_workers(report.PARALLEL_MIN_HOSTS) == 3
+
+
+def test_compiled_templates_are_cached_and_a_cache_that_cannot_be_used_costs_only_time(tmp_path, monkeypatch):
+    """Jinja's bytecode cache: a second environment reads the compiled template; no usable cache: no cache."""
+    import jinja2
+
+    monkeypatch.setattr(jinja2.FileSystemBytecodeCache, "_get_default_cache_dir", lambda self: str(tmp_path))
+    first = report.environment()
+    first.get_template("host_report.md.j2")
+    assert list(tmp_path.glob("__jinja2_*.cache"))  # the compiled template, kept
+    loaded, load = [], jinja2.bccache.Bucket.load_bytecode
+
+    def counted(self, f):
+        load(self, f)
+        loaded.append(self.code is not None)
+
+    monkeypatch.setattr(jinja2.bccache.Bucket, "load_bytecode", counted)
+    report.environment().get_template("host_report.md.j2")
+    assert loaded == [True]  # read back from the cache, not compiled again
+
+    def refuse(self):
+        raise RuntimeError("The cache directory is not owned by the current user")
+
+    monkeypatch.setattr(jinja2.FileSystemBytecodeCache, "_get_default_cache_dir", refuse)
+    env = report.environment()
+    assert env.bytecode_cache is None and env.get_template("host_report.md.j2")

@@ -298,20 +298,27 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
     return hosts, out
 
 
-def _pyplot():
-    import matplotlib
+def _log_x(ax) -> None:
+    """A log x axis labelled in plain numbers at 1, 2 and 5 of each decade (0.1, 0.2, 0.5, 1), not 10^n."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_locator(LogLocator(subs=(2, 5)))
+    ax.xaxis.set_major_formatter(FuncFormatter(plotting.plain_number))
+    ax.xaxis.set_minor_formatter(FuncFormatter(plotting.plain_number))
 
-    return plt
+
+def _left_margin_in(fig, labels: list[str]) -> float:
+    """The left margin that holds the widest y tick label, in inches (host names vary in length)."""
+    return plotting.text_width_in(fig, labels) + 0.25 if labels else 0.75
 
 
 def _plot_load(cols: list, keys: list):
     """Load at all_touched, cold and warm side by side: one row per cell, one point per host (log s)."""
-    plt = _pyplot()
     legend = len(cols) <= 10
-    fig, axes = plt.subplots(1, 2, figsize=(12, 0.4 * len(keys) + 1.8), sharey=True, sharex=True)
+    labels = [figures.cell_name(m, f, p) for f, m, p in keys]
+    fig = plotting.figure(12, 0.4 * len(keys) + 1.8)
+    axes = fig.subplots(1, 2, sharey=True, sharex=True)
     for ax, cache in zip(axes, figures.PROVEN, strict=True):
         for i, (host, c, _) in enumerate(cols):
             pts = [
@@ -322,32 +329,35 @@ def _plot_load(cols: list, keys: list):
             if pts:
                 xs, ys = zip(*pts, strict=True)
                 ax.plot(xs, ys, "o", color=f"C{i % 10}" if legend else "C0", alpha=0.7, label=host)
-        ax.set_xscale("log")
+        _log_x(ax)
         ax.set_xlabel("seconds from the load call (log scale)")
         ax.set_title(f"{cache}, {STAGE}: median per host")
         ax.grid(axis="x", alpha=0.3)
-    axes[0].set_yticks(range(len(keys)), [figures.cell_name(m, f, p) for f, m, p in keys])
+    axes[0].set_yticks(range(len(keys)), labels)
     axes[0].invert_yaxis()
     if legend:
         axes[1].legend(loc="best", fontsize="small")
+    plotting.margins(fig, left=_left_margin_in(fig, labels), right=0.2, bottom=0.6, top=0.4, wspace=0.05)
     return fig
 
 
 def _plot_sync(syncs: list):
     """Durable sync p50 per host (log µs); past MAX_BARS hosts, sorted points without names."""
-    plt = _pyplot()
     named = len(syncs) <= MAX_BARS
-    fig, ax = plt.subplots(figsize=(7, 0.35 * len(syncs) + 1.2 if named else 4))
+    labels = [f"{h} ({call})" for h, _, call in syncs] if named else []
+    fig = plotting.figure(7, 0.35 * len(syncs) + 1.2 if named else 4)
+    ax = fig.subplots()
     if named:
         ax.barh(range(len(syncs)), [s[1] for s in syncs], color="C0")
-        ax.set_yticks(range(len(syncs)), [f"{h} ({call})" for h, _, call in syncs])
+        ax.set_yticks(range(len(syncs)), labels)
         ax.invert_yaxis()
     else:
         ax.plot(sorted(s[1] for s in syncs), range(len(syncs)), ".", color="C0")
         ax.set_ylabel(f"hosts, fastest first ({len(syncs)})")
-    ax.set_xscale("log")
+    _log_x(ax)
     ax.set_xlabel("4 KiB write + durable sync, p50 (µs, log scale)")
     ax.grid(axis="x", alpha=0.3)
+    plotting.margins(fig, left=_left_margin_in(fig, labels), right=0.25, bottom=0.6, top=0.15)
     return fig
 
 
@@ -377,6 +387,6 @@ def plots(reports: Path, index_rows: list[dict]) -> dict[str, str | None]:
     ):
         if not (keys if table == "load_cold" else syncs):
             continue
-        plotting.draw_once(reports / PLOT_DIR / name, data, draw, __file__, write=plotting.save_tight)
+        plotting.draw_once(reports / PLOT_DIR / name, data, draw, __file__)
         out[table] = f"{PLOT_DIR}/{name}"
     return out

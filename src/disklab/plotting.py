@@ -66,17 +66,6 @@ def save(fig, path: str | Path) -> Path:
     return atomic_write_bytes(path, buf.getvalue())
 
 
-def save_tight(fig, path: str | Path) -> Path:
-    """Write a pyplot ``fig`` as PNG at :data:`DPI` with ``bbox_inches="tight"`` (the layout done twice:
-    the fleet plots, whose label widths vary with the host names), then close it."""
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
-
-
 def digest(data: object, *code: str | Path) -> str:
     """What a plot shows and the code drawing it (this module and ``code``): equal digests, same picture."""
     h = hashlib.sha256()
@@ -109,15 +98,13 @@ def draw_once(
     data: object,
     draw: Callable[[], object],
     *code: str | Path,
-    write: Callable[[object, Path], Path] = save,
 ) -> Path:
     """Save ``draw()``'s figure at ``path`` unless it is current for ``data`` and ``code``; returns ``path``.
 
-    ``data`` must hold everything the figure shows (JSON-able), ``code`` the files of the drawing code;
-    ``write`` saves the figure (:func:`save`, or :func:`save_tight` for a pyplot figure).
+    ``data`` must hold everything the figure shows (JSON-able), ``code`` the files of the drawing code.
     """
     path = Path(path)
     if not is_current(path, data, *code):
-        write(draw(), path)
+        save(draw(), path)
         remember(path, data, *code)
     return path
