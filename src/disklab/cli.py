@@ -29,6 +29,7 @@ from disklab import __version__, ship, store
 from disklab.runner import HostOutcome, ansible_path
 from disklab_host import registry
 from disklab_host.common.lock import LockHeld, RunLock
+from disklab_host.stage import ARTIFACT_NAME
 
 DEFAULT_INVENTORY = ansible_path("inventory", "local.yml")
 DEFAULT_REPORTS = Path("reports")  # under the current directory, never inside the installed package
@@ -120,7 +121,7 @@ def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, lim
 
     incoming = store.incoming_dir(reports, run_id)
     incoming.mkdir(parents=True)
-    ship.build(incoming / ship.ARTIFACT_NAME)  # here, not in a playbook task: a module run less per run
+    ship.build(incoming / ARTIFACT_NAME)  # here, not in a playbook task: a module run less per run
     extravars.update(
         {
             "disklab_run_id": run_id,
@@ -215,7 +216,7 @@ def cmd_playbook_begin(args) -> int:
             run_id = args.run_id or store.new_run_id(reports)
             incoming = store.incoming_dir(reports, run_id)
             incoming.mkdir(parents=True, exist_ok=bool(args.run_id))
-            ship.build(incoming / ship.ARTIFACT_NAME)  # so the playbook's pack task is skipped
+            ship.build(incoming / ARTIFACT_NAME)  # so the playbook's pack task is skipped
     except LockHeld as exc:
         raise UsageError(f"refused: {exc}") from None
     print(json.dumps({"run_id": run_id, "incoming_dir": str(incoming), "reports": str(reports)}))

@@ -93,12 +93,7 @@ def remember(path: str | Path, data: object, *code: str | Path) -> None:
     atomic_write_text(_mark(Path(path)), digest(data, *code) + "\n")
 
 
-def draw_once(
-    path: str | Path,
-    data: object,
-    draw: Callable[[], object],
-    *code: str | Path,
-) -> Path:
+def draw_once(path: str | Path, data: object, draw: Callable[[], object], *code: str | Path) -> Path:
     """Save ``draw()``'s figure at ``path`` unless it is current for ``data`` and ``code``; returns ``path``.
 
     ``data`` must hold everything the figure shows (JSON-able), ``code`` the files of the drawing code.

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import disklab_host
 from disklab_host.common.fsio import atomic_write_bytes
-from disklab_host.stage import ARTIFACT_NAME  # noqa: F401 (the one place of the name; cli.py reaches it here)
 
 HOST_PACKAGE = Path(disklab_host.__file__).resolve().parent
 _EPOCH = (1980, 1, 1, 0, 0, 0)
