@@ -37,6 +37,14 @@ def figure(width_in: float, height_in: float):
     return fig
 
 
+def warm_up() -> None:
+    """Import the Agg canvas and draw one small figure with text, so the font is loaded and the next
+    figure draws at once (:func:`disklab.report.warm_up`)."""
+    fig = figure(1, 1)
+    fig.subplots().set_title("0")
+    fig.canvas.draw()
+
+
 def margins(fig, *, left: float, right: float, bottom: float, top: float, wspace: float | None = None):
     """Place the axes with margins given in inches (the space tick labels, axis labels and titles take)."""
     w, h = fig.get_size_inches()
