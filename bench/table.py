@@ -94,7 +94,9 @@ def markdown(doc: dict) -> str:
         top = ", ".join(f"{t} {s:.1f} s" for t, s in b["tasks_median_s"][:6])
         extra.append(
             f"- harness fixed cost per host: {f['median_s']:.1f} s (target ≤ {f['target_s']:g} s, "
-            f"{'met' if f['met'] else 'MISSED'}); median per task over {b['runs']} runs: "
+            f"{'met' if f['met'] else 'MISSED'}; {f.get('gross_median_s', f['median_s']):.1f} s outside the "
+            f"lab less the runner's own start and exit, {f.get('runner_own_median_s', 0.0):.1f} s, which the "
+            f"direct side pays too); median per task over {b['runs']} runs: "
             f"lab {b['lab_s']:.1f} s, "
             f"Ansible between tasks {b['between_tasks_s']:.1f} s; largest tasks: {top}"
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -378,3 +379,33 @@ def test_compiled_templates_are_cached_and_a_cache_that_cannot_be_used_costs_onl
     monkeypatch.setattr(jinja2.FileSystemBytecodeCache, "_get_default_cache_dir", refuse)
     env = report.environment()
     assert env.bytecode_cache is None and env.get_template("host_report.md.j2")
+
+
+WARM_UP_PROBE = """
+import json, sys
+from disklab import report
+before = set(sys.modules)
+if sys.argv[1] == "broken":
+    sys.modules["matplotlib"] = None  # import matplotlib now raises ImportError
+report.warm_up()
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+@pytest.mark.parametrize("case", ["ok", "broken"])
+def test_the_render_warm_up_loads_matplotlib_sections_and_templates_and_never_raises(tmp_path, case):
+    """disklab run's warm-up thread: in a fresh process it loads what a render loads first; an error
+    (here matplotlib that cannot be imported) is left to the render itself, so the thread never fails."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # Jinja's bytecode cache goes under it
+    proc = subprocess.run([sys.executable, "-c", WARM_UP_PROBE, case], capture_output=True, text=True,
+                          env=env, check=False, timeout=120)  # fmt: skip
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    loaded = json.loads(proc.stdout)
+    assert "disklab.sections.fsync_bench" in loaded
+    cached = [p for d in tmp_path.glob("_jinja2-cache-*") for p in d.iterdir()]
+    if case == "ok":
+        assert "matplotlib.backends.backend_agg" in loaded and "matplotlib.font_manager" in loaded
+        assert len(cached) >= len(report.environment().list_templates(extensions=["j2"]))
+    else:
+        assert not any(m.startswith("matplotlib.") for m in loaded)
+        assert cached == []  # matplotlib failed first: the rest of the warm-up was skipped, quietly
