@@ -130,9 +130,11 @@ def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, lim
     from disklab.progress import Progress
     from disklab.runner import run_playbook
 
-    # While the hosts work, load what the render needs first (about a second of it, off the wall time).
+    # While the hosts work, load what the render needs first (about a second of it, off the wall time);
+    # --check renders nothing.
     warm = threading.Thread(target=_warm_up_render, name="disklab-render-warm-up", daemon=True)
-    warm.start()
+    if not args.check:
+        warm.start()
     incoming = store.incoming_dir(reports, run_id)
     incoming.mkdir(parents=True)
     ship.build(incoming / ARTIFACT_NAME)  # here, not in a playbook task: a module run less per run

@@ -76,11 +76,22 @@ def environment() -> jinja2.Environment:
 
 def build_section(name: str, section: dict, doc: dict, plot_dir: Path) -> dict:
     """Run ``disklab.sections.<name>.build``; a section without a module gets no extra context."""
+    module = _section_module(name)
+    return module.build(section, doc, plot_dir) if module else {}
+
+
+def _section_module(name: str):
+    """``disklab.sections.<name>``, or None for a step without one."""
     try:
-        module = importlib.import_module(f"disklab.sections.{name}")
+        return importlib.import_module(f"disklab.sections.{name}")
     except ModuleNotFoundError:
-        return {}
-    return module.build(section, doc, plot_dir)
+        return None
+
+
+def _compile_templates(env: jinja2.Environment) -> None:
+    """Compile every template into ``env`` (and Jinja's bytecode cache)."""
+    for name in env.list_templates(extensions=["j2"]):
+        env.get_template(name)
 
 
 def warm_up() -> None:
@@ -90,14 +101,11 @@ def warm_up() -> None:
     the render itself to report."""
     with contextlib.suppress(Exception):
         for name in SECTION_ORDER:
-            with contextlib.suppress(ModuleNotFoundError):
-                importlib.import_module(f"disklab.sections.{name}")
+            _section_module(name)
         from disklab import plotting
 
         plotting.warm_up()
-        env = environment()
-        for name in env.list_templates(extensions=["j2"]):
-            env.get_template(name)
+        _compile_templates(environment())
 
 
 def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | None:
@@ -422,8 +430,7 @@ def _preload(env: jinja2.Environment) -> None:
     so no forked worker compiles them again. matplotlib is not loaded here: a render whose plots are all
     current (``--force`` after a template change) never imports it."""
     global _WORKER_ENV
-    for name in env.list_templates(extensions=["j2"]):
-        env.get_template(name)
+    _compile_templates(env)
     _WORKER_ENV = env
 
 
