@@ -25,8 +25,8 @@ report: $(VENV)/.installed
 	$(VENV)/bin/disklab report
 
 lint: $(TEST_VENV)/.installed
-	$(TEST_VENV)/bin/ruff check src tests
-	$(TEST_VENV)/bin/ruff format --check src tests
+	$(TEST_VENV)/bin/ruff check src tests bench roles
+	$(TEST_VENV)/bin/ruff format --check src tests bench roles
 	cd $(CURDIR) && $(TEST_VENV)/bin/ansible-lint --profile production playbooks roles
 
 test: lint

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import jsonschema
@@ -189,6 +193,65 @@ def test_half_written_state_fails_like_a_real_sigkill(tmp_path):
     modelled = pc_check.load_verdict(tmp_path / "m" / "ckpt.pt", fmt="torch", old_state=old, new_state=new)
     really = pc_check.load_verdict(real_dir / "ckpt.pt", fmt="torch", old_state=old, new_state=new)
     assert modelled == really and modelled[0] == "corrupt"
+
+
+@pytest.mark.slow
+def test_the_recipes_are_recorded_side_by_side_and_kept_in_their_order(section):
+    assert [r["name"] for r in section["recipes"]] == [r.name for r in pc_recipes.RECIPES]
+    assert section["workers"] == powercut_step.workers() >= 1
+    assert section["strace_seccomp_bpf"] is pc_record.takes_seccomp_bpf(pc_record.find_strace())
+    assert [powercut_step.workers(c) for c in (1, 2, 3, 64)] == [1, 2, 3, powercut_step.MAX_WORKERS]
+
+
+def test_seccomp_bpf_leaves_the_trace_as_it_was(tmp_path):
+    """The same program traced with and without --seccomp-bpf: the same lines, addresses aside."""
+    strace = pc_record.find_strace()
+    if not pc_record.takes_seccomp_bpf(strace):
+        pytest.skip("this strace does not take --seccomp-bpf")
+    prog = (
+        "import os\nfd = os.open('f.tmp', os.O_WRONLY | os.O_CREAT, 0o644)\nos.write(fd, b'x' * 10000)\n"
+        "os.fsync(fd)\nos.close(fd)\nos.rename('f.tmp', 'f')\n"
+    )
+    traces = []
+    for seccomp in (True, False):
+        trace = tmp_path / f"trace-{seccomp}.txt"
+        argv = pc_record.strace_argv(strace, trace, 4096, [sys.executable, "-S", "-c", prog])
+        assert "--seccomp-bpf" in argv
+        if not seccomp:
+            argv.remove("--seccomp-bpf")
+        subprocess.run(argv, cwd=tmp_path, check=True)
+        lines = trace.read_text().splitlines()
+        traces.append([re.sub(r"0x[0-9a-f]{8,}", "ADDR", re.sub(r"^\d+\s+", "", ln)) for ln in lines])
+    assert traces[0] == traces[1]
+    assert any(ln.startswith("fsync(") for ln in traces[0]) and any("rename" in ln for ln in traces[0])
+
+
+def test_a_stop_from_another_thread_kills_the_traced_process(tmp_path):
+    """Limits.stop set while a traced process runs: KeyboardInterrupt within a second, the process gone."""
+    pidfile = tmp_path / "pid"
+    argv = ["/bin/sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"]
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        pc_record.run_traced(
+            argv, cwd=tmp_path, trace_file=tmp_path / "t.txt", string_limit_bytes=4096,
+            limits=pc_record.Limits(timeout_s=60, stop=stop),
+        )  # fmt: skip
+    assert time.monotonic() - start < 10
+    pid = int(pidfile.read_text())
+    # the sleep was killed with its group: gone, or a zombie its reaper has not collected yet
+    for _ in range(100):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        if state == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail(f"the traced process {pid} outlived the stop")
 
 
 def test_step_not_run_without_strace(monkeypatch, workbench):

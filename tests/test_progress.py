@@ -262,3 +262,21 @@ def test_the_poll_reads_the_status_file_and_the_runners_exit_record_with_plain_s
         assert f"pid {runner.pid}) ended without writing exit.json" in killed
     finally:
         runner.kill()
+
+
+def test_a_refusal_over_ssh_is_named_by_the_refusal_not_by_sshs_closing_line(monkeypatch):
+    """Over SSH a command runs on a pty: its stderr lands in stdout, and stderr holds only ssh's own line."""
+    monkeypatch.setattr(progress_mod.time, "monotonic", Clock())
+    tracker = EventTracker(Progress(console=Console(stderr=True, force_terminal=False), live=False))
+    refusal = (
+        "disklab preflight refused: not enough free disk on the workbench '/srv/dlab/workbench' "
+        "(lab_run_workbench, or disklab_workbench): the quick profile needs 384 MiB, 252 MiB free."
+    )
+    res = {  # the shape of a real refusal on a test-fleet host (tests/fleet), stdout shortened
+        "msg": "non-zero return code",
+        "rc": 2,
+        "stdout": '{"ok": false, "error": "not enough free disk"}\r\n' + refusal + "\r\n",
+        "stderr": "Shared connection to 10.213.9.10 closed.\r\n",
+    }
+    tracker({"event": "runner_on_failed", "event_data": {"host": "h", "task": "preflight", "res": res}})
+    assert tracker.hosts["h"].message == refusal

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.resources
 import json
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -62,6 +63,11 @@ class PlaybookRun:
     artifacts: Path | None = None  # ansible-runner's kept artifacts of this playbook (stdout, job_events/)
 
 
+# What ssh itself prints on stderr when a session on a multiplexed connection ends. Over SSH a command runs
+# on a pty, so its own stderr arrives in stdout and this line is all that stderr holds.
+_SSH_NOISE = re.compile(r"^Shared connection to \S+ closed\.$")
+
+
 def _failure_message(res: dict) -> str:
     """The most useful one-line reason from a failed task's result (loop items included)."""
     errors = res.get("argument_errors")
@@ -71,13 +77,15 @@ def _failure_message(res: dict) -> str:
     if items:
         return "; ".join(_failure_message(i) for i in items)[:1000]
     keys = ("msg", "stderr", "module_stderr", "stdout")
-    if res.get("msg") == "non-zero return code" and res.get("stderr"):
+    if res.get("msg") == "non-zero return code":
         keys = ("stderr", "stdout", "msg")  # a command's own words say more than its status
     for key in keys:
         value = res.get(key)
         if isinstance(value, str) and value.strip():
-            lines = [ln for ln in value.strip().splitlines() if ln.strip()]
-            return lines[-1][:500] if key != "msg" else value.strip()[:1000]
+            stripped = (raw.strip() for raw in value.splitlines())
+            lines = [ln for ln in stripped if ln and not _SSH_NOISE.match(ln)]
+            if lines:
+                return lines[-1][:500] if key != "msg" else value.strip()[:1000]
     return "failed (no message)"
 
 

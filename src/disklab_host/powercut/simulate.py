@@ -30,6 +30,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -178,6 +179,7 @@ def _absolute_spec(spec: str) -> str:
 def record(
     spec: str, fmt: str, base: Path, state_mib: int, *,
     timeout_s: float = DEFAULT_TIMEOUT_S, max_write_mib: int = DEFAULT_MAX_WRITE_MIB,
+    stop: threading.Event | None = None,
 ) -> tuple[pc_record.Recording, dict]:  # fmt: skip
     """Save the old checkpoint, snapshot, record the new save under strace, check the replay.
 
@@ -204,7 +206,7 @@ def record(
     ckpt = CKPT_NAMES[fmt]
     since_ns = time.time_ns() - CLOCK_SLACK_NS
     run = dict(spec=spec, root=root, ckpt=ckpt, state_mib=state_mib, since_ns=since_ns)
-    limits = dict(timeout_s=timeout_s, max_write_mib=max_write_mib)
+    limits = dict(timeout_s=timeout_s, max_write_mib=max_write_mib, stop=stop)
     _run_save(step=OLD_STEP, trace=base / "trace-step1.txt", **run, **limits)
     old_state, new_state = saver.make_state(state_mib, OLD_STEP), saver.make_state(state_mib, NEW_STEP)
     check_after_return(root / ckpt, fmt, "old", old_state, new_state)
@@ -264,6 +266,7 @@ def check_replay(rec: pc_record.Recording, real: dict[str, bytes], ckpt: str) ->
 def _run_save(
     *, spec: str, step: int, root: Path, ckpt: str, state_mib: int, trace: Path, since_ns: int,
     timeout_s: float, max_write_mib: int, initial: dict | None = None, dirs: set | None = None,
+    stop: threading.Event | None = None,
 ) -> tuple[pc_record.Recording, int, float]:  # fmt: skip
     """One save in a child under strace: its recording, the trace's size (the trace is removed), save_s.
 
@@ -279,7 +282,9 @@ def _run_save(
     ]  # fmt: skip
     env = child_env(dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     growth = pc_record.HEX_BYTES_PER_BYTE * max_bytes + TRACE_SLACK_BYTES
-    limits = pc_record.Limits(timeout_s=timeout_s, max_trace_growth_bytes=growth, startup_s=STARTUP_TIMEOUT_S)
+    limits = pc_record.Limits(
+        timeout_s=timeout_s, max_trace_growth_bytes=growth, startup_s=STARTUP_TIMEOUT_S, stop=stop
+    )
     try:
         run = pc_record.run_traced(
             argv, cwd=root, trace_file=trace, string_limit_bytes=max_bytes, env=env, limits=limits,
@@ -456,17 +461,20 @@ def writes_after_last_fsync(ops: list) -> int:
 def analyse(
     spec: str, fmt: str, base: Path, state_mib: int, max_torn: int = pc_states.DEFAULT_MAX_TORN, *,
     timeout_s: float = DEFAULT_TIMEOUT_S, max_write_mib: int = DEFAULT_MAX_WRITE_MIB,
+    stop: threading.Event | None = None,
 ) -> dict:  # fmt: skip
     """Record ``spec`` and classify its crash states under both models; one JSON-able dict.
 
-    ``timeout_s`` and ``max_write_mib`` bound each save (see :func:`record`).
+    ``timeout_s`` and ``max_write_mib`` bound each save (see :func:`record`); setting
+    ``stop`` from another thread kills the save's process and raises KeyboardInterrupt.
     Raises SpecError or pc_record.RecordError (see :func:`record`).
     """
     from ..checkpoint import saver
 
     if fmt not in CKPT_NAMES:
         raise SpecError(f"format must be one of {sorted(CKPT_NAMES)}, got {fmt!r}")
-    rec, facts = record(spec, fmt, base, state_mib, timeout_s=timeout_s, max_write_mib=max_write_mib)
+    limits = dict(timeout_s=timeout_s, max_write_mib=max_write_mib, stop=stop)
+    rec, facts = record(spec, fmt, base, state_mib, **limits)
     old, new = saver.make_state(state_mib, OLD_STEP), saver.make_state(state_mib, NEW_STEP)
     start = time.perf_counter()
     models = {}
