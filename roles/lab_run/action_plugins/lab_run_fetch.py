@@ -30,8 +30,6 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"lab_run_fetch needs {' and '.join(missing)}")
         dest = os.path.abspath(os.path.expanduser(str(args["dest"])))
         src = self._remote_expand_user(str(args["src"]))  # a ~ is the host's home (one shell echo, no module)
-        if self._task.check_mode:
-            return {**result, "changed": True, "skipped": True, "msg": "check mode: nothing fetched"}
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         fd, part = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".fetch-", suffix=".part")
         os.close(fd)

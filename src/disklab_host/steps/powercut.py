@@ -52,7 +52,8 @@ def run(cfg: dict, workdir: Path) -> dict:
     """Lab step: every shipped recipe under both models. Returns the ``powercut`` section."""
     if cfg.get("system", platform.system()) != "Linux":
         return not_run("not available (no strace): the recorder needs Linux strace")
-    if pc_record.find_strace() is None:
+    strace = pc_record.find_strace()
+    if strace is None:
         return not_run("not available (no strace): strace is not installed on this host")
     state_mib = cfg["sizes"]["powercut_state_mib"]
     start = time.perf_counter()
@@ -68,8 +69,8 @@ def run(cfg: dict, workdir: Path) -> dict:
             raise
     return {
         "status": "ok",
-        "strace": pc_record.find_strace(),
-        "strace_seccomp_bpf": pc_record.takes_seccomp_bpf(pc_record.find_strace()),
+        "strace": strace,
+        "strace_seccomp_bpf": pc_record.takes_seccomp_bpf(strace),
         "workers": n,
         "state_mib": state_mib,
         "old_step": simulate.OLD_STEP,
