@@ -1,29 +1,35 @@
 """Part 3: does the I/O record change what it measures? Load timings with and without it, paired.
 
-The load step's own path (disklab_host.steps.load.measure_one: set the cache
-state, a fresh load_one.py process, its stage clock) loads one safetensors file
-with ``load_file``, once with the I/O record (the default) and once with
-``io_record=False`` (load_one.py ``--no-io-record``). The quantity is the
+Both sides are the load lab's own measurement, ``load_one.measure`` (the
+loader, the stage clock, the cache probes around it), loading one safetensors
+file with ``load_file``, once with the I/O record (the default) and once
+without (``--no-io-record``), each after the cache state is set the load
+step's way (``cache.evict`` with fadvise_dontneed for cold, ``cache.warm`` for
+warm) and proven the report's way (loadlab.proof). The quantity is the
 ``all_touched`` time, warm and cold, and the target (0.97 to 1.03 at the
 median of the pair ratios) is judged on both: the issue names load timings,
 and cold is the state the record is for.
 
 How the pairs are taken, and why:
 
+- In this process, not a fresh ``load_one.py`` per load as the lab runs it.
+  The record's reads fall outside the stage time by design (the clock reads
+  the record before it starts and after it marks), so whatever it changes, it
+  changes through the load itself; a process's start adds nothing to a stage
+  time either, but it adds its own spread: fresh processes were tried first,
+  and with a 1 GiB file the two orders' warm median ratios came out at 1.045
+  and 0.818, an effect of a load's place in its pair far larger than anything
+  the record could do. In one process a pair takes tens of milliseconds warm, so
+  hundreds of pairs fit in a few minutes, and the interval narrows below the
+  band. One load of each side, first, is a warm-up and is not kept.
 - Warm pairs first, then cold pairs, each state in its own run of pairs, the
   order within a pair alternating (with, without; without, with; ...), and the
-  number of pairs of each state even, so each order comes up equally often. A
-  median of an odd number of alternating pairs leans to the order that came up
-  once more: with the second load of a pair slower by a few percent for a
-  reason that has nothing to do with the record, that alone moves the median.
-  ``by_order`` keeps the median ratio of each order, so such an effect shows,
-  and ``order_balanced_ratio`` (the geometric mean of the two) cancels it: the
-  ratio judged is that one (the crossover design's estimate: a load's place in
-  its pair multiplies one order's ratios by some p and the other's by 1/p).
-  On this VM a cold load was seen to alternate between about 130 and 180 ms
-  with its place in the sequence, whatever its side: the pooled median then
-  falls in one of two clusters (0.73 or 1.37) by chance, and is kept only as
-  ``pooled_median``.
+  number of pairs of each state even, so each order comes up equally often.
+  ``by_order`` keeps the median ratio of each order, so an effect of a load's
+  place in its pair shows, and ``order_balanced_ratio`` (the geometric mean of
+  the two) cancels it: the ratio judged is that one (the crossover design's
+  estimate: a load's place in its pair multiplies one order's ratios by some p
+  and the other's by 1/p). The pooled median is kept as ``pooled_median``.
 - Cold pairs are twice as many as warm ones (a cold read's spread on a shared
   VM disk is several times a warm one's).
 - Every sample's cache proof is checked (loadlab.proof, the report's rule): a
@@ -52,12 +58,15 @@ from common import judged_part, median_interval, pair_orders, summary, target_me
 from disklab_host.cache import pagecache as cache
 from disklab_host.common import iorecord
 from disklab_host.common.units import MIB
-from disklab_host.steps import load
+from disklab_host.loadlab import load_one
+from disklab_host.loadlab.proof import cache_proof
 
 SIDES = ("with_record", "without_record")
 TARGET = {"op": "between", "low": 0.97, "high": 1.03}
 RETAKES = 3  # tries per sample whose cache proof failed, before the part fails
 COST_CALLS = 2000  # begin/end pairs timed for record_cost
+PAIRS_PER_REPEAT = 20  # warm pairs per --repeats (9: 180 warm, 360 cold pairs)
+EVICTION = ["fadvise_dontneed"]  # the load step's cold method on Linux without root's drop_caches
 
 
 def _make_file(path: Path, size_bytes: int) -> None:
@@ -69,36 +78,45 @@ def _make_file(path: Path, size_bytes: int) -> None:
     save_file({f"w{i:03d}": torch.randn(1024, 1024, generator=gen) for i in range(n)}, str(path))
 
 
-def _sample(cell: dict, state: str, io_record: bool, retaken: dict) -> dict:
+def _load(path: Path, state: str, io_record: bool) -> tuple[dict, dict]:
+    """Set ``state`` the load step's way, then one ``load_one.measure`` here; its record and cache proof."""
+    if state == "cold":
+        cache.evict(path, EVICTION, become_allowed=False, system="Linux")
+    else:
+        cache.warm(path)
+    argv = ["load_file", str(path)] + ([] if io_record else ["--no-io-record"])
+    rec = load_one.measure(load_one.parse_args(argv))
+    load_one.release()
+    return rec, cache_proof(rec, state)
+
+
+def _sample(path: Path, state: str, io_record: bool, retaken: dict) -> dict:
     """One proven sample: ``{"time_s", "cache_state", "device_read_bytes"}``; retakes a failed proof."""
-    cfg = {"system": "Linux", "become_allowed": False}
     for _ in range(RETAKES + 1):
-        rec = load.measure_one(
-            cell, state, cfg=cfg, eviction_methods=["fadvise_dontneed"], io_record=io_record
-        )
+        rec, proof = _load(path, state, io_record)
         stage = rec["stages"]["all_touched"]
         recorded = "unavailable" not in stage["io"]
         if recorded != io_record:
             raise RuntimeError(f"the I/O record was {'on' if recorded else 'off'} when asked {io_record}")
-        if rec["cache_state"] == state:
+        if proof["verdict"] == state:
             device = stage["io"].get("device", {}) if recorded else {}
             return {
                 "time_s": stage["time_s"],
-                "cache_state": rec["cache_state"],
+                "cache_state": proof["verdict"],
                 "device_read_bytes": device.get("read_bytes"),
             }
         retaken[state] += 1
-    raise RuntimeError(
-        f"{RETAKES + 1} {state} samples in a row failed their cache proof: {rec['cache_proof']}"[:2000]
-    )
+    raise RuntimeError(f"{RETAKES + 1} {state} samples in a row failed their cache proof: {proof}"[:2000])
 
 
-def _pairs(cell: dict, state: str, n: int, retaken: dict) -> list[dict]:
+def _pairs(path: Path, state: str, n: int, retaken: dict) -> list[dict]:
+    for side in SIDES:  # the warm-up: one load of each side, not kept
+        _sample(path, state, side == SIDES[0], retaken)
     pairs = []
     for order in pair_orders(n, SIDES):
         pair = {"order": list(order)}
         for side in order:
-            pair[side] = _sample(cell, state, side == "with_record", retaken)
+            pair[side] = _sample(path, state, side == "with_record", retaken)
         pair["ratio"] = pair[SIDES[0]]["time_s"] / pair[SIDES[1]]["time_s"]
         pairs.append(pair)
     return pairs
@@ -160,7 +178,7 @@ def record_cost(path: Path, calls: int = COST_CALLS) -> dict:
     (mincore) must still be what it was: the counters are read from /proc and
     /sys, never from the file.
     """
-    cache.evict(path, ["fadvise_dontneed"], become_allowed=False, system="Linux")
+    cache.evict(path, EVICTION, become_allowed=False, system="Linux")
     before = cache.residency(path)["resident_bytes"]
     rec = iorecord.Recorder(str(path))
     times = []
@@ -182,18 +200,18 @@ def record_cost(path: Path, calls: int = COST_CALLS) -> dict:
 def io_record_overhead(workbench: Path, size_bytes: int, repeats: int, tiny: bool = False) -> dict:
     """all_touched times (s) of load_file with and without the I/O record, warm and cold, judged on both.
 
-    ``repeats`` sets the warm pairs (rounded up to even) and twice as many cold
-    pairs; ``tiny`` takes one pair of each (the smoke test: shape, not a verdict).
+    ``repeats`` sets the warm pairs (:data:`PAIRS_PER_REPEAT` each) and twice
+    as many cold pairs; ``tiny`` takes one pair of each (the smoke test: shape,
+    not a verdict).
     """
-    warm_n = 1 if tiny else repeats + repeats % 2
+    warm_n = 1 if tiny else PAIRS_PER_REPEAT * repeats
     cold_n = 1 if tiny else 2 * warm_n
     path = workbench / "bench_iorecord.safetensors"
     _make_file(path, size_bytes)
-    cell = {"file": "bench", "path": str(path), "method": "load_file", "model": None, "populate": None}
     retaken = {"warm": 0, "cold": 0}
     try:
         cost = record_cost(path, 200 if tiny else COST_CALLS)
-        pairs = {"warm": _pairs(cell, "warm", warm_n, retaken), "cold": _pairs(cell, "cold", cold_n, retaken)}
+        pairs = {"warm": _pairs(path, "warm", warm_n, retaken), "cold": _pairs(path, "cold", cold_n, retaken)}
     finally:
         path.unlink(missing_ok=True)
     states = {state: _judged(p) for state, p in pairs.items()}
@@ -205,8 +223,9 @@ def io_record_overhead(workbench: Path, size_bytes: int, repeats: int, tiny: boo
         sides={side: [p[side]["time_s"] for p in pairs["warm"]] for side in SIDES},
         target=TARGET,
         notes=[
-            "load.measure_one with io_record on and off, fresh process per load; warm pairs, then cold "
-            "pairs, order alternating, an even number of each; a sample whose cache proof failed is retaken",
+            "load_one.measure with the I/O record on and off, in the bench's process, after the load step's "
+            "eviction or warm read; warm pairs, then cold pairs, order alternating, an even number of each; "
+            "one warm-up load of each side not kept; a sample whose cache proof failed is retaken",
             "met: both the warm and the cold order-balanced ratio (the geometric mean of the two orders' "
             "median ratios) within the target",
         ],

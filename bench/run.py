@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--repeats",
         type=int,
-        help="pairs per part (default: 9 for the fio parts and the I/O record's warm pairs, rounded up to "
-        "even there, with twice as many cold ones; 3 for the others)",
+        help="pairs per part (default: 9 for the fio parts; the I/O record takes 20 warm and 40 cold pairs "
+        "per repeat, 180 and 360 by default; 3 for the others)",
     )
     ap.add_argument("--workbench", type=Path, default=REPO / ".lab" / "workbench" / "bench")
     ap.add_argument("--lab-root", type=Path, default=REPO / ".lab", help="disklab_root for the harness part")

@@ -427,7 +427,13 @@ def measure(args: argparse.Namespace) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def release() -> None:
+    """Drop what :func:`measure` keeps alive: for a caller that measures again in its own process (bench)."""
+    _KEEP.clear()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """This module's command line: the arguments :func:`measure` takes."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("method", choices=METHODS)
     ap.add_argument("path", nargs="+", help="the file; several: a sharded model's files, in load order")
@@ -440,7 +446,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spawn-wall-ns", type=int, default=0, help="parent's time.time_ns() at spawn")
     ap.add_argument("--hold", action="store_true", help="after printing, wait for a line on stdin")
     ap.add_argument("--no-io-record", action="store_true", help="leave out the I/O record (bench only)")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     print(json.dumps(measure(args)), flush=True)
     if args.hold:
         sys.stdin.readline()

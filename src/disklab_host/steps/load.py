@@ -192,7 +192,6 @@ def measure_one(
     skip_eviction: bool = False,
     model_module: str = "disklab_host.loadlab.model",
     scratch_dir: Path | None = None,
-    io_record: bool = True,
 ) -> dict:
     """Set the cache state of the cell's file(s), run load_one.py once, return its record.
 
@@ -203,8 +202,7 @@ def measure_one(
     ``cache_state_requested``, ``cache_proof`` (loadlab.proof.cache_proof: the
     three-part cold proof or the warm check), ``cache_state`` (cold,
     cold_unverified, warm or warm_unverified, from the proof's verdict),
-    ``eviction`` and the cell's keys. ``io_record=False`` runs load_one.py
-    without its I/O record (the bench's paired comparison only). Raises ValueError for an unknown state,
+    ``eviction`` and the cell's keys. Raises ValueError for an unknown state,
     RuntimeError with the child's stderr when load_one.py fails.
     """
     if state not in CACHE_STATES:
@@ -220,8 +218,6 @@ def measure_one(
         for p in paths:
             cache.warm(p)
     cmd = module_argv(LOAD_ONE, cell["method"], *timed, "--spawn-wall-ns", str(time.time_ns()))
-    if not io_record:
-        cmd.append("--no-io-record")
     if cell["model"]:
         cmd += ["--model", cell["model"], "--populate", cell["populate"], "--model-module", model_module]
         if cell.get("decoder_config"):
