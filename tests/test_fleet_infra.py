@@ -25,16 +25,9 @@ from fleet import BARE_PATH, FRESH_MOUNT, FS_CYCLE, MIN_SIZE_MIB, WORKBENCH, Fle
 REPO = Path(__file__).resolve().parent.parent
 ANSIBLE = REPO / ".venv-test" / "bin" / "ansible"
 FLEET_PY = REPO / "tests" / "fleet" / "fleet.py"
-TOOLS = ["ip", "unshare", "nsenter", "losetup", "ssh-keygen", "mkfs.ext4", "mkfs.xfs", "mkfs.btrfs"]
-MISSING = [t for t in TOOLS if shutil.which(t) is None] + [
-    p for p in ["/usr/sbin/sshd"] if not Path(p).exists()
-]
-needs_fleet = [
-    pytest.mark.fleet,
-    pytest.mark.root,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the test fleet needs root"),
-    pytest.mark.skipif(bool(MISSING), reason=f"missing tools for the test fleet: {MISSING}"),
-]
+SKIP = fleetmod.skip_reason()
+MAC_SKIP = fleetmod.skip_reason(mac_like=True)
+needs_fleet = [pytest.mark.fleet, pytest.mark.root, pytest.mark.skipif(bool(SKIP), reason=str(SKIP))]
 
 
 def _free_fleet_id() -> int:
@@ -107,6 +100,18 @@ def test_kill_recorded_checks_the_start_time_against_pid_reuse():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_missing_tool_skips_with_its_name_unless_ci_requires_the_fleet(monkeypatch):
+    monkeypatch.setattr(fleetmod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(fleetmod, "TOOLS", ("ip", "no-such-tool-for-the-fleet"))
+    monkeypatch.setattr(fleetmod, "BSDTAR", "/nonexistent/bsdtar")
+    monkeypatch.delenv(fleetmod.REQUIRED_ENV, raising=False)
+    assert "no-such-tool-for-the-fleet" in fleetmod.skip_reason()
+    assert "/nonexistent/bsdtar" not in fleetmod.skip_reason()
+    assert "/nonexistent/bsdtar" in fleetmod.skip_reason(mac_like=True)
+    monkeypatch.setenv(fleetmod.REQUIRED_ENV, "1")  # .ci/run: the tests run and fail on the missing tool
+    assert fleetmod.skip_reason(mac_like=True) is None
 
 
 def test_down_of_an_absent_fleet_is_a_no_op(tmp_path):
@@ -261,7 +266,11 @@ def profiled():
 class TestProfiles:
     """The profiles really take away what they say, and only inside their own host."""
 
-    pytestmark = [*needs_fleet, pytest.mark.skipif(not Path(fleetmod.BSDTAR).exists(), reason="no bsdtar")]
+    pytestmark = [
+        pytest.mark.fleet,
+        pytest.mark.root,
+        pytest.mark.skipif(bool(MAC_SKIP), reason=str(MAC_SKIP)),
+    ]
 
     def test_the_fresh_host_has_no_workbench_no_lab_root_and_no_strace(self, profiled):
         h = profiled.host("host0")
@@ -312,7 +321,7 @@ class TestProfiles:
 
 @pytest.mark.fleet
 @pytest.mark.root
-@pytest.mark.skipif(os.geteuid() != 0 or bool(MISSING), reason=f"needs root and {TOOLS} + sshd")
+@pytest.mark.skipif(bool(SKIP), reason=str(SKIP))
 def test_down_leaves_nothing_even_with_busy_sessions():
     f = Fleet.up(4, _short_state_dir(), fleet_id=_free_fleet_id(), size_mib=MIN_SIZE_MIB)
     state = json.loads(f.state_path.read_text())
@@ -358,7 +367,7 @@ def test_down_leaves_nothing_even_with_busy_sessions():
 
 @pytest.mark.fleet
 @pytest.mark.root
-@pytest.mark.skipif(os.geteuid() != 0 or bool(MISSING), reason=f"needs root and {TOOLS} + sshd")
+@pytest.mark.skipif(bool(SKIP), reason=str(SKIP))
 def test_a_failed_up_removes_what_it_had_made(monkeypatch):
     monkeypatch.setitem(fleetmod.MKFS, "btrfs", ["false"])  # host2's mkfs fails after host0 and host1 exist
     state_dir = _short_state_dir()

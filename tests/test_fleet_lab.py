@@ -30,14 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
 import fleet as fleetmod  # noqa: E402
 from fleet import MIN_SIZE_MIB, WORKBENCH, Fleet  # noqa: E402
 
-TOOLS = ["ip", "unshare", "nsenter", "losetup", "ssh-keygen", "mkfs.ext4", "mkfs.xfs", "mkfs.btrfs"]
-MISSING = [t for t in TOOLS if shutil.which(t) is None] + [p for p in [fleetmod.SSHD] if not Path(p).exists()]
+SKIP = fleetmod.skip_reason()
 needs_fleet = [
     pytest.mark.fleet,
     pytest.mark.root,
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the test fleet needs root"),
-    pytest.mark.skipif(bool(MISSING), reason=f"missing tools for the test fleet: {MISSING}"),
+    pytest.mark.skipif(bool(SKIP), reason=str(SKIP)),
 ]
 
 

@@ -91,6 +91,28 @@ MIN_SIZE_MIB = 300
 DEFAULT_SIZE_MIB = 2048
 MAX_HOSTS = 200
 SSHD = "/usr/sbin/sshd"
+# What the fleet needs from the OS (.ci/run installs it with apt-get; the mac-like profile adds BSDTAR).
+TOOLS = ("ip", "unshare", "nsenter", "losetup", "ssh-keygen", "mkfs.ext4", "mkfs.xfs", "mkfs.btrfs")
+# Set by .ci/run, which installs every tool: there a missing one fails the fleet tests, never skips them.
+REQUIRED_ENV = "DISKLAB_FLEET_REQUIRED"
+
+
+def missing_tools(*, mac_like: bool = False) -> list[str]:
+    """The tools and files the fleet needs that this machine lacks (empty when it can run)."""
+    missing = [t for t in TOOLS if shutil.which(t) is None] + ([] if Path(SSHD).exists() else [SSHD])
+    return missing + ([BSDTAR] if mac_like and not Path(BSDTAR).exists() else [])
+
+
+def skip_reason(*, mac_like: bool = False) -> str | None:
+    """Why the fleet tests skip here (root, tools); None where they can run or ``REQUIRED_ENV`` is set."""
+    if os.environ.get(REQUIRED_ENV) == "1":
+        return None
+    if os.geteuid() != 0:
+        return "the test fleet needs root"
+    missing = missing_tools(mac_like=mac_like)
+    return f"missing tools for the test fleet: {missing}" if missing else None
+
+
 # A unix socket path must fit in 108 bytes; ssh's %C expands to 40 hex digits.
 CONTROL_PATH_MAX = 100
 START_TIMEOUT_S = 15.0
