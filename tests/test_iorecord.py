@@ -72,7 +72,10 @@ def test_a_cold_read_is_delivered_by_the_device_and_a_warm_one_is_not(workbench)
         while f.read(MIB):
             pass
     warm = rec.end(before)
-    assert warm["process"]["read_bytes"] == 0  # all from the page cache
+    # None of the file came from storage. /proc/self/io counts every read this process causes, its own
+    # code pages faulted back in included (68 KiB was seen beside a CPU hog, after other tests had dropped
+    # the caches), so the bound is far below the file's 8 MiB, not zero.
+    assert warm["process"]["read_bytes"] < MIB
 
 
 def test_a_mapped_cold_read_takes_major_faults(workbench):
