@@ -13,6 +13,7 @@ all 16, timed with Python's perf_counter around the CLI in a fresh process.
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import json
 import os
 import resource
@@ -34,6 +35,16 @@ OVERHEAD_TARGET = 1.05
 FIXED_COST_TARGET_S = 8.0
 # Controller CPU per host at 16 hosts / at 1 host.
 CPU_PER_HOST_TARGET = 1.2
+FLEET_MODULE = REPO / "tests" / "fleet" / "fleet.py"
+
+
+def _fleet_module():
+    """The test fleet's module (tests/fleet/fleet.py), loaded from its file: no sys.path edit."""
+    spec = importlib.util.spec_from_file_location("disklab_test_fleet", FLEET_MODULE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
 
 
 def _timed(cmd: list[str], timeout_s: float, cpu: list[float] | None = None, **kw) -> float:
@@ -202,8 +213,8 @@ def fleet_scaling(repeats: int, state_root: Path, timeout_s: float = 900) -> dic
     always takes it down. Raises RuntimeError (or the fleet's FleetError) when
     the fleet or an audit fails.
     """
-    sys.path.insert(0, str(REPO / "tests" / "fleet"))
-    from fleet import Fleet, FleetError
+    fleet_module = _fleet_module()
+    Fleet, FleetError = fleet_module.Fleet, fleet_module.FleetError
 
     # mkfs.*, sshd, ip and losetup live in /usr/sbin or /sbin, which a non-root PATH can lack
     path = os.environ.get("PATH", "").split(os.pathsep)

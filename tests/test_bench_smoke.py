@@ -39,6 +39,14 @@ def test_targets_are_judged_with_their_bounds():
         common.target_met(1.0, {"op": "==", "value": 1.0})
 
 
+def test_the_fleet_part_loads_the_test_fleet_from_its_file():
+    import harness_parts
+
+    fleet = harness_parts._fleet_module()
+    assert Path(fleet.__file__) == REPO / "tests" / "fleet" / "fleet.py"
+    assert callable(fleet.Fleet.up) and issubclass(fleet.FleetError, Exception)
+
+
 def test_ratio_is_taken_within_each_pair_and_orders_alternate():
     assert common.pair_orders(3, ("a", "b")) == [("a", "b"), ("b", "a"), ("a", "b")]
     # A drift that doubles both sides in the second pair leaves the pair ratios alike.
