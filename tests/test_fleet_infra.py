@@ -69,6 +69,7 @@ def _mounts_of(sources: set[str]) -> list[str]:
         ({"n": 2, "profiles": ["fresh+nope"]}, "unknown host profile 'nope'"),
         ({"n": 1, "profiles": ["fresh", "mac-like"]}, "profiles must be a list of at most n=1"),
         ({"n": 2, "profiles": "fresh"}, "profiles must be a list"),
+        ({"n": 1, "profiles": ["noisy+mac-like"]}, "conflict: a shell that reads no rc file"),
     ],
 )
 def test_up_refuses_bad_settings_naming_them(kwargs, setting):
@@ -84,6 +85,10 @@ def test_profiles_combine_their_constraints_in_order():
         *fleetmod.PROFILES["fresh"],
         *fleetmod.PROFILES["mac-like"],
     )
+    assert fleetmod.profile_constraints("fresh+bastion+sudo-password+noisy") == (
+        "no_workbench", "no_lab_root", "no_strace", "behind_bastion", "non_root_login", "sudo_password",
+        "noisy_shell", "noisy_python",
+    )  # fmt: skip
 
 
 def test_kill_recorded_checks_the_start_time_against_pid_reuse():

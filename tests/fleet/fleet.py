@@ -1,6 +1,7 @@
 """The project's own test fleet: real SSH hosts in network namespaces on this machine.
 
-Usage (as root; needs iproute2, util-linux, openssh-server, xfsprogs, btrfs-progs)::
+Usage (as root; needs iproute2, util-linux, openssh-server, xfsprogs, btrfs-progs; sudo and
+openssl for the sudo-password profile, bsdtar for mac-like, ansible-vault for the user's vault)::
 
     python tests/fleet/fleet.py up N [--state-dir DIR] [--fleet-id K] [--size-mib M] [--profiles P,P,..]
     python tests/fleet/fleet.py down [--state-dir DIR]
@@ -22,15 +23,36 @@ Each host ``host<i>`` is
   session sees that host's workbench and nobody else does.
 
 A host's *profile* (``--profiles``, one per host, by index; default ``standard``)
-takes away what a real host may lack; see PROFILES. ``fresh``: no workbench
+takes away what a real host may lack, or adds what real organisations put in
+the way; see PROFILES. ``fresh``: no workbench
 directory (its filesystem is mounted one level up, at ``/srv/dlab``, and the
 inventory sets ``lab_run_workbench_create: true``), no lab root, no strace.
 ``mac-like``: BSD tar as the only tar, a standard-library-only interpreter (a
 venv made ``--without-pip``) as ``ansible_python_interpreter``, and a bare
 ``PATH=/usr/bin:/bin`` in SSH sessions (sshd ``SetEnv``, and ``/bin/sh`` as
-root's shell, so no rc file puts anything back). Profiles combine with ``+``
-(``fresh+mac-like``). Every change lives in the host's own mount namespace or
-sshd, so no other host and not the root namespace sees it.
+root's shell, so no rc file puts anything back).
+``bastion``: the host sits on a second private bridge inside a jump host's
+namespace (``dlab-<K>-bastion``, its own sshd, address ``10.213.<K>.2`` on the
+fleet's bridge and ``10.214.<K>.1`` on the inner one), at ``10.214.<K>.<10+i>``;
+the root namespace has an ``unreachable`` route for ``10.214.<K>.0/24``, so a
+direct connect fails at once and never leaves this machine. Only the user's
+world (below) and ``fleet.yml``'s ProxyCommand know the way.
+``sudo-password``: the SSH login is the non-root user ``dlab`` (root may not
+log in), made only in the host's mount namespace (copies of passwd, group,
+shadow, sudoers and hosts bind-mounted over /etc's, a tmpfs over /home with the
+user's home bind-mounted from ``<state>/hosts/<host>/home``); its ``sudo`` asks
+for the fleet's sudo password (``state.json`` ``sudo_password``) every time.
+The workbench (a fresh host's ``/srv/dlab``) and the lab root
+``/home/dlab/lab`` belong to the user.
+``noisy``: every SSH command's stdout starts with a banner (a copy of
+/etc/bash.bashrc that echoes it first, as bash reads it even for
+``ssh host cmd``), and ``ansible_python_interpreter`` is a venv (with the
+machine's packages) whose ``.pth`` file writes a warning to stderr at every
+start. Profiles combine with ``+`` (``fresh+mac-like``, ``bastion+noisy``), except
+``noisy`` with ``mac-like``: a shell that reads no rc file cannot print a
+banner. Every change lives in the host's own mount namespace, sshd or directory
+(and, for ``bastion``, the jump host's namespace and the one unreachable route),
+so no other host and not the root namespace sees it.
 
 Every name, pid, loop device and mount is recorded in ``<state-dir>/state.json``
 *before or right after* it is created, so ``down`` can undo a half-done ``up``.
@@ -39,10 +61,25 @@ start time, so a reused pid is never hit), or by the pids ``ip netns pids``
 lists for a fleet namespace; it never kills by name.
 
 The inventory ``<state-dir>/fleet.yml`` has group ``fleet`` with the connection
-settings, ``disklab_workbench`` (and ``lab_run_workbench``), a per-host
-``disklab_root`` (and the same path as ``lab_venv_root``) and ``fleet_fs``
-(the filesystem type the workbench must have, for tests), ``fleet_profile``
-and ``fleet_constraints`` (what the profile took away).
+settings (a ``bastion`` host's include a ProxyCommand through the jump host, a
+``sudo-password`` host's ``ansible_user`` is ``dlab``), ``disklab_workbench``
+(and ``lab_run_workbench``), a per-host ``disklab_root`` (and the same path as
+``lab_venv_root``) and ``fleet_fs`` (the filesystem type the workbench must
+have, for tests), ``fleet_profile``, ``fleet_constraints`` (what the profile took
+away) and ``fleet_login_user``.
+
+The *user's world* ``<state-dir>/user/`` is the same fleet as a user's own
+directory would describe it, for tests that run from there (cwd):
+``ansible.cfg`` (``inventory``, ``private_key_file``, ``remote_user`` when every
+host logs in as the same user, ``[ssh_connection] ssh_args = -F
+<state-dir>/user/ssh_config`` and ``pipelining = True``; nothing of disklab's),
+``ssh_config`` (per host its ``User``, and ``ProxyJump`` for bastion hosts; for
+all the key, ``<state-dir>/known_hosts``, strict checking, and multiplexing on
+``<state-dir>/uc/%C``), ``inventory.yml`` (the host vars of fleet.yml without any
+connection setting) and ``group_vars/fleet/vault.yml``, encrypted with
+ansible-vault under the password in ``vault-pass`` (mode 0600), holding
+``fleet_vault_marker`` and, when a host has ``sudo-password``,
+``ansible_become_password``.
 """
 
 from __future__ import annotations
@@ -51,6 +88,7 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -73,10 +111,36 @@ PROFILES: dict[str, tuple[str, ...]] = {
     "fresh": ("no_workbench", "no_lab_root", "no_strace"),
     # what a Mac offers over SSH: bsdtar as tar, a Python with the standard library only, a bare PATH
     "mac-like": ("bsd_tar", "stdlib_python", "bare_path"),
+    # reachable only through a jump host (ProxyJump), as hosts behind an organisation's bastion are
+    "bastion": ("behind_bastion",),
+    # the SSH login is a non-root user whose sudo asks for a password
+    "sudo-password": ("non_root_login", "sudo_password"),
+    # a login rc file that prints a banner for every command, and an interpreter that warns at start
+    "noisy": ("noisy_shell", "noisy_python"),
+}
+# Constraints that cannot hold on one host, with the reason.
+CONFLICTS: dict[frozenset[str], str] = {
+    frozenset({"bare_path", "noisy_shell"}): "a shell that reads no rc file (bare_path) prints no banner",
 }
 DEFAULT_PROFILE = "standard"
 BARE_PATH = "/usr/bin:/bin"  # a non-login SSH session's PATH (macOS: /usr/bin:/bin:/usr/sbin:/sbin)
 BSDTAR = "/usr/bin/bsdtar"
+SUDO = "/usr/bin/sudo"
+# The sudo-password host's login user, made only inside that host's mount namespace.
+LOGIN_USER = "dlab"
+LOGIN_HOME = f"/home/{LOGIN_USER}"
+# What a noisy host prints: a banner on stdout for every SSH command, a warning on its python's stderr.
+NOISY_BANNER = "dlab-fleet banner: authorised use only, sessions are logged"
+NOISY_PYTHON_WARNING = "WARNING: dlab-fleet noisy python: this interpreter is deprecated"
+# The jump host of bastion hosts: its name, its last octet on the fleet's bridge, its inner bridge.
+BASTION = "bastion"
+BASTION_OCTET = 2
+INNER_BRIDGE = "dlab-inner"  # inside the bastion's netns only
+INNER_SUBNET = "10.214.{fleet_id}."  # the bastion's second bridge; the root namespace routes it nowhere
+# The user's world under the state dir, and the group of both inventories.
+USER_DIR = "user"
+GROUP = "fleet"
+REPO = Path(__file__).resolve().parents[2]
 # Where a hidden tool is looked for: every directory of a normal root PATH.
 TOOL_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 FS_CYCLE = ("ext4", "xfs", "btrfs", "tmpfs")
@@ -97,20 +161,39 @@ TOOLS = ("ip", "unshare", "nsenter", "losetup", "ssh-keygen", "mkfs.ext4", "mkfs
 REQUIRED_ENV = "DISKLAB_FLEET_REQUIRED"
 
 
-def missing_tools(*, mac_like: bool = False) -> list[str]:
-    """The tools and files the fleet needs that this machine lacks (empty when it can run)."""
+def missing_tools(*, mac_like: bool = False, sudo: bool = False) -> list[str]:
+    """The tools and files the fleet needs that this machine lacks (empty when it can run).
+
+    ``mac_like`` adds BSDTAR; ``sudo`` adds what the sudo-password profile needs (sudo, and
+    openssl to hash the password).
+    """
     missing = [t for t in TOOLS if shutil.which(t) is None] + ([] if Path(SSHD).exists() else [SSHD])
-    return missing + ([BSDTAR] if mac_like and not Path(BSDTAR).exists() else [])
+    missing += [BSDTAR] if mac_like and not Path(BSDTAR).exists() else []
+    missing += [SUDO] if sudo and not Path(SUDO).exists() else []
+    return missing + (["openssl"] if sudo and shutil.which("openssl") is None else [])
 
 
-def skip_reason(*, mac_like: bool = False) -> str | None:
+def skip_reason(*, mac_like: bool = False, sudo: bool = False) -> str | None:
     """Why the fleet tests skip here (root, tools); None where they can run or ``REQUIRED_ENV`` is set."""
     if os.environ.get(REQUIRED_ENV) == "1":
         return None
     if os.geteuid() != 0:
         return "the test fleet needs root"
-    missing = missing_tools(mac_like=mac_like)
+    missing = missing_tools(mac_like=mac_like, sudo=sudo)
     return f"missing tools for the test fleet: {missing}" if missing else None
+
+
+def ansible_vault() -> str | None:
+    """The ``ansible-vault`` to encrypt the user's vault with: beside this interpreter, in the repo's
+    venvs, or on PATH; None when there is none (the user's world then has no vault.yml)."""
+    for cand in (
+        Path(sys.executable).parent / "ansible-vault",
+        REPO / ".venv-test" / "bin" / "ansible-vault",
+        REPO / ".venv" / "bin" / "ansible-vault",
+    ):
+        if cand.exists():
+            return str(cand)
+    return shutil.which("ansible-vault")
 
 
 # A unix socket path must fit in 108 bytes; ssh's %C expands to 40 hex digits.
@@ -268,6 +351,9 @@ def profile_constraints(profile: str) -> tuple[str, ...]:
         if part not in PROFILES:
             raise ValueError(f"unknown host profile {part!r} in {profile!r}; known: {sorted(PROFILES)}")
         out += [c for c in PROFILES[part] if c not in out]
+    for pair, why in CONFLICTS.items():
+        if pair <= set(out):
+            raise ValueError(f"profile {profile!r} combines constraints that conflict: {why}")
     return tuple(out)
 
 
@@ -358,9 +444,34 @@ class Fleet:
         state_dir = Path(state_dir)
         return cls(state_dir, json.loads((state_dir / "state.json").read_text()))
 
-    def ssh_args(self) -> list[str]:
-        """ssh options every client uses: our key, our known_hosts, checking on, no agent, batch."""
-        return [
+    @property
+    def user_dir(self) -> Path:
+        """The user's world: ansible.cfg, ssh_config, inventory.yml, group_vars/, vault-pass."""
+        return self.state_dir / USER_DIR
+
+    @property
+    def vault_password_file(self) -> Path:
+        """The password file of the user's ``group_vars/fleet/vault.yml`` (mode 0600)."""
+        return self.user_dir / "vault-pass"
+
+    @property
+    def sudo_password(self) -> str | None:
+        """The sudo password of every ``sudo-password`` host's login user; None when there is none."""
+        return self.state.get("sudo_password")
+
+    def _node(self, name: str) -> dict:
+        """The state record of host ``name``, or of the jump host BASTION."""
+        if name == BASTION and self.state.get("bastion"):
+            return self.state["bastion"]
+        return self.host(name)
+
+    def ssh_args(self, name: str | None = None) -> list[str]:
+        """ssh options every client uses: our key, our known_hosts, checking on, no agent, batch.
+
+        For a ``bastion`` host ``name`` they add a ProxyCommand through the jump host (an ``ssh -W``
+        with these same options: ProxyJump would not pass them on).
+        """
+        args = [
             "-F", "/dev/null",
             "-i", str(self.key_path),
             "-o", "IdentitiesOnly=yes",
@@ -370,11 +481,29 @@ class Fleet:
             "-o", "BatchMode=yes",
             "-o", "ConnectTimeout=5",
         ]  # fmt: skip
+        if name is not None and "behind_bastion" in self._node(name).get("constraints", ()):
+            args += ["-o", self._proxy_command()]
+        return args
+
+    def _proxy_command(self) -> str:
+        """``ProxyCommand=...``: an ``ssh -W`` through the jump host with ssh_args' own options."""
+        jump = ["/usr/bin/ssh", *self.ssh_args(), "-W", "%h:%p", f"root@{self.state['bastion']['address']}"]
+        return f"ProxyCommand={shlex.join(jump)}"
 
     def ssh(self, name: str, command: str, **kw) -> subprocess.CompletedProcess:
-        """Run ``command`` on host ``name`` as root with /usr/bin/ssh; returns the CompletedProcess."""
-        h = self.host(name)
-        cmd = ["/usr/bin/ssh", *self.ssh_args(), f"root@{h['address']}", command]
+        """Run ``command`` on host ``name`` with /usr/bin/ssh as its login user (root, or LOGIN_USER on
+        a ``sudo-password`` host), through the jump host for a ``bastion`` host; returns the
+        CompletedProcess."""
+        h = self._node(name)
+        user = h.get("login_user", "root")
+        cmd = ["/usr/bin/ssh", *self.ssh_args(name), f"{user}@{h['address']}", command]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, **kw)
+
+    def inside(self, name: str, command: str, **kw) -> subprocess.CompletedProcess:
+        """Run ``command`` (sh) as root inside host ``name``'s namespaces, without SSH (nsenter into its
+        holder): what the host really has, whatever its profile allows a login."""
+        holder = self._node(name)["holder"]
+        cmd = ["nsenter", f"--target={holder['pid']}", "--mount", "--uts", "--net", "--", "sh", "-c", command]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=60, **kw)
 
     # up ------------------------------------------------------------------------
@@ -432,6 +561,10 @@ class Fleet:
             raise FleetError("the test fleet needs root (network namespaces, mounts, loop devices)")
         if "bsd_tar" in constraints and not Path(BSDTAR).exists():
             raise FleetError(f"the mac-like profile needs {BSDTAR} (apt-get install libarchive-tools)")
+        if "sudo_password" in constraints and missing_tools(sudo=True):
+            raise FleetError(f"the sudo-password profile needs {SUDO} and openssl (apt-get install sudo)")
+        if "noisy_shell" in constraints and not Path("/etc/bash.bashrc").exists():
+            raise FleetError("the noisy profile needs /etc/bash.bashrc (Debian's bash reads it over SSH)")
         if state_dir.exists() and any(state_dir.iterdir()):
             raise ValueError(
                 f"state_dir {state_dir} must be absent or empty (run down first if a fleet is up)"
@@ -440,8 +573,11 @@ class Fleet:
         if taken:
             raise FleetError(f"fleet_id {fleet_id} is in use by namespaces {taken}; pick another --fleet-id")
         subnet = f"10.213.{fleet_id}."
-        if subnet in _run(["ip", "-4", "route"]).stdout:
-            raise FleetError(f"subnet {subnet}0/24 is already routed here; pick another --fleet-id")
+        inner = INNER_SUBNET.format(fleet_id=fleet_id)
+        routes = _run(["ip", "-4", "route"]).stdout
+        for net in (subnet, inner) if "behind_bastion" in constraints else (subnet,):
+            if net in routes:
+                raise FleetError(f"subnet {net}0/24 is already routed here; pick another --fleet-id")
         state_dir.mkdir(parents=True, exist_ok=True)
         state_dir.chmod(0o700)
         lab_root = Path(lab_root).absolute() if lab_root else state_dir / "lab"
@@ -455,7 +591,11 @@ class Fleet:
             "size_mib": size_mib,
             "profiles": profiles,
             "hosts": {},
+            "bastion": None,
+            "inner_route": None,
         }
+        if "sudo_password" in constraints:
+            state["sudo_password"] = secrets.token_urlsafe(12)
         fleet = cls(state_dir, state)
         fleet.save()
         try:
@@ -468,6 +608,7 @@ class Fleet:
     def _build(self, n: int) -> None:
         st = self.state
         (self.state_dir / "cp").mkdir(mode=0o700)
+        (self.state_dir / "uc").mkdir(mode=0o700)  # the user's world's ControlPath
         _keygen(self.key_path, "dlab-fleet-client")
         self.authorized_keys.write_text(self.key_path.with_suffix(".pub").read_text())
         if not Path(WORKBENCH).exists():
@@ -482,12 +623,114 @@ class Fleet:
         _run(["ip", "addr", "add", f"{st['bridge_address']}/24", "dev", st["bridge"]])
         _run(["ip", "link", "set", st["bridge"], "up"])
 
+        if any("behind_bastion" in profile_constraints(p) for p in st["profiles"][:n]):
+            self._add_bastion()
         for i in range(n):
             self._add_host(i)
+        if st["bastion"]:
+            b = st["bastion"]
+            (Path(b["dir"]) / "sshd_config").write_text(self._sshd_config(b))
         self._write_known_hosts()
         self._write_inventory()
-        for name in st["hosts"]:
+        self._write_user_world()
+        for name in ([BASTION] if st["bastion"] else []) + list(st["hosts"]):
             self.start_sshd(name)
+
+    def _add_bastion(self) -> None:
+        """The jump host: a netns with one leg on the fleet's bridge and an inner bridge for bastion hosts.
+
+        The root namespace gets an ``unreachable`` route for the inner subnet (recorded, removed by
+        down): without it a connect from here would follow the default route off this machine.
+        """
+        st = self.state
+        fid = st["fleet_id"]
+        inner = INNER_SUBNET.format(fleet_id=fid)
+        hdir = self.state_dir / "hosts" / BASTION
+        hdir.mkdir(parents=True)
+        b = {
+            "name": BASTION,
+            "netns": f"dlab-{fid}-{BASTION}",
+            "veth": f"dlab{fid}b",
+            "address": f"10.213.{fid}.{BASTION_OCTET}",
+            "inner_bridge": INNER_BRIDGE,
+            "inner_address": f"{inner}1",
+            "inner_subnet": f"{inner}0/24",
+            "dir": str(hdir),
+            "holder": None,
+            "sshd": None,
+            "targets": [],
+        }
+        st["bastion"] = b
+        st["inner_route"] = b["inner_subnet"]  # recorded first: down tolerates a route that is absent
+        self.save()
+        _run(["ip", "route", "add", "unreachable", b["inner_subnet"]])
+        self._add_netns(b, st["bridge"])
+        nsx = ["ip", "netns", "exec", b["netns"]]
+        _run([*nsx, "ip", "link", "add", INNER_BRIDGE, "type", "bridge"])
+        _run([*nsx, "ip", "addr", "add", f"{b['inner_address']}/24", "dev", INNER_BRIDGE])
+        _run([*nsx, "ip", "link", "set", INNER_BRIDGE, "up"])
+        _run([*nsx, "sysctl", "-q", "-w", "net.ipv4.ip_forward=0"])  # it forwards SSH channels, not packets
+        _keygen(hdir / "ssh_host_ed25519_key", BASTION)
+        self._start_holder(b, [])
+
+    def _add_netns(self, h: dict, bridge: str, bridge_netns: str | None = None) -> None:
+        """Make ``h``'s netns and a veth pair: one end on ``bridge`` (in ``bridge_netns``, default the
+        root namespace), the other renamed eth0 inside with ``h``'s address."""
+        _run(["ip", "netns", "add", h["netns"]])
+        _run(["ip", "link", "add", h["veth"], "type", "veth", "peer", "name", f"{h['veth']}p"])
+        _run(["ip", "link", "set", f"{h['veth']}p", "netns", h["netns"]])
+        if bridge_netns:
+            _run(["ip", "link", "set", h["veth"], "netns", bridge_netns])
+        _run(
+            [
+                "ip",
+                *(["-n", bridge_netns] if bridge_netns else []),
+                "link",
+                "set",
+                h["veth"],
+                "master",
+                bridge,
+                "up",
+            ]
+        )
+        nsx = ["ip", "netns", "exec", h["netns"]]
+        _run([*nsx, "ip", "link", "set", f"{h['veth']}p", "name", "eth0"])
+        _run([*nsx, "ip", "addr", "add", f"{h['address']}/24", "dev", "eth0"])
+        _run([*nsx, "ip", "link", "set", "eth0", "up"])
+        _run([*nsx, "ip", "link", "set", "lo", "up"])
+
+    def _start_holder(self, h: dict, setup: list[list[str]]) -> None:
+        """Start ``h``'s holder: it joins the netns, makes a private mount namespace (and a UTS one,
+        for its own hostname), runs ``setup`` there, reports, then sleeps to keep them alive."""
+        script = "; ".join(
+            [
+                'set -e; hostname "$1"',
+                *(shlex.join(cmd) for cmd in setup),
+                "echo mounted; exec sleep infinity >/dev/null 2>&1 </dev/null",
+            ]
+        )
+        unshare = ["unshare", "--mount", "--uts", "--propagation", "private"]
+        holder = subprocess.Popen(
+            ["ip", "netns", "exec", h["netns"], *unshare, "sh", "-c", script, "holder", h["netns"]],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        h["holder"] = _proc(holder.pid)
+        self.save()
+        line = holder.stdout.readline().strip()
+        holder.stdout.close()
+        if line != "mounted":
+            err = holder.stderr.read().strip()
+            holder.wait()
+            raise FleetError(f"{h['name']}: setting up its namespaces failed: {err}")
+        holder.stderr.close()
+        h["holder"] = _proc(holder.pid)  # the pid stays; exec updates nothing but the name
+        h["mnt_ns"] = os.readlink(f"/proc/{holder.pid}/ns/mnt")
+        h["net_ns"] = os.readlink(f"/proc/{holder.pid}/ns/net")
+        self.save()
 
     @property
     def authorized_keys(self) -> Path:
@@ -503,6 +746,8 @@ class Fleet:
         hdir.mkdir(parents=True)
         # a fresh host never reuses the lab-root cache: its lab root is new and under the state dir
         lab_root = self.state_dir / "lab" if "no_lab_root" in constraints else Path(st["lab_root"])
+        behind = "behind_bastion" in constraints
+        subnet = INNER_SUBNET.format(fleet_id=st["fleet_id"]) if behind else f"10.213.{st['fleet_id']}."
         h = {
             "name": name,
             "index": i,
@@ -513,29 +758,33 @@ class Fleet:
             "mount_point": FRESH_MOUNT if "no_workbench" in constraints else WORKBENCH,
             "netns": f"dlab-{st['fleet_id']}-{name}",
             "veth": f"dlab{st['fleet_id']}h{i}",
-            "address": f"10.213.{st['fleet_id']}.{10 + i}",
+            # a bastion host's veth end sits on the inner bridge, in the bastion's netns
+            "veth_netns": st["bastion"]["netns"] if behind else None,
+            "address": f"{subnet}{10 + i}",
             "dir": str(hdir),
             "lab_venv_root": str(lab_root / name / "lab"),
             "python": "/usr/bin/python3",
+            "login_user": "root",
             "loop": None,
             "image": None,
             "holder": None,
             "sshd": None,
             "mounted": False,
         }
+        if "non_root_login" in constraints:
+            # the lab root is in the user's home, which lives under the host's directory
+            h["login_user"] = LOGIN_USER
+            h["home"] = str(hdir / "home")
+            h["lab_venv_root"] = f"{LOGIN_HOME}/lab"
         st["hosts"][name] = h
+        if behind:
+            st["bastion"]["targets"].append(h["address"])
         self.save()
 
-        # network: netns, veth pair (root end on the bridge, peer renamed eth0 inside)
-        _run(["ip", "netns", "add", h["netns"]])
-        _run(["ip", "link", "add", h["veth"], "type", "veth", "peer", "name", f"{h['veth']}p"])
-        _run(["ip", "link", "set", f"{h['veth']}p", "netns", h["netns"]])
-        _run(["ip", "link", "set", h["veth"], "master", st["bridge"], "up"])
-        nsx = ["ip", "netns", "exec", h["netns"]]
-        _run([*nsx, "ip", "link", "set", f"{h['veth']}p", "name", "eth0"])
-        _run([*nsx, "ip", "addr", "add", f"{h['address']}/24", "dev", "eth0"])
-        _run([*nsx, "ip", "link", "set", "eth0", "up"])
-        _run([*nsx, "ip", "link", "set", "lo", "up"])
+        if behind:
+            self._add_netns(h, INNER_BRIDGE, st["bastion"]["netns"])
+        else:
+            self._add_netns(h, st["bridge"])
 
         # ssh host key
         _keygen(hdir / "ssh_host_ed25519_key", name)
@@ -560,42 +809,10 @@ class Fleet:
             h["loop_direct_io"] = _run(["losetup", "-n", "-O", "DIO", loop]).stdout.strip() == "1"
             self.save()
             mount = ["mount", "-t", fs, loop, target]
-        if "no_lab_root" not in constraints:
+        if "no_lab_root" not in constraints and "non_root_login" not in constraints:
             Path(h["lab_venv_root"]).mkdir(parents=True, exist_ok=True)
-        setup = [mount, *self._constrain(h, constraints)]
-
-        # the holder: joins the netns, makes a private mount namespace (and a UTS
-        # one, for its own hostname), mounts the workbench there, reports, then
-        # sleeps to keep the namespaces alive.
-        script = "; ".join(
-            [
-                'set -e; hostname "$1"',
-                *(shlex.join(cmd) for cmd in setup),
-                "echo mounted; exec sleep infinity >/dev/null 2>&1 </dev/null",
-            ]
-        )
-        unshare = ["unshare", "--mount", "--uts", "--propagation", "private"]
-        holder = subprocess.Popen(
-            [*nsx, *unshare, "sh", "-c", script, "holder", h["netns"]],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
-        h["holder"] = _proc(holder.pid)
-        self.save()
-        line = holder.stdout.readline().strip()
-        holder.stdout.close()
-        if line != "mounted":
-            err = holder.stderr.read().strip()
-            holder.wait()
-            raise FleetError(f"{name}: mounting the {fs} workbench failed: {err}")
-        holder.stderr.close()
-        h["holder"] = _proc(holder.pid)  # the pid stays; exec updates nothing but the name
+        self._start_holder(h, [mount, *self._constrain(h, constraints)])
         h["mounted"] = True
-        h["mnt_ns"] = os.readlink(f"/proc/{holder.pid}/ns/mnt")
-        h["net_ns"] = os.readlink(f"/proc/{holder.pid}/ns/net")
         self.save()
 
     def _constrain(self, h: dict, constraints: Sequence[str]) -> list[list[str]]:
@@ -605,9 +822,11 @@ class Fleet:
         overlay whose top layer (on a tmpfs of the namespace) holds a whiteout
         (a 0/0 character device, see the kernel's overlayfs docs) for it, so
         ``ls``, ``command -v`` and shutil.which all find nothing. Files the
-        other constraints need (the standard-library venv, a passwd copy) go
-        under the host's directory on the shared root filesystem, and every
-        mount happens only inside the host's private mount namespace.
+        other constraints need (a venv, the login user's home, copies of /etc
+        files under ``etc/``) go under the host's directory on the shared root
+        filesystem, and every mount happens only inside the host's private
+        mount namespace: the copies are bind-mounted over /etc's, the home
+        over LOGIN_HOME on a tmpfs that covers /home.
         """
         hdir = Path(h["dir"])
         cmds: list[list[str]] = []
@@ -630,29 +849,129 @@ class Fleet:
         h["hidden_tools"] = sorted(f"{d}/{n}" for d, names in hide.items() for n in names)
         if "bsd_tar" in constraints:
             cmds += [["mount", "--bind", BSDTAR, p] for p in tool_paths("tar")]
-        if "stdlib_python" in constraints:
-            venv = hdir / "python"
-            _run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)])
-            h["python"] = str(venv / "bin" / "python3")
-        if "bare_path" in constraints:
+        if "stdlib_python" in constraints or "noisy_python" in constraints:
+            h["python"] = self._make_python(h, constraints)
+        user = self._make_login_user(h) if "non_root_login" in constraints else None
+        etc: dict[str, str] = {}  # file in /etc -> its copy for this host
+        if "bare_path" in constraints or user:
             # Debian's bash reads ~/.bashrc even for `ssh host cmd`, and root's puts pyenv and cargo
             # on PATH; a shell that reads no rc file keeps sshd's SetEnv PATH, as zsh does on a Mac.
-            passwd = hdir / "passwd"
             lines = Path("/etc/passwd").read_text().splitlines()
-            passwd.write_text(
-                "".join(
-                    (":".join([*ln.split(":")[:6], "/bin/sh"]) if ln.startswith("root:") else ln) + "\n"
+            if "bare_path" in constraints:
+                lines = [
+                    (":".join([*ln.split(":")[:6], "/bin/sh"]) if ln.startswith("root:") else ln)
                     for ln in lines
-                )
+                ]
+            if user:
+                lines.append(f"{LOGIN_USER}:x:{user['uid']}:{user['gid']}::{LOGIN_HOME}:{user['shell']}")
+            etc["passwd"] = "".join(ln + "\n" for ln in lines)
+        if user:
+            etc["group"] = Path("/etc/group").read_text() + f"{LOGIN_USER}:x:{user['gid']}:\n"
+            etc["shadow"] = (
+                Path("/etc/shadow").read_text() + f"{LOGIN_USER}:{user['hash']}:19000:0:99999:7:::\n"
             )
-            passwd.chmod(0o644)
-            cmds.append(["mount", "--bind", str(passwd), "/etc/passwd"])
+            hosts = Path("/etc/hosts").read_text()
+            etc["hosts"] = hosts + f"127.0.1.1\t{h['netns']}\n"  # sudo looks up its own hostname
+        if "sudo_password" in constraints:
+            ts = hdir / "sudo-ts"
+            ts.mkdir(mode=0o700)
+            etc["sudoers"] = "\n".join(
+                [
+                    "# written by tests/fleet/fleet.py: the sudo-password host's only sudoers file",
+                    "Defaults env_reset",
+                    'Defaults secure_path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"',
+                    # every sudo asks (no cached credential), and nothing lands in the shared /run or /var
+                    "Defaults timestamp_timeout=0",
+                    f"Defaults timestampdir={ts}",
+                    "Defaults lecture=never",
+                    "Defaults !syslog",
+                    "root ALL=(ALL:ALL) ALL",
+                    f"{LOGIN_USER} ALL=(ALL:ALL) ALL",
+                    "",
+                ]
+            )
+        if "noisy_shell" in constraints:
+            # bash sources /etc/bash.bashrc (before its interactive check returns) for every SSH command
+            banner = f"echo {shlex.quote(NOISY_BANNER)}  # written by tests/fleet/fleet.py (noisy profile)\n"
+            etc["bash.bashrc"] = banner + Path("/etc/bash.bashrc").read_text()
+            h["banner"] = NOISY_BANNER
+        if user:
+            cmds.append(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0755", "dlab-home", "/home"])
+            cmds.append(["mkdir", LOGIN_HOME])
+            cmds.append(["mount", "--bind", h["home"], LOGIN_HOME])
+            # the user's own workbench (a fresh host's /srv/dlab, so the lab can make the workbench)
+            cmds.append(["chown", f"{user['uid']}:{user['gid']}", h["mount_point"]])
+        copies = hdir / "etc"
+        if etc:
+            copies.mkdir()
+        for fname, text in sorted(etc.items()):
+            copy = copies / fname
+            copy.write_text(text)
+            copy.chmod({"shadow": 0o600, "sudoers": 0o440}.get(fname, 0o644))
+            cmds.append(["mount", "--bind", str(copy), f"/etc/{fname}"])
         self.save()
         return cmds
 
+    def _make_python(self, h: dict, constraints: Sequence[str]) -> str:
+        """A venv as ``h``'s interpreter; returns its python as the host sees it.
+
+        ``stdlib_python``: made ``--without-pip`` and without the machine's packages;
+        otherwise it sees them (``--system-site-packages``). ``noisy_python``: a ``.pth`` file
+        in its site-packages imports a module there that writes NOISY_PYTHON_WARNING to stderr
+        at every start (a .pth rather than a sitecustomize, which Debian's own would shadow).
+        A login user's venv is in the home (``~/.python``), which the user can reach; else
+        under the host's dir.
+        """
+        user = "non_root_login" in constraints
+        venv = Path(h["home"]) / ".python" if user else Path(h["dir"]) / "python"
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        site = [] if "stdlib_python" in constraints else ["--system-site-packages"]
+        _run(["/usr/bin/python3", "-m", "venv", "--without-pip", *site, str(venv)])
+        if "noisy_python" in constraints:
+            (site_dir,) = venv.glob("lib/python3*/site-packages")
+            # the .pth imports a module, which runs once even where site reads the dir twice (lib64 -> lib)
+            (site_dir / "dlab_fleet_noisy.py").write_text(
+                f"import sys\n\nsys.stderr.write({NOISY_PYTHON_WARNING + chr(10)!r})\n"
+            )
+            (site_dir / "dlab_fleet_noisy.pth").write_text("import dlab_fleet_noisy\n")
+            h["python_warning"] = NOISY_PYTHON_WARNING
+        return f"{LOGIN_HOME}/.python/bin/python3" if user else str(venv / "bin" / "python3")
+
+    def _make_login_user(self, h: dict) -> dict:
+        """The home of ``h``'s LOGIN_USER (``h["home"]``, seen in the host at LOGIN_HOME) with the
+        fleet's key, the lab root (unless ``no_lab_root``) and all owned by the user; returns
+        its uid, gid, shell and password hash. The password is the fleet's ``sudo_password``."""
+        if any(ln.split(":")[0] == LOGIN_USER for ln in Path("/etc/passwd").read_text().splitlines()):
+            raise FleetError(f"{LOGIN_USER!r} is a user of this machine already; the fleet makes its own")
+        taken_u = {int(ln.split(":")[2]) for ln in Path("/etc/passwd").read_text().splitlines() if ln}
+        taken_g = {int(ln.split(":")[2]) for ln in Path("/etc/group").read_text().splitlines() if ln}
+        uid = next(u for u in range(2000, 60000) if u not in taken_u and u not in taken_g)
+        home = Path(h["home"])
+        (home / ".ssh").mkdir(parents=True, exist_ok=True)
+        (home / ".ssh" / "authorized_keys").write_text(self.authorized_keys.read_text())
+        if "no_lab_root" not in h["constraints"]:
+            (home / "lab").mkdir()
+        home.chmod(0o700)
+        for d, dirs, files in os.walk(home):
+            for entry in [d, *(os.path.join(d, x) for x in dirs + files)]:
+                os.lchown(entry, uid, uid)
+        password = self.state.get("sudo_password") or secrets.token_urlsafe(12)
+        digest = _run(["openssl", "passwd", "-6", "-stdin"], input=password).stdout.strip()
+        shell = "/bin/sh" if "bare_path" in h["constraints"] else "/bin/bash"
+        h["uid"] = uid
+        return {"uid": uid, "gid": uid, "shell": shell, "hash": digest}
+
     def _sshd_config(self, h: dict) -> str:
+        """sshd_config of host (or jump host) ``h``: key authentication only, on its own address.
+
+        A ``non_root_login`` host lets only LOGIN_USER in (its key in ``~/.ssh``); the jump host
+        forwards TCP only to its bastion hosts' port 22.
+        """
         hdir = Path(h["dir"])
-        bare = "bare_path" in h.get("constraints", ())
+        constraints = h.get("constraints", ())
+        bare = "bare_path" in constraints
+        user = "non_root_login" in constraints
+        jump = h["name"] == BASTION
         return "\n".join(
             [
                 "# written by tests/fleet/fleet.py for one fleet host",
@@ -660,8 +979,10 @@ class Fleet:
                 "Port 22",
                 f"HostKey {hdir / 'ssh_host_ed25519_key'}",
                 "PidFile none",
-                f"AuthorizedKeysFile {self.authorized_keys}",
-                "PermitRootLogin prohibit-password",
+                # the user reads their own key: the state dir (mode 0700) is root's
+                f"AuthorizedKeysFile {'.ssh/authorized_keys' if user else self.authorized_keys}",
+                f"PermitRootLogin {'no' if user else 'prohibit-password'}",
+                *([f"AllowUsers {LOGIN_USER}"] if user else []),
                 "PubkeyAuthentication yes",
                 "PasswordAuthentication no",
                 "KbdInteractiveAuthentication no",
@@ -669,7 +990,8 @@ class Fleet:
                 # the state dir sits under /tmp (mode 1777), which StrictModes refuses
                 # for a key file path; the key file itself is in a mode-0700 directory
                 "StrictModes no",
-                "AllowTcpForwarding no",
+                f"AllowTcpForwarding {'local' if jump else 'no'}",
+                *([f"PermitOpen {' '.join(f'{a}:22' for a in h['targets'])}"] if jump else []),
                 "X11Forwarding no",
                 "PermitTunnel no",
                 "Subsystem sftp internal-sftp",
@@ -680,64 +1002,164 @@ class Fleet:
 
     def _write_known_hosts(self) -> None:
         lines = []
-        for h in self.state["hosts"].values():
+        for h in [*self.state["hosts"].values(), *([self.state["bastion"]] if self.state["bastion"] else [])]:
             keytype, key = (Path(h["dir"]) / "ssh_host_ed25519_key.pub").read_text().split()[:2]
             lines.append(f"{h['address']} {keytype} {key}\n")
         self.known_hosts.write_text("".join(lines))
 
+    def _lab_vars(self, h: dict) -> dict:
+        """Host ``h``'s inventory variables apart from the connection: interpreter, lab settings, facts."""
+        hv = {
+            "ansible_python_interpreter": h.get("python", "/usr/bin/python3"),
+            # the roles derive every path from these two inventory-wide settings
+            "disklab_root": h["lab_venv_root"],
+            "disklab_workbench": WORKBENCH,
+            "lab_run_workbench": WORKBENCH,
+            "lab_venv_root": h["lab_venv_root"],
+            "fleet_fs": h["fs"],
+            "fleet_loop_direct_io": h.get("loop_direct_io", False),
+            "fleet_profile": h.get("profile", DEFAULT_PROFILE),
+            "fleet_constraints": h.get("constraints", []),
+            "fleet_login_user": h.get("login_user", "root"),
+        }
+        if "no_workbench" in h.get("constraints", ()):
+            hv["lab_run_workbench_create"] = True  # the lab must make the workbench itself
+        return hv
+
+    @staticmethod
+    def _yaml_inventory(header: list[str], hosts: dict[str, dict]) -> str:
+        out = [*header, "all:", "  children:", f"    {GROUP}:", "      hosts:"]
+        for name, hv in hosts.items():
+            out.append(f"        {name}:")
+            out.extend(f"          {k}: {_q(v)}" for k, v in hv.items())
+        return "\n".join(out) + "\n"
+
     def _write_inventory(self) -> None:
         st = self.state
-        common = " ".join(
-            [
-                "-F /dev/null",
-                "-o IdentitiesOnly=yes",
-                f"-o UserKnownHostsFile={self.known_hosts}",
-                "-o GlobalKnownHostsFile=/dev/null",
-                "-o StrictHostKeyChecking=yes",
-                f"-o ControlPath={st['control_path']}",
-            ]
-        )
-        out = [
-            "# Written by tests/fleet/fleet.py up; removed by fleet.py down.",
-            "# Hosts are network namespaces on this machine (see tests/fleet/README.md).",
-            "all:",
-            "  children:",
-            "    fleet:",
-            "      hosts:",
+        common = [
+            "-F /dev/null",
+            "-o IdentitiesOnly=yes",
+            f"-o UserKnownHostsFile={self.known_hosts}",
+            "-o GlobalKnownHostsFile=/dev/null",
+            "-o StrictHostKeyChecking=yes",
+            f"-o ControlPath={st['control_path']}",
         ]
+        hosts = {}
         for h in st["hosts"].values():
-            hv = {
+            args = list(common)
+            if "behind_bastion" in h.get("constraints", ()):
+                args.append(shlex.join(["-o", self._proxy_command()]))
+            hosts[h["name"]] = {
                 "ansible_host": h["address"],
                 "ansible_port": 22,
-                "ansible_user": "root",
+                "ansible_user": h.get("login_user", "root"),
                 "ansible_ssh_private_key_file": str(self.key_path),
-                "ansible_ssh_common_args": common,
-                "ansible_python_interpreter": h.get("python", "/usr/bin/python3"),
-                # the roles derive every path from these two inventory-wide settings
-                "disklab_root": h["lab_venv_root"],
-                "disklab_workbench": WORKBENCH,
-                "lab_run_workbench": WORKBENCH,
-                "lab_venv_root": h["lab_venv_root"],
-                "fleet_fs": h["fs"],
-                "fleet_loop_direct_io": h.get("loop_direct_io", False),
-                "fleet_profile": h.get("profile", DEFAULT_PROFILE),
-                "fleet_constraints": h.get("constraints", []),
+                "ansible_ssh_common_args": " ".join(args),
+                **self._lab_vars(h),
             }
-            if "no_workbench" in h.get("constraints", ()):
-                hv["lab_run_workbench_create"] = True  # the lab must make the workbench itself
-            out.append(f"        {h['name']}:")
-            out.extend(f"          {k}: {_q(v)}" for k, v in hv.items())
-        self.inventory_path.write_text("\n".join(out) + "\n")
+        header = [
+            "# Written by tests/fleet/fleet.py up; removed by fleet.py down.",
+            "# Hosts are network namespaces on this machine (see tests/fleet/README.md).",
+        ]
+        self.inventory_path.write_text(self._yaml_inventory(header, hosts))
+
+    def _write_user_world(self) -> None:
+        """Write the user's world ``<state>/user/`` (see the module docstring and the README)."""
+        st = self.state
+        udir = self.user_dir
+        udir.mkdir(mode=0o700)
+        st["user"] = {"dir": str(udir), "vault": None, "vault_marker": f"fleet-vault-{secrets.token_hex(4)}"}
+        self.save()
+        ssh_config = udir / "ssh_config"
+        users = {h.get("login_user", "root") for h in st["hosts"].values()}
+        lines = [
+            "# Written by tests/fleet/fleet.py up: the user's ssh config for this fleet (see ansible.cfg).",
+            "# The first value ssh finds wins, so each host's block comes before Host *.",
+        ]
+        b = st["bastion"]
+        jump_alias = f"dlab-{st['fleet_id']}-{BASTION}"
+        if b:
+            lines += [
+                f"Host {jump_alias}",
+                f"  HostName {b['address']}",
+                "  User root",
+                "  ControlMaster no",  # the jump carries one -W channel; the target's connection is shared
+            ]
+        for h in st["hosts"].values():
+            lines += [f"Host {h['address']}", f"  User {h.get('login_user', 'root')}"]
+            if "behind_bastion" in h.get("constraints", ()):
+                lines.append(f"  ProxyJump {jump_alias}")
+        lines += [
+            "Host *",
+            f"  IdentityFile {self.key_path}",
+            "  IdentitiesOnly yes",
+            f"  UserKnownHostsFile {self.known_hosts}",
+            "  GlobalKnownHostsFile /dev/null",
+            "  StrictHostKeyChecking yes",
+            "  BatchMode yes",
+            "  ConnectTimeout 5",
+            "  ControlMaster auto",
+            "  ControlPersist 60s",
+            f"  ControlPath {self.state_dir}/uc/%C",
+            "",
+        ]
+        ssh_config.write_text("\n".join(lines))
+        cfg = [
+            "# Written by tests/fleet/fleet.py up: the user's own Ansible settings for this fleet.",
+            "# Connection settings only; nothing of disklab's.",
+            "[defaults]",
+            "inventory = inventory.yml",
+            f"private_key_file = {self.key_path}",
+            *([f"remote_user = {users.pop()}"] if len(users) == 1 else []),  # else ssh_config's User
+            "host_key_checking = True",
+            "",
+            "[ssh_connection]",
+            f"ssh_args = -F {ssh_config}",
+            "pipelining = True",
+            "",
+        ]
+        (udir / "ansible.cfg").write_text("\n".join(cfg))
+        header = [
+            "# Written by tests/fleet/fleet.py up: the user's inventory; the connection settings are in",
+            "# ansible.cfg and ssh_config beside it, the secrets in group_vars/fleet/vault.yml.",
+        ]
+        hosts = {name: {"ansible_host": h["address"], **self._lab_vars(h)} for name, h in st["hosts"].items()}
+        (udir / "inventory.yml").write_text(self._yaml_inventory(header, hosts))
+        pw = self.vault_password_file
+        pw.touch(mode=0o600)
+        pw.write_text(secrets.token_urlsafe(24) + "\n")
+        secret = {"fleet_vault_marker": st["user"]["vault_marker"]}
+        if self.sudo_password:
+            secret["ansible_become_password"] = self.sudo_password
+        vault_tool = ansible_vault()
+        if vault_tool:
+            vdir = udir / "group_vars" / GROUP
+            vdir.mkdir(parents=True)
+            plain = "".join(f"{k}: {_q(v)}\n" for k, v in secret.items())
+            env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}  # no ansible.cfg here
+            cmd = [
+                vault_tool,
+                "encrypt",
+                "--vault-password-file",
+                str(pw),
+                "--output",
+                str(vdir / "vault.yml"),
+            ]
+            _run(cmd, input=plain, env=env, cwd=self.state_dir)
+            st["user"]["vault"] = str(vdir / "vault.yml")
+        st["user"]["vault_vars"] = sorted(secret)
+        self.save()
 
     # sshd ------------------------------------------------------------------------
 
     def start_sshd(self, name: str) -> int:
-        """Start host ``name``'s sshd inside its namespaces; returns its pid once it accepts TCP.
+        """Start host ``name``'s (or the jump host BASTION's) sshd inside its namespaces; returns its
+        pid once it accepts TCP.
 
         Raises FleetError when the host's holder is gone or sshd does not listen
         within START_TIMEOUT_S (its log is ``hosts/<name>/sshd.log``).
         """
-        h = self.host(name)
+        h = self._node(name)
         if h.get("sshd") and alive(h["sshd"]["pid"], h["sshd"]["start"]):
             return h["sshd"]["pid"]
         holder = h.get("holder")
@@ -759,12 +1181,30 @@ class Fleet:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise FleetError(f"{name}: sshd exited {proc.returncode}: {log.read_text()[-2000:]}")
-            with contextlib.suppress(OSError), socket.create_connection((h["address"], 22), timeout=0.5):
+            if self._listens(h):
                 h["sshd"] = _proc(proc.pid)  # start time after exec, for the pid-reuse check
                 self.save()
                 return proc.pid
             time.sleep(0.05)
         raise FleetError(f"{name}: sshd did not listen on {h['address']}:22 within {START_TIMEOUT_S} s")
+
+    def _listens(self, h: dict) -> bool:
+        """Whether ``h``'s sshd accepts connections on its address, port 22.
+
+        A bastion host cannot be reached from here, so for it the listening socket is looked
+        up in its own netns's TCP table (``/proc/PID/net/tcp`` of its sshd, see proc(5)).
+        """
+        if "behind_bastion" not in h.get("constraints", ()):
+            with contextlib.suppress(OSError), socket.create_connection((h["address"], 22), timeout=0.5):
+                return True
+            return False
+        want = f"{int.from_bytes(socket.inet_aton(h['address']), 'little'):08X}:0016"
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{h['sshd']['pid']}/net/tcp").read_text().splitlines()[1:]:
+                local, _, state = line.split()[1:4]
+                if local == want and state == "0A":  # TCP_LISTEN
+                    return True
+        return False
 
     def stop_sshd(self, name: str) -> None:
         """Stop host ``name``'s sshd and end its SSH sessions (every process in its netns but the holder).
@@ -773,7 +1213,7 @@ class Fleet:
         on a real host whose sshd stops. Sessions are ended too, so a kept-open
         ControlPersist connection cannot hide the outage.
         """
-        h = self.host(name)
+        h = self._node(name)
         kill_recorded(h.get("sshd"))
         holder_pid = (h.get("holder") or {}).get("pid")
         for pid in sorted(ns_members(h.get("holder"), h["netns"])):
@@ -798,32 +1238,11 @@ class Fleet:
         problems: list[str] = []
         st = self.state
         for name, h in st["hosts"].items():
-            try:
-                self.stop_sshd(name)
-            except Exception as exc:
-                problems.append(f"{name}: stopping sshd: {exc}")
-            holder = h.get("holder")
-            if h.get("mounted") and holder and alive(holder["pid"], holder["start"]):
-                target = h.get("mount_point", WORKBENCH)
-                cp = _run(["nsenter", f"--target={holder['pid']}", "--mount", "umount", target], check=False)
-                if cp.returncode != 0:
-                    problems.append(f"{name}: umount {target}: {cp.stderr.strip()}")
-            try:
-                kill_recorded(holder)  # the last process in the mount namespace: it goes with it
-            except FleetError as exc:
-                problems.append(f"{name}: holder: {exc}")
-            h["mounted"] = False
-            if h.get("loop") and h.get("image"):
-                back = _run(["losetup", "-n", "-O", "BACK-FILE", h["loop"]], check=False).stdout.strip()
-                if back == h["image"]:
-                    cp = _run(["losetup", "-d", h["loop"]], check=False)
-                    if cp.returncode != 0:
-                        problems.append(f"{name}: losetup -d {h['loop']}: {cp.stderr.strip()}")
-            _run(["ip", "link", "del", h["veth"]], check=False)
-            if h["netns"] in fleet_netns():
-                cp = _run(["ip", "netns", "del", h["netns"]], check=False)
-                if cp.returncode != 0:
-                    problems.append(f"{name}: ip netns del: {cp.stderr.strip()}")
+            self._down_node(name, h, problems)
+        if st.get("bastion"):
+            self._down_node(BASTION, st["bastion"], problems)
+        if st.get("inner_route"):
+            _run(["ip", "route", "del", "unreachable", st["inner_route"]], check=False)
         if st.get("bridge_created"):
             _run(["ip", "link", "del", st["bridge"]], check=False)
         if st.get("created_mountpoint") and not fleet_netns():
@@ -838,6 +1257,37 @@ class Fleet:
         else:
             self.save()  # keep the record, so a second down can retry
         return problems
+
+    def _down_node(self, name: str, h: dict, problems: list[str]) -> None:
+        """down's part for one host or the jump host; appends what it could not fix to ``problems``."""
+        try:
+            self.stop_sshd(name)
+        except Exception as exc:
+            problems.append(f"{name}: stopping sshd: {exc}")
+        holder = h.get("holder")
+        if h.get("mounted") and holder and alive(holder["pid"], holder["start"]):
+            target = h.get("mount_point", WORKBENCH)
+            cp = _run(["nsenter", f"--target={holder['pid']}", "--mount", "umount", target], check=False)
+            if cp.returncode != 0:
+                problems.append(f"{name}: umount {target}: {cp.stderr.strip()}")
+        try:
+            kill_recorded(holder)  # the last process in the mount namespace: it goes with it
+        except FleetError as exc:
+            problems.append(f"{name}: holder: {exc}")
+        h["mounted"] = False
+        if h.get("loop") and h.get("image"):
+            back = _run(["losetup", "-n", "-O", "BACK-FILE", h["loop"]], check=False).stdout.strip()
+            if back == h["image"]:
+                cp = _run(["losetup", "-d", h["loop"]], check=False)
+                if cp.returncode != 0:
+                    problems.append(f"{name}: losetup -d {h['loop']}: {cp.stderr.strip()}")
+        _run(["ip", "link", "del", h["veth"]], check=False)  # where it is still in the root namespace
+        if h.get("veth_netns") in fleet_netns():
+            _run(["ip", "-n", h["veth_netns"], "link", "del", h["veth"]], check=False)
+        if h["netns"] in fleet_netns():
+            cp = _run(["ip", "netns", "del", h["netns"]], check=False)
+            if cp.returncode != 0:
+                problems.append(f"{name}: ip netns del: {cp.stderr.strip()}")
 
     def __enter__(self) -> Fleet:
         return self
@@ -884,6 +1334,8 @@ def main(argv: list[str] | None = None) -> int:
         for h in fleet.hosts:
             print(f"{h.name} {h.address} {h.fs} {h.profile} sshd pid {h.pid}")
         print(f"inventory: {fleet.inventory_path}")
+        vault = "" if fleet.state["user"]["vault"] else " (no vault.yml: no ansible-vault found)"
+        print(f"user's world: {fleet.user_dir}{vault}")
         return 0
     try:
         fleet = Fleet.load(args.state_dir)
