@@ -25,6 +25,7 @@ from conftest import FIXTURES, REPO
 from disklab_host.audit import collect as audit
 from disklab_host.audit import parse as ap
 from disklab_host.common import iorecord
+from disklab_host.common import result as result_line
 from disklab_host.common.facts import is_unavailable
 from disklab_host.common.units import GIB, MIB
 
@@ -180,7 +181,7 @@ def test_cli_with_system_python_writes_atomic_json(workbench, tmp_path):
         text=True,
         check=True,
     )
-    printed = json.loads(proc.stdout)
+    printed = result_line.parse(proc.stdout)
     assert json.loads(out.read_text()) == printed
     assert printed["versions"]["torch"] == {"unavailable": "no lab venv on this host yet"}
     assert (
@@ -234,9 +235,9 @@ def test_a_workbench_that_is_not_a_directory_is_refused(tmp_path):
 def test_cli_creates_the_workbench_only_when_asked_and_refuses_in_one_line(tmp_path, capsys):
     wb = tmp_path / "wb"
     assert audit.main(["--workbench", str(wb)]) == 0
-    assert json.loads(capsys.readouterr().out)["workbench"]["exists"] is False and not wb.exists()
+    assert result_line.parse(capsys.readouterr().out)["workbench"]["exists"] is False and not wb.exists()
     assert audit.main(["--workbench", str(wb), "--workbench-create"]) == 0
-    assert json.loads(capsys.readouterr().out)["workbench"]["created"] is True and wb.is_dir()
+    assert result_line.parse(capsys.readouterr().out)["workbench"]["created"] is True and wb.is_dir()
     (tmp_path / "afile").write_text("x")
     assert audit.main(["--workbench", str(tmp_path / "afile")]) == 2
     err = capsys.readouterr().err

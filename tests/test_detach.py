@@ -12,6 +12,7 @@ import time
 import pytest
 
 from disklab_host import detach, lab
+from disklab_host.common import result as result_line
 
 
 def _wait_for(path, timeout_s=120.0):
@@ -38,7 +39,7 @@ def _start(tmp_path, cfg):
     # start_new_session=False on purpose: the runner must leave the caller's session by itself
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    return run_dir, json.loads(proc.stdout)
+    return run_dir, result_line.parse(proc.stdout)
 
 
 def _runner_pid(run_dir, timeout_s=60.0):

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from disklab_host import preflight
+from disklab_host.common import result as result_line
 
 
 def _cfg(workbench, **kw):
@@ -86,7 +87,7 @@ def test_cli_prints_json_and_exits_2_when_refused(tmp_path):
         text=True,
     )
     assert proc.returncode == 2
-    out = json.loads(proc.stdout)
+    out = result_line.parse(proc.stdout)
     assert out["ok"] is False and "lab_run_workbench" in out["error"]
 
 
@@ -114,18 +115,18 @@ def test_stage_to_copies_the_running_zipapp_only_after_the_checks_pass(tmp_path,
     root = tmp_path / "fresh" / "lab"  # nothing made in advance: neither the root nor its parent
     missing = json.dumps(_cfg(tmp_path / "missing"))
     refused = _run_zipapp(sent, "--config-json", missing, "--stage-to", str(root))
-    assert refused.returncode == 2 and "lab_run_workbench" in json.loads(refused.stdout)["error"]
+    assert refused.returncode == 2 and "lab_run_workbench" in result_line.parse(refused.stdout)["error"]
     assert not (tmp_path / "fresh").exists()  # a refused host gets nothing
 
     ok = _run_zipapp(sent, "--config-json", json.dumps(_cfg(workbench)), "--apply", "--stage-to", str(root))
     assert ok.returncode == 0, ok.stderr
     staged = root / "disklab_host.pyz"
-    assert json.loads(ok.stdout)["stage"] == {"path": str(staged), "staged": True}
+    assert result_line.parse(ok.stdout)["stage"] == {"path": str(staged), "staged": True}
     assert staged.read_bytes() == sent.read_bytes()
     assert oct(root.stat().st_mode & 0o777) == "0o755" and oct(staged.stat().st_mode & 0o777) == "0o644"
 
     again = _run_zipapp(sent, "--config-json", json.dumps(_cfg(workbench)), "--stage-to", str(root))
-    assert json.loads(again.stdout)["stage"]["staged"] is False  # the same bytes: left as they are
+    assert result_line.parse(again.stdout)["stage"]["staged"] is False  # the same bytes: left as they are
 
     dry = _run_zipapp(sent, "--config-json", json.dumps(_cfg(workbench)), "--check-mode", "--stage-to", "x")
     assert dry.returncode == 2 and "--check-mode creates nothing" in dry.stderr
@@ -138,5 +139,5 @@ def test_stage_to_from_a_source_tree_is_refused_naming_the_setting(tmp_path, wor
         capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 2
-    assert "lab_run_root" in json.loads(proc.stdout)["error"] and "not from a zipapp" in proc.stderr
+    assert "lab_run_root" in result_line.parse(proc.stdout)["error"] and "not from a zipapp" in proc.stderr
     assert not (tmp_path / "lab").exists()

@@ -13,6 +13,7 @@ from disklab import progress as progress_mod
 from disklab.progress import Progress
 from disklab.runner import EventTracker, parse_status
 from disklab_host import lab
+from disklab_host.common import result as result_line
 
 LAB_TASK = "Run the storage lab experiments on the host"
 
@@ -188,10 +189,12 @@ def test_write_status_records_the_running_step_atomically(tmp_path):
 
 
 def _role_sh(tmp_path, **ctx):
-    """The lab_run role's poll command and its paths, rendered as Ansible renders them (quote, match)."""
+    """The lab_run role's poll command and its paths, rendered as Ansible renders them (quote, match,
+    and the result-line rule that reads the start's pid: search, regex_replace, from_json)."""
     import re
 
     import jinja2
+    import jinja2.nativetypes
     import yaml
 
     role = Path(__file__).resolve().parents[1] / "roles/lab_run"
@@ -201,12 +204,20 @@ def _role_sh(tmp_path, **ctx):
     env = jinja2.Environment()
     env.filters["quote"] = lambda s: "'" + str(s).replace("'", "'\"'\"'") + "'"
     env.tests["match"] = lambda s, pattern: re.match(pattern, s) is not None
+    env.tests["search"] = lambda s, pattern: re.search(pattern, s) is not None
+    env.filters["regex_replace"] = lambda s, pattern, repl: re.sub(pattern, repl, s)
     env.filters["from_json"] = json.loads
     ctx = {"__lab_run_poll_wait_s": 1, "disklab_run_id": "run 1", **ctx}
     for name in ("__lab_run_poll_ticks_per_s", "__lab_run_sh_root", "__lab_run_sh_dir",
                  "__lab_run_sh_python"):  # fmt: skip
         value = role_vars[name]
         ctx[name] = env.from_string(value).render(**ctx) if isinstance(value, str) else value
+    ctx["__lab_run_out"] = ctx["__lab_run_start"]  # the poll's own vars: the start's registered result
+    native = jinja2.nativetypes.NativeEnvironment()  # the result is an object, as Ansible's template gives it
+    native.filters.update(env.filters)
+    native.tests.update(env.tests)
+    for name in ("__lab_run_result_line", "__lab_run_result"):
+        ctx[name] = native.from_string(role_vars[name]).render(**ctx)
     for name in ("__status", "__seen", "__exit", "__pid", "__running"):
         ctx[name] = env.from_string(poll["vars"][name]).render(**ctx)
     return env.from_string(poll["ansible.builtin.raw"]).render(**ctx), ctx
@@ -216,14 +227,14 @@ def test_a_lab_root_under_home_is_left_to_the_hosts_shell_to_expand(tmp_path):
     """lab_run_root's default is ~/.disklab: a quoted ~ is not expanded, so the raw tasks give it to $HOME."""
     home = tmp_path / "a home"
     _, ctx = _role_sh(tmp_path, lab_run_root="~/lab root", lab_run_python="~/lab root/venv/bin/python",
-                      __lab_run_start={"stdout": "{}"})  # fmt: skip
+                      __lab_run_start={"stdout_lines": []})  # fmt: skip
     words = subprocess.run(
         ["sh", "-c", f"printf '%s\\n' {ctx['__lab_run_sh_dir']} {ctx['__lab_run_sh_python']}"],
         capture_output=True, text=True, check=True, env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
     ).stdout.splitlines()  # fmt: skip
     assert words == [f"{home}/lab root/runs/run 1", f"{home}/lab root/venv/bin/python"]
     _, plain = _role_sh(tmp_path, lab_run_root="/srv/it's", lab_run_python="/usr/bin/python3",
-                        __lab_run_start={"stdout": "{}"})  # fmt: skip
+                        __lab_run_start={"stdout_lines": []})  # fmt: skip
     assert subprocess.run(["sh", "-c", f"printf '%s' {plain['__lab_run_sh_dir']}"], capture_output=True,
                           text=True, check=True).stdout == "/srv/it's/runs/run 1"  # fmt: skip
 
@@ -232,12 +243,15 @@ def test_the_poll_reads_the_status_file_and_the_runners_exit_record_with_plain_s
     """The lab_run role's poll command, run by sh as Ansible's raw module runs it, against real files."""
     runner = subprocess.Popen(["sleep", "60"])  # stands in for the detached runner: alive, then gone
     try:
-        started = {"stdout": json.dumps({"pid": runner.pid}) + "\r\n"}  # as SSH's tty gives it
+        # as SSH's tty gives it: a login banner, a warning merged from stderr, then the result line
+        started = {"stdout_lines": ["Welcome to the lab host", "warning: old python", "",
+                                    "disklab-result " + json.dumps({"pid": runner.pid})]}  # fmt: skip
         command, ctx = _role_sh(
             tmp_path, lab_run_root=str(tmp_path / "lab root"), lab_run_python=sys.executable,
             __lab_run_start=started,
         )  # fmt: skip
         assert f"sleep {1 / ctx['__lab_run_poll_ticks_per_s']} " in command  # looks more than once a second
+        assert f"kill -0 {runner.pid} " in command  # the pid comes from the start's result line
         run_dir = tmp_path / "lab root" / "runs" / "run 1"
         run_dir.mkdir(parents=True)
 
@@ -251,15 +265,16 @@ def test_the_poll_reads_the_status_file_and_the_runners_exit_record_with_plain_s
         assert parse_status(first)[1]["step"] == "crash" and "disklab-job running" in first
         again = sh()  # nothing changed: it waits out its (1 s) wait, and prints the same status
         assert parse_status(again)[1]["step"] == "crash" and "disklab-job running" in again
-        (run_dir / "exit.json").write_text(json.dumps({"rc": 0, "stdout": "{}", "stderr": ""}))
+        (run_dir / "exit.json").write_text(json.dumps({"rc": 0, "stdout": "a\nb", "stderr": ""}, indent=2))
         last = sh()
-        assert "disklab-job ended" in last and '"rc": 0' in last
+        assert "disklab-job ended" in last
+        assert result_line.parse(last) == {"rc": 0, "stdout": "a\nb", "stderr": ""}  # one line, escapes kept
         (run_dir / "exit.json").unlink()
         runner.kill()
         runner.wait()
         killed = sh()  # gone without an exit record (SIGKILL, an OOM kill): said, not waited on for a week
         assert "disklab-job ended" in killed
-        assert f"pid {runner.pid}) ended without writing exit.json" in killed
+        assert f"pid {runner.pid}) ended without writing exit.json" in result_line.parse(killed)["msg"]
     finally:
         runner.kill()
 

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from disklab_host import provision as pv
+from disklab_host.common import result as result_line
 
 REPO = Path(__file__).resolve().parents[1]
 PINS = ["torch==2.13.0", "safetensors==0.8.0", "numpy==2.4.6"]
@@ -162,7 +163,7 @@ def _refusal_main(venv: Path, *extra: str) -> str:
     for mode in (["--check"], []):
         cp = _cli(venv, "--torch-index", "cpu", *mode, *extra)
         assert cp.returncode == 2, cp.stderr
-        out = json.loads(cp.stdout)
+        out = result_line.parse(cp.stdout)
         assert out["ok"] is False and cp.stderr.strip() == f"disklab provision refused: {out['error']}"
     return out["error"]
 
@@ -199,7 +200,7 @@ def test_check_mode_changes_nothing_on_a_fresh_host(tmp_path):
     venv = tmp_path / "lab" / "venv"
     cp = _cli(venv, "--torch-index", "cpu", "--check")
     assert cp.returncode == 0, cp.stderr
-    out = json.loads(cp.stdout)
+    out = result_line.parse(cp.stdout)
     assert out["ok"] and out["changed"] and out["action"] == "would_create" and out["versions"] is None
     assert out["torch_index"] == pv.CPU_INDEX
     assert not (tmp_path / "lab").exists()
@@ -237,7 +238,7 @@ def test_a_real_venv_from_a_python_without_pip_is_created_kept_and_rebuilt(tmp_p
 
     first = _cli(venv, "--torch-index", "cpu", python=base_py)
     assert first.returncode == 0, first.stderr
-    out = json.loads(first.stdout)
+    out = result_line.parse(first.stdout)
     assert (out["ok"], out["changed"], out["action"]) == (True, True, "created"), out
     assert out["torch_index"] == pv.CPU_INDEX and out["python"] == str(venv / "bin" / "python")
     v = out["versions"]
@@ -253,18 +254,18 @@ def test_a_real_venv_from_a_python_without_pip_is_created_kept_and_rebuilt(tmp_p
     )  # fmt: skip
     assert imports.returncode == 0 and imports.stdout.strip() == "3.0", imports.stderr
 
-    again = json.loads(_cli(venv, "--torch-index", "cpu", python=base_py).stdout)
+    again = result_line.parse(_cli(venv, "--torch-index", "cpu", python=base_py).stdout)
     assert (again["changed"], again["action"]) == (False, "kept"), again
     assert again["versions"] == v
 
-    would = json.loads(_cli(venv, "--torch-index", "pypi", "--check", python=base_py).stdout)
+    would = result_line.parse(_cli(venv, "--torch-index", "pypi", "--check", python=base_py).stdout)
     assert (would["changed"], would["action"]) == (True, "would_rebuild")
     assert f"torch_index {pv.CPU_INDEX!r} -> None" in would["reason"]
     assert json.loads((venv / pv.RECORD_NAME).read_text()) == record  # --check changed nothing
 
     rebuilt = _cli(venv, "--torch-index", "pypi", python=base_py)
     assert rebuilt.returncode == 0, rebuilt.stderr
-    out = json.loads(rebuilt.stdout)
+    out = result_line.parse(rebuilt.stdout)
     assert (out["changed"], out["action"], out["torch_index"]) == (True, "rebuilt", "pypi"), out
     assert json.loads((venv / pv.RECORD_NAME).read_text())["torch_index"] is None
     assert out["versions"]["torch"].split("+")[0] == "2.13.0"

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import sys
 from pathlib import Path
@@ -30,6 +29,7 @@ from disklab import __version__, ship, store
 from disklab.runner import HostOutcome, ansible_path
 from disklab_host import registry
 from disklab_host.common.lock import LockHeld, RunLock
+from disklab_host.common.result import emit as emit_result
 from disklab_host.stage import ARTIFACT_NAME
 
 DEFAULT_INVENTORY = ansible_path("inventory", "local.yml")
@@ -225,7 +225,8 @@ def _say_stored(reports: Path, run_id: str, kind: str, outcomes: dict[str, HostO
 
 
 def cmd_playbook_begin(args) -> int:
-    """For plain ansible-playbook: take a run id (or use --run-id), make its staging directory, print JSON."""
+    """For plain ansible-playbook: take a run id (or use --run-id), make its staging directory, print its
+    result line (disklab_host.common.result)."""
     reports = Path(args.reports).resolve()
     reports.mkdir(parents=True, exist_ok=True)
     try:
@@ -236,7 +237,7 @@ def cmd_playbook_begin(args) -> int:
             ship.build(incoming / ARTIFACT_NAME)  # so the playbook's pack task is skipped
     except LockHeld as exc:
         raise UsageError(f"refused: {exc}") from None
-    print(json.dumps({"run_id": run_id, "incoming_dir": str(incoming), "reports": str(reports)}))
+    emit_result({"run_id": run_id, "incoming_dir": str(incoming), "reports": str(reports)})
     return 0
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from disklab.progress import Progress
+from disklab_host.common import result as result_line
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -142,11 +143,8 @@ class EventTracker:
             polled = parse_status(data["res"]["stdout"])
             if polled is not None:
                 self.progress.step(name, polled[1], polled[0])
-        elif kind == "runner_on_ok" and str(task).startswith("stop |"):
-            try:
-                host.stop_report = json.loads(data.get("res", {}).get("stdout", ""))
-            except ValueError:
-                host.stop_report = None
+        elif kind == "runner_on_ok" and str(task).startswith("stop |") and "stdout" in data.get("res", {}):
+            host.stop_report = result_line.parse(data["res"]["stdout"])  # the stop command's result line
         elif kind == "runner_on_unreachable":
             host.status, host.task = "unreachable", task
             host.message = _failure_message(data.get("res", {}))

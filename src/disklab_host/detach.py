@@ -1,7 +1,8 @@
 """Start the lab runner in the background, out of the session that started it, and record how it ended.
 
 ``python disklab_host.pyz lab --detach ...`` (the lab_run role's start task, one
-shell command with no module) returns at once, printing ``{"pid", "run_dir"}``.
+shell command with no module) returns at once, printing the result line
+(common.result) of ``{"pid", "run_dir", "started"}``.
 ``pid`` is a small supervisor that leads a session of its own (setsid(2)), so
 neither a dropped SSH session nor its SIGHUP reaches it or the runner, its
 child. The supervisor waits for the runner and writes ``exit.json`` in the run
@@ -20,7 +21,6 @@ runs per host.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import traceback
@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .common.fsio import atomic_write_json
+from .common.result import emit as emit_result
 
 EXIT_NAME = "exit.json"
 OUT_NAME, ERR_NAME = "runner.out", "runner.err"
@@ -60,14 +61,14 @@ def start(run_dir: Path, body: Callable[[], int], results: Path) -> int:
         if not exit_path.exists():
             note = f"{results} exists: not run again"
             atomic_write_json(exit_path, {"rc": 0, "pid": None, "signal": None, "stdout": note, "stderr": ""})
-        print(json.dumps({"pid": None, "run_dir": str(run_dir), "started": False}))
+        emit_result({"pid": None, "run_dir": str(run_dir), "started": False})
         return 0
     exit_path.unlink(missing_ok=True)  # an earlier, failed attempt's record
     sys.stdout.flush()
     sys.stderr.flush()
     supervisor = os.fork()
     if supervisor:
-        print(json.dumps({"pid": supervisor, "run_dir": str(run_dir), "started": True}))
+        emit_result({"pid": supervisor, "run_dir": str(run_dir), "started": True})
         return 0
     try:
         os.setsid()

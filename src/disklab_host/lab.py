@@ -44,6 +44,7 @@ from . import codeinfo, detach, registry
 from .common.formats import stamp
 from .common.fsio import atomic_write_json, atomic_write_text
 from .common.lock import LockHeld, RunLock
+from .common.result import emit as emit_result
 
 # The lock file under the lab root: one run at a time per lab root (its workbench, its venv).
 LOCK_NAME = "lab.lock"
@@ -221,7 +222,7 @@ def _run(cfg: dict, args: argparse.Namespace, lock: RunLock) -> int:
     atomic_write_json(args.out, results)
     write_status(status, state="finished", run_id=cfg["run_id"], steps=len(steps), done=done)
     failed = [n for n, s in results["experiments"].items() if s.get("status") == "failed"]
-    print(json.dumps({"out": str(args.out), "failed_steps": failed}))
+    emit_result({"out": str(args.out), "failed_steps": failed})
     return 0
 
 

@@ -13,7 +13,8 @@ With ``--stage-to``, once every check has passed, the zipapp this runs from is
 copied to LAB_ROOT/disklab_host.pyz (:mod:`stage`): the lab_run role sends the
 package with this one run, and nothing is staged on a refused host.
 
-Prints one JSON object. Exit status 0 when the host may run, 2 when refused
+Prints one result line (common.result: ``disklab-result`` and a JSON object).
+Exit status 0 when the host may run, 2 when refused
 (the message is in ``error``). Standard library only: it runs before the
 lab venv exists, with the host's own Python.
 """
@@ -29,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from . import registry, stage
+from .common.result import emit as emit_result
 from .common.units import MIB
 
 
@@ -161,10 +163,10 @@ def main(argv: list[str] | None = None) -> int:
                 why = f"cannot stage the host package in lab_run_root {args.stage_to!r}: {exc}"
                 raise Refused(why) from None
     except (Refused, ValueError) as exc:
-        print(json.dumps({"ok": False, "error": str(exc)}))
+        emit_result({"ok": False, "error": str(exc)})
         print(f"disklab preflight refused: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(verdict))
+    emit_result(verdict)
     return 0
 
 

@@ -50,6 +50,7 @@ from pathlib import Path
 
 from . import venvprobe
 from .common.fsio import atomic_write_json
+from .common.result import emit as emit_result
 
 # PyTorch's wheel indexes (https://pytorch.org/get-started/locally/). One CUDA build for the fleet:
 # cu130 has wheels for Linux x86_64 and aarch64 (DGX Spark), so every GPU host gets the same build.
@@ -471,11 +472,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         verdict = provision(venv, args.pin, args.torch_index, args.pip_arg, args.require_cuda, args.check)
     except (Refused, Failed, OSError) as exc:
-        print(json.dumps({"ok": False, "error": str(exc)}))
+        emit_result({"ok": False, "error": str(exc)})
         word = "refused" if isinstance(exc, Refused) else "failed"
         print(f"disklab provision {word}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, Refused) else 1
-    print(json.dumps(verdict))
+    emit_result(verdict)
     return 0
 
 

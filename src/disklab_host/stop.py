@@ -6,13 +6,13 @@ process group (the lab runner leads its own group, so its savers and loaders
 stop with it), waits for the lock to be released and the runner to be gone, and
 falls back to SIGKILL.
 The runner cleans the files of the step it was in and writes no results.
-Prints one JSON object: {"stopped": bool, "run_id", "step", "forced", "reason"}.
+Prints one result line (common.result: ``disklab-result`` and a JSON object):
+{"stopped": bool, "run_id", "step", "forced", "reason"}.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from .common.lock import holder_of
+from .common.result import emit as emit_result
 from .lab import LOCK_NAME
 
 GRACE_S = 30.0
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lab-root", required=True)
     ap.add_argument("--grace-s", type=float, default=GRACE_S)
     args = ap.parse_args(argv)
-    print(json.dumps(stop(Path(os.path.expanduser(args.lab_root)), args.grace_s)))
+    emit_result(stop(Path(os.path.expanduser(args.lab_root)), args.grace_s))
     return 0
 
 

@@ -44,6 +44,7 @@ from ..common.facts import is_unavailable, unavailable
 # Version of the facts object's shape; the controller's facts.schema.json pins it.
 from ..common.formats import stamp
 from ..common.fsio import atomic_write_json
+from ..common.result import emit as emit_result
 from . import parse as ap
 
 NO_VENV = "no lab venv on this host yet"
@@ -700,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out.expanduser()
         out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out, facts)
-    print(json.dumps(facts, indent=2, sort_keys=True))
+    emit_result(facts)
     return 0
 
 

@@ -414,6 +414,22 @@ def _may_become(become_allowed: bool, method: str) -> list[str]:
     return ["sudo", "-n"]
 
 
+def _run_as_root(argv: list[str], method: str, **kw) -> None:
+    """Run ``argv`` (``sudo -n ...`` off root); a refusal raises PermissionError with sudo's own words.
+
+    sudo -n never prompts: where sudo asks this login for a password (given to Ansible with -K or a
+    vaulted ansible_become_password), the detached lab runner cannot give it, and the method is refused.
+    """
+    proc = subprocess.run(argv, capture_output=True, **kw)
+    if proc.returncode != 0:
+        said = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
+        raise PermissionError(
+            f"{method} needs root and `{' '.join(argv)}` was refused (exit status {proc.returncode}: "
+            f"{said[-1] if said else 'no message'}); the lab runs without a terminal, so a sudo that asks "
+            "for a password cannot be used: fadvise_dontneed needs no root"
+        )
+
+
 def _fadvise_dontneed(path: Path, ctx: _Context) -> None:
     _require(ctx.system, "Linux", "fadvise_dontneed")
     fd = os.open(path, os.O_RDONLY)
@@ -435,7 +451,7 @@ def _drop_caches(path: Path, ctx: _Context) -> None:
         finally:
             os.close(fd)
         return
-    subprocess.run(prefix + ["tee", DROP_CACHES], input=b"3", capture_output=True, check=True, timeout=60)
+    _run_as_root(prefix + ["tee", DROP_CACHES], "drop_caches", input=b"3", timeout=60)
 
 
 def _coldcopy_nocache(path: Path, ctx: _Context) -> Path:
@@ -463,7 +479,7 @@ def _purge(path: Path, ctx: _Context) -> None:
     _require(ctx.system, "Darwin", "purge")
     prefix = _may_become(ctx.become_allowed, "purge")
     os.sync()
-    subprocess.run(prefix + ["purge"], capture_output=True, check=True, timeout=300)
+    _run_as_root(prefix + ["purge"], "purge", timeout=300)
 
 
 _METHODS = {

@@ -1,0 +1,55 @@
+"""The one line a host command's result travels in: ``disklab-result {"key": ...}``.
+
+Real hosts print more than the command does: a login shell's rc file echoes a
+banner, the host's Python prints a warning on start, and over SSH the
+command's stderr is merged into its stdout (a pty). So every command the roles
+read (audit, provision, preflight, lab, lab --detach, stop; the controller's
+playbook-begin) prints its result as one line, :data:`MARKER` then compact
+JSON, and the reader takes exactly that line, ignoring whatever is around it.
+
+The roles read it with the same rule in Jinja (their vars/main.yml: the
+stdout line that contains MARKER, the JSON after it; tests/test_noisy_hosts.py
+checks each copy against :data:`RESULT_PATTERN`); the controller with
+:func:`parse`. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+# A word no banner or warning says, followed by one space and the JSON object.
+MARKER = "disklab-result "
+# How a reader finds the line (Python re and Jinja's `search` test alike): the marker, then an object.
+RESULT_PATTERN = "disklab-result [{]"
+
+
+def line(obj: dict) -> str:
+    """``obj`` as the result line: MARKER, then compact key-sorted JSON, with no newline in it."""
+    return MARKER + json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def emit(obj: dict, file=None) -> None:
+    """Print the result line of ``obj`` on its own line (stdout by default) and flush it."""
+    out = sys.stdout if file is None else file
+    out.write("\n" + line(obj) + "\n")  # a leading newline ends any banner printed without one
+    out.flush()
+
+
+def parse(text: str | None) -> dict | None:
+    """The object of the last result line in ``text`` (a command's stdout), or None when it has none.
+
+    Anything before the marker on its line (a banner without a newline) and every other line is
+    ignored.
+    """
+    for raw in reversed((text or "").splitlines()):
+        at = raw.find(MARKER + "{")
+        if at < 0:
+            continue
+        try:
+            obj = json.loads(raw[at + len(MARKER) :])
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+    return None
