@@ -25,7 +25,7 @@ PINS = ["torch==2.13.0", "safetensors==0.8.0", "numpy==2.4.6"]
 LINUX = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 12))
 LINUX_GPU = pv.HostFacts("Linux", "x86_64", nvidia_gpu=True, python_version=(3, 12))
 SPARK = pv.HostFacts("Linux", "aarch64", nvidia_gpu=True, python_version=(3, 12))
-MAC_ARM = pv.HostFacts("Darwin", "arm64", nvidia_gpu=False, python_version=(3, 13))
+MAC_ARM = pv.HostFacts("Darwin", "arm64", nvidia_gpu=False, python_version=(3, 13), macos_version=(15, 6))
 MAC_INTEL = pv.HostFacts("Darwin", "x86_64", nvidia_gpu=False, python_version=(3, 12))
 
 
@@ -88,6 +88,41 @@ def test_an_intel_mac_is_refused_with_what_to_do(tmp_path):
 def test_cuda_on_macos_is_refused(setting, tmp_path):
     msg = _refusal(MAC_ARM, setting, tmp_path=tmp_path)
     assert "lab_venv_torch_index" in msg and "no CUDA build for macOS" in msg
+
+
+def test_macos_before_14_is_refused_naming_its_version_before_any_download(monkeypatch, tmp_path):
+    """This host's facts as collect_host reads them on an Apple silicon Mac with macOS 13 (platform's
+    answers injected: there is no Mac here): torch 2.13's wheels are macosx_14_0_arm64, so it is refused
+    before any download, naming the host's macOS and the requirement (--check: nothing is installed)."""
+    monkeypatch.setattr(pv.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(pv.platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(pv.platform, "mac_ver", lambda: ("13.6.7", ("", "", ""), "arm64"))
+    venv = tmp_path / "venv"
+    with pytest.raises(pv.Refused) as info:
+        pv.provision(venv, PINS, check=True)
+    msg = str(info.value)
+    assert "macOS 13.6.7" in msg and "macOS 14.0 or later" in msg and "macosx_14_0_arm64" in msg
+    assert not venv.exists()
+
+
+@pytest.mark.parametrize(
+    ("macos", "pins", "ok"),
+    [
+        ((14, 0), PINS, True),
+        ((15, 6), PINS, True),
+        ((13, 7, 1), PINS, False),
+        ((13, 7, 1), ["torch==2.11.0"], True),  # before 2.12: not checked (pip answers for it)
+        (None, PINS, False),  # unread: refused rather than guessed
+    ],
+)
+def test_the_macos_needed_by_the_pinned_torch(macos, pins, ok, tmp_path):
+    facts = pv.HostFacts("Darwin", "arm64", nvidia_gpu=False, python_version=(3, 13), macos_version=macos)
+    if ok:
+        pv.check_host(facts, pv.parse_pins(pins), "auto", None, require_cuda=False)
+        return
+    msg = _refusal(facts, pins=pins, tmp_path=tmp_path)
+    assert "macOS 14.0 or later" in msg
+    assert ("macOS 13.7.1" in msg) if macos else ("could not be read" in msg)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ pip nor packaging nor setuptools in that interpreter (Homebrew's Python 3.12+ an
 1. the torch build (``decide_index``): ``auto`` is the CPU build on Linux without an NVIDIA GPU, the
    CUDA build on Linux with one, PyPI's default on Apple silicon; ``cpu``/``cuda`` force it, ``pypi``
    uses no index flag, and an http://, https:// or file:// URL is used as the torch index;
-2. refusals before any download (``check_host``): an Intel Mac, ``cuda`` on macOS, a Python outside
+2. refusals before any download (``check_host``): an Intel Mac, a macOS older than the pinned torch's
+   wheels need (``MACOS_FOR_TORCH``), ``cuda`` on macOS, a Python outside
    the range the pinned torch has wheels for (``TORCH_PYTHONS``), ``--require-cuda`` where the build
    chosen has no CUDA;
 3. the venv (``plan``): kept when its record (``PATH/disklab-venv.json``) matches what is wanted and
@@ -69,6 +70,11 @@ TORCH_PYTHONS = {
 }
 # The last torch release with wheels for macOS on x86_64 (PyTorch dropped Intel Macs after it).
 LAST_INTEL_MAC_TORCH = (2, 2, 2)
+# The oldest macOS each torch release's Apple silicon wheels install on, newest release first: from
+# torch 2.12 the wheels are tagged macosx_14_0_arm64, and MPS needs macOS 14 too. Below that, pip fails
+# after the download starts with "No matching distribution", naming no OS. Check the wheel tags on PyPI
+# (https://pypi.org/project/torch/#files) when a pin changes. Older releases are not checked.
+MACOS_FOR_TORCH = (((2, 12), (14, 0)),)
 
 RECORD_NAME = venvprobe.RECORD_NAME
 RECORD_KIND = "disklab_host.provision"
@@ -86,12 +92,15 @@ class Failed(Exception):
 @dataclass(frozen=True)
 class HostFacts:
     """What the torch build depends on: ``system`` (platform.system(): Linux, Darwin), ``machine``
-    (platform.machine(): x86_64, aarch64, arm64), ``nvidia_gpu`` and the Python running this module."""
+    (platform.machine(): x86_64, aarch64, arm64), ``nvidia_gpu``, the Python running this module and,
+    on macOS, ``macos_version`` (platform.mac_ver(), from SystemVersion.plist: (14, 6, 1); None
+    elsewhere, or where it could not be read)."""
 
     system: str
     machine: str
     nvidia_gpu: bool
     python_version: tuple[int, int]
+    macos_version: tuple[int, ...] | None = None
 
 
 def nvidia_gpu(proc: Path = Path("/proc"), nvidia_smi: str | None = None) -> bool:
@@ -111,13 +120,15 @@ def nvidia_gpu(proc: Path = Path("/proc"), nvidia_smi: str | None = None) -> boo
 
 
 def collect_host() -> HostFacts:
-    """This host's facts (platform.system(), platform.machine(), nvidia_gpu(), sys.version_info)."""
+    """This host's facts (platform.system(), platform.machine(), nvidia_gpu(), sys.version_info,
+    platform.mac_ver() on macOS)."""
     system = platform.system()
     return HostFacts(
         system=system,
         machine=platform.machine(),
         nvidia_gpu=system == "Linux" and nvidia_gpu(),
         python_version=sys.version_info[:2],
+        macos_version=(_release(platform.mac_ver()[0]) or None) if system == "Darwin" else None,
     )
 
 
@@ -188,6 +199,8 @@ def check_host(facts: HostFacts, pins: dict[str, str], setting: str, index: str 
             f"torch=={torch} cannot be installed; leave the host out of `disklab run` (`disklab audit` needs "
             "no venv), or pin torch==2.2.2 in lab_venv_packages for it (its numbers are then not comparable)"
         )
+    if facts.system == "Darwin" and facts.machine != "x86_64":
+        _check_macos(facts.macos_version, torch)
     if facts.system == "Darwin" and index == CUDA_INDEX:
         raise Refused(
             f"lab_venv_torch_index is {setting!r} on macOS: PyTorch has no CUDA build for macOS; "
@@ -211,6 +224,32 @@ def check_host(facts: HostFacts, pins: dict[str, str], setting: str, index: str 
         raise Refused(
             f"lab_venv_require_cuda is true but {why}; set lab_venv_require_cuda: false for this host, "
             "or lab_venv_torch_index: cuda on a host with an NVIDIA GPU and driver"
+        )
+
+
+def macos_needed(torch: str) -> tuple[int, int] | None:
+    """The oldest macOS the Apple silicon wheels of ``torch==VERSION`` install on (MACOS_FOR_TORCH), or
+    None for a release older than every entry (not checked)."""
+    release = _release(torch)
+    return next((macos for first, macos in MACOS_FOR_TORCH if release >= first), None)
+
+
+def _check_macos(have: tuple[int, ...] | None, torch: str) -> None:
+    """Refuse an Apple silicon Mac whose macOS is older than the pinned torch's wheels need."""
+    need = macos_needed(torch)
+    if need is None:
+        return
+    want = ".".join(map(str, need))
+    if have is None:
+        raise Refused(
+            f"this Mac's macOS version could not be read (platform.mac_ver() is empty), and torch=={torch}'s "
+            f"wheels need macOS {want} or later; check `sw_vers -productVersion` on the host"
+        )
+    if tuple(have) < need:
+        raise Refused(
+            f"this Mac runs macOS {'.'.join(map(str, have))}, and torch=={torch}'s wheels "
+            f"(macosx_{need[0]}_{need[1]}_arm64) and MPS need macOS {want} or later; upgrade macOS, or leave "
+            "the host out of `disklab run` (`disklab audit` needs no venv)"
         )
 
 

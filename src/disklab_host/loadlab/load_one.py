@@ -19,7 +19,9 @@ leave out disklab's own probes (mincore, RSS), whose total is ``probe_s``:
 - ``device_placed``: ``.to(device)`` and the backend's synchronize, on the
   first backend available of CUDA (``torch.cuda.synchronize()``) and MPS
   (``torch.mps.synchronize()``); recorded as not run, with each backend checked
-  and why it is unavailable, when neither is.
+  and why it is unavailable, when neither is, and on MPS when a tensor has a
+  dtype MPS cannot hold (:data:`MPS_UNSUPPORTED_DTYPES`: "MPS has no float64:
+  tensor w is F64"), with the earlier stages kept.
 
 Every measurement is a fresh process, so the backend's one-time start-up (CUDA
 context creation, the first small allocation, a synchronize) would otherwise
@@ -68,6 +70,9 @@ POPULATE = ("copy", "assign")
 SYSTEM = platform.system()
 # Tests set "meta" to run device_placed's bookkeeping without a GPU: the weights go there instead.
 DEVICE_OVERRIDE: str | None = None
+# Dtypes MPS cannot hold, with the name a safetensors header gives them: Metal has no 64-bit floats, and
+# torch's .to("mps") raises TypeError for them ("the MPS framework doesn't support float64").
+MPS_UNSUPPORTED_DTYPES = {torch.float64: ("float64", "F64"), torch.complex128: ("complex128", "C128")}
 # What the last measure() loaded, kept alive so --hold shows its memory in smaps_rollup.
 _KEEP: list = []
 
@@ -285,7 +290,21 @@ def _mps_unavailable() -> str:
         return f"torch.backends.mps.is_available() is False (not macOS: {SYSTEM})"
     if not torch.backends.mps.is_built():
         return "torch.backends.mps.is_available() is False (this torch build has no MPS support)"
-    return "torch.backends.mps.is_available() is False (built with MPS, but macOS offers it no Metal device)"
+    macos = platform.mac_ver()[0] or "of unknown version (platform.mac_ver() is empty)"
+    return (
+        f"torch.backends.mps.is_available() is False (built with MPS, but macOS {macos} offers it no "
+        "Metal device)"
+    )
+
+
+def mps_refusal(named: dict) -> str | None:
+    """Why MPS cannot hold these tensors (name -> tensor), naming the first of a dtype it lacks
+    (MPS_UNSUPPORTED_DTYPES), or None when it can hold them all."""
+    for name, t in named.items():
+        if t.dtype in MPS_UNSUPPORTED_DTYPES:
+            what, label = MPS_UNSUPPORTED_DTYPES[t.dtype]
+            return f"MPS has no {what}: tensor {name} is {label}"
+    return None
 
 
 def find_backend() -> tuple[str | None, list[dict]]:
@@ -384,10 +403,16 @@ def measure(args: argparse.Namespace) -> dict:
     if args.model:
         holder = populate(sd, args.model, args.populate, args.model_module, decoder)
         clock.mark("module_populated")
-    tensors = list(holder.state_dict().values()) if args.model else list(sd.values())
+    named = holder.state_dict() if args.model else sd
+    tensors = list(named.values())
     checksum, touched = touch(tensors)
     clock.mark("all_touched")
-    if backend:
+    t0 = time.perf_counter_ns()
+    refusal = mps_refusal(named) if backend == "mps" else None
+    clock.probe_ns += time.perf_counter_ns() - t0  # disklab's own check, outside the stage times
+    if refusal:
+        clock.skip("device_placed", refusal)
+    elif backend:
         if args.model:
             holder.to(device)
         else:

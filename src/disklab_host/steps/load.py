@@ -411,9 +411,12 @@ def user_section(manifest: dict, samples: list[dict]) -> dict | None:
         if user.get("module_config")
         else not_run(f"DecoderLM cannot hold this model: {user.get('module_reason')}")
     )
+    refused = (s["stages"]["device_placed"] for s in mine if s["stages"]["device_placed"]["status"] != "ok")
+    placed = next(refused, None)
     return {
         "status": "ok",
         **{k: user[k] for k in keep if k in user},
+        "device_placed": placed or {"status": "ok"},
         "pt_path": files["user_pt"]["path"],
         "pt_size_bytes": files["user_pt"]["size_bytes"],
         "module_populated": module,
