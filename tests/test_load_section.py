@@ -438,3 +438,33 @@ def test_the_rendered_table_says_a_cache_below_served_bytes_faster_than_the_ceil
     md = env.get_template("sections/load.md.j2").render(s=section, x=x, results={})
     assert "cache below this OS" in md and "This run's cold ceiling" in md
     assert "| torch.load, big_pt | cold | 1.000 s | 256.00 MiB | 256.00 MiB | 256 MiB/s |" in md
+
+
+def test_a_user_models_device_placed_refusal_is_rendered(tmp_path):
+    """The user-model part says when its tensors could not be placed (e.g. MPS has no float64)."""
+    section = make_section()
+    section["user_model"] = {
+        "status": "ok", "setting": "/m.safetensors", "kind": "file", "shards": ["/m.safetensors"],
+        "size_bytes": 1024, "pt_path": "/wb/load/user.pt", "pt_size_bytes": 1100,
+        "module_populated": {"status": "ok"}, "timed_copies": [],
+        "device_placed": {"status": "not_run", "reason": "MPS has no float64: tensor lm_head.weight is F64"},
+    }  # fmt: skip
+    x, md = render(section, tmp_path)
+    assert "`device_placed` not run for it: MPS has no float64: tensor lm_head.weight is F64." in md
+
+
+@pytest.mark.parametrize(
+    ("hint", "said"),
+    [
+        ("madvise(MADV_WILLNEED) on a ctypes mmap", "not CPython's mmap.mmap, which on macOS also calls"),
+        ("madvise(MADV_WILLNEED)", "inside the timed load, so this figure includes one"),
+        ("posix_fadvise(POSIX_FADV_WILLNEED)", "posix_fadvise(2) POSIX_FADV_WILLNEED over the whole file"),
+    ],
+)
+def test_the_report_says_how_the_willneed_hint_was_given(hint, said, tmp_path):
+    section = make_section()
+    for s in section["samples"]:
+        if s["method"] == "load_file+willneed":
+            s["hint"] = hint
+    x, md = render(section, tmp_path)
+    assert f"load_file+willneed gave its hint inside the timed load, with `{hint}`: " in md and said in md

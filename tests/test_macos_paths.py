@@ -8,12 +8,15 @@ ran on Apple hardware.
 from __future__ import annotations
 
 import json
+import mmap
+import os
 from pathlib import Path
 
 import jsonschema
 import torch
 from safetensors.torch import save_file
 
+from disklab_host.cache import pagecache as cache
 from disklab_host.loadlab import load_one
 from disklab_host.steps import load
 
@@ -93,3 +96,23 @@ def test_mps_built_but_unavailable_names_the_macos_version(monkeypatch):
     monkeypatch.setattr(load_one.platform, "mac_ver", lambda: ("13.6.7", ("", "", ""), "arm64"))
     reason = load_one._mps_unavailable()
     assert "built with MPS, but macOS 13.6.7 offers it no Metal device" in reason
+
+
+def test_the_macos_willneed_hint_never_maps_with_cpythons_mmap(tmp_path, monkeypatch):
+    """macOS modelled by a host without os.posix_fadvise (as macOS's Python has none) and a stand-in
+    for CPython's mmap.mmap that records the fcntl(F_FULLFSYNC) it issues on macOS (Modules/mmapmodule.c):
+    the hint is given with madvise over a ctypes mapping, so no drive-cache flush falls inside the load."""
+    path = tmp_path / "w.safetensors"
+    save_file({"a": torch.ones(256, 256)}, str(path))
+    flushes = []
+
+    class MacMmap:
+        def __init__(self, fd, *args, **kwargs):
+            flushes.append(("F_FULLFSYNC", fd))
+            raise AssertionError("CPython's mmap.mmap was called: on macOS it runs fcntl(F_FULLFSYNC)")
+
+    monkeypatch.delattr(os, "posix_fadvise")
+    monkeypatch.setattr(mmap, "mmap", MacMmap)
+    assert load_one.willneed_hint(str(path)) == cache.MADVISE_WILLNEED_CTYPES
+    assert flushes == []
+    assert cache.MADVISE_WILLNEED_CTYPES in LOAD_SCHEMA["$defs"]["sample"]["properties"]["hint"]["enum"]

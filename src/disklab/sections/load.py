@@ -13,6 +13,7 @@ from pathlib import Path
 from disklab import plotting
 from disklab.sections import evidence
 from disklab.units import ibytes, pct
+from disklab_host.cache.pagecache import WILLNEED_HINTS
 
 STAGES = ("loader_return", "module_populated", "all_touched", "device_placed")
 STATES = ("cold", "warm", "cold_unverified", "warm_unverified")
@@ -183,6 +184,13 @@ def _x(r: float) -> str:
 
 def _mib(n: float) -> str:
     return f"{n / (1 << 20):.0f} MiB"
+
+
+def willneed_hints(section: dict) -> list[str]:
+    """How load_file+willneed gave its hint in this run's samples, one sentence per way
+    (pagecache.WILLNEED_HINTS); empty when no sample gave one."""
+    ways = sorted({s["hint"] for s in section["samples"] if s.get("hint")})
+    return [f"`{way}`: {WILLNEED_HINTS.get(way, 'a hint this disklab does not know')}" for way in ways]
 
 
 def warnings(section: dict) -> list[str]:
@@ -406,6 +414,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "proof": proof_rows(section, results),
         "rows": rows(section),
         "explanations": explanations(section),
+        "willneed_hints": willneed_hints(section),
         "warnings": warnings(section),
         "workers": workers_summary(section),
         "import_s": _import_spread(section),

@@ -13,6 +13,9 @@ or warm before each one and checks the result with mincore:
   never changed: a method that must copy writes its cold copy into a scratch
   directory, and evict says which file the caller must time.
 - :func:`warm` reads the whole file once, so its pages are in the page cache.
+- :func:`madvise_willneed` hints that a whole file is about to be read, with
+  madvise(2) over a mapping made through ctypes (:data:`WILLNEED_HINTS` names
+  each way a hint is given, for the results and the report).
 - :func:`cachestat` counts a file's cached, dirty and writeback pages with
   cachestat(2) (Linux 6.5+, syscall 451 on x86_64 and aarch64, the
   architectures disklab knows it for), and :func:`cache_state` answers with
@@ -23,6 +26,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -64,6 +68,24 @@ CACHESTAT_NR = 451
 # Architectures whose syscall table gives cachestat CACHESTAT_NR (platform.machine() names).
 CACHESTAT_MACHINES = ("x86_64", "aarch64", "arm64")
 
+# Each way the load lab gives load_file+willneed's hint (the record's ``hint``), and what it did.
+# CPython's mmap.mmap(fd, ...) calls fcntl(fd, F_FULLFSYNC) on macOS (Modules/mmapmodule.c), a drive
+# cache flush inside the timed load, so the macOS hint maps the file through ctypes instead.
+FADVISE_WILLNEED = "posix_fadvise(POSIX_FADV_WILLNEED)"
+MADVISE_WILLNEED_CTYPES = "madvise(MADV_WILLNEED) on a ctypes mmap"
+MADVISE_WILLNEED_PY_MMAP = "madvise(MADV_WILLNEED)"  # older results only: over CPython's mmap.mmap
+WILLNEED_HINTS = {
+    FADVISE_WILLNEED: "posix_fadvise(2) POSIX_FADV_WILLNEED over the whole file (Linux)",
+    MADVISE_WILLNEED_CTYPES: (
+        "madvise(2) MADV_WILLNEED over a read-only mapping made with libc's mmap(2) through ctypes "
+        "(macOS), not CPython's mmap.mmap, which on macOS also calls fcntl(F_FULLFSYNC)"
+    ),
+    MADVISE_WILLNEED_PY_MMAP: (
+        "madvise(2) MADV_WILLNEED over CPython's mmap.mmap: on macOS that mapping also called "
+        "fcntl(F_FULLFSYNC), a drive cache flush, inside the timed load, so this figure includes one"
+    ),
+}
+
 _libc = None
 
 
@@ -82,6 +104,7 @@ def _c():
         ]
         lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         lib.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         lib.syscall.restype = ctypes.c_long
         _libc = lib
     return _libc
@@ -127,28 +150,50 @@ def residency(path: str | os.PathLike) -> dict:
         return _residency_dict(0, 0, 0, 0, trust)
     ps = page_size()
     pages = (size + ps - 1) // ps
-    libc = _c()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, ctypes.c_void_p(-1).value):
+    vec = (ctypes.c_ubyte * pages)()
+    with _mapped(path, size, "mincore") as addr:
+        if _c().mincore(addr, size, vec) != 0:
             err = ctypes.get_errno()
-            raise OSError(err, f"mmap of {path} for mincore failed: {os.strerror(err)}")
-        try:
-            vec = (ctypes.c_ubyte * pages)()
-            if libc.mincore(addr, size, vec) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"mincore on {path} failed: {os.strerror(err)}")
-        finally:
-            libc.munmap(addr, size)
-    finally:
-        os.close(fd)
+            raise OSError(err, f"mincore on {path} failed: {os.strerror(err)}")
     flags = bytes(vec)
     resident_pages = sum(b & 1 for b in flags)
     resident = resident_pages * ps
     if flags[-1] & 1:
         resident -= pages * ps - size  # the last page holds only the file's tail
     return _residency_dict(resident, size, resident_pages, pages, trust)
+
+
+@contextlib.contextmanager
+def _mapped(path: str | os.PathLike, size: int, what: str):
+    """A read-only shared mapping of ``size`` bytes of ``path``, made with libc's mmap(2) through ctypes
+    (never CPython's mmap.mmap, which on macOS calls fcntl(F_FULLFSYNC)); yields its address and unmaps
+    it after. Raises OSError naming ``what`` the mapping was for."""
+    libc = _c()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            err = ctypes.get_errno()
+            raise OSError(err, f"mmap of {path} for {what} failed: {os.strerror(err)}")
+        try:
+            yield addr
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+def madvise_willneed(path: str | os.PathLike) -> str:
+    """Hint that all of ``path`` is about to be read: madvise(2) MADV_WILLNEED over a read-only mapping
+    made through ctypes (:func:`_mapped`); returns MADVISE_WILLNEED_CTYPES. The mapping is gone on
+    return; the hint starts the reads. Raises OSError when the file cannot be mapped or advised."""
+    size = os.stat(path).st_size
+    if size:
+        with _mapped(path, size, "madvise") as addr:
+            if _c().madvise(addr, size, mmap.MADV_WILLNEED) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"madvise(MADV_WILLNEED) on {path} failed: {os.strerror(err)}")
+    return MADVISE_WILLNEED_CTYPES
 
 
 def _residency_dict(resident: int, size: int, pages_resident: int, pages: int, trust: str) -> dict:

@@ -49,7 +49,6 @@ _IMPORT_START = time.perf_counter_ns()
 import argparse  # noqa: E402
 import importlib  # noqa: E402
 import json  # noqa: E402
-import mmap  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
 import resource  # noqa: E402
@@ -78,19 +77,20 @@ _KEEP: list = []
 
 
 def willneed_hint(path: str) -> str:
-    """Tell the kernel the whole file is about to be read; return which hint was given.
+    """Tell the kernel the whole file is about to be read; return which hint was given (a key of
+    cache.WILLNEED_HINTS).
 
     posix_fadvise(2) POSIX_FADV_WILLNEED where Python has it (Linux), else
-    madvise(2) MADV_WILLNEED over a read-only mapping (macOS).
+    madvise(2) MADV_WILLNEED over a mapping made through ctypes
+    (cache.madvise_willneed, macOS): CPython's mmap.mmap would run
+    fcntl(F_FULLFSYNC) inside the timed load there.
     """
+    if not hasattr(os, "posix_fadvise"):
+        return cache.madvise_willneed(path)
     fd = os.open(path, os.O_RDONLY)
     try:
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            return "posix_fadvise(POSIX_FADV_WILLNEED)"
-        with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as mm:
-            mm.madvise(mmap.MADV_WILLNEED)
-        return "madvise(MADV_WILLNEED)"
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        return cache.FADVISE_WILLNEED
     finally:
         os.close(fd)
 
