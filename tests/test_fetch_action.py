@@ -1,4 +1,4 @@
-"""The lab_run role's fetch action (roles/lab_run/action_plugins/lab_run_fetch.py), run by Ansible itself."""
+"""The fetch action disklab.lab.lab_run_fetch (plugins/action/lab_run_fetch.py), run by Ansible itself."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _fetch(tmp_path: Path, src: str, dest: Path) -> dict:
     play = [{
         "hosts": "localhost", "gather_facts": False,
         "tasks": [
-            {"name": "fetch", "lab_run_fetch": {"src": src, "dest": str(dest)}, "register": "r",
+            {"name": "fetch", "disklab.lab.lab_run_fetch": {"src": src, "dest": str(dest)}, "register": "r",
              "ignore_errors": True},
             {"name": "keep", "ansible.builtin.copy": {"content": "{{ r | to_json }}", "dest": str(out)}},
         ],
@@ -31,7 +31,7 @@ def _fetch(tmp_path: Path, src: str, dest: Path) -> dict:
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_ACTION_PLUGINS": str(REPO / "roles" / "lab_run" / "action_plugins"),
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO / "playbooks" / "collections"),  # the checkout's collection link
         "ANSIBLE_NOCOLOR": "1",
     }
     cp = subprocess.run(

@@ -31,7 +31,7 @@ def _audit(tmp_path, name: str, staged: bool, **host_vars) -> dict:
             "hosts": "localhost",
             "gather_facts": False,
             "tasks": [
-                {"name": "Audit", "ansible.builtin.include_role": {"name": "host_audit"}},
+                {"name": "Audit", "ansible.builtin.include_role": {"name": "disklab.lab.host_audit"}},
                 {
                     "name": "Keep the facts",
                     "ansible.builtin.copy": {"content": "{{ host_audit_facts | to_json }}", "dest": str(out)},

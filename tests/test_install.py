@@ -21,6 +21,9 @@ SOURCES = (
     "setup.py",
     "MANIFEST.in",
     "ansible.cfg",
+    "galaxy.yml",
+    "meta",
+    "plugins",
     "src",
     "playbooks",
     "roles",
@@ -37,9 +40,8 @@ def _venv_with_disklab(tmp_path: Path) -> Path:
     src = tmp_path / "src-copy"
     for name in SOURCES:
         if (REPO / name).is_dir():
-            shutil.copytree(
-                REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
-            )
+            skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+            shutil.copytree(REPO / name, src / name, ignore=skip, symlinks=True)
         else:
             src.mkdir(exist_ok=True)
             shutil.copy2(REPO / name, src / name)
@@ -91,9 +93,12 @@ def test_a_non_editable_install_runs_an_audit_from_another_directory(tmp_path):
     ).stdout.split()
     package = Path(where[0]).parent
     assert all(Path(p).is_relative_to(venv) for p in where), where  # the installed copy, not the checkout
-    assert Path(where[2]) == package / "ansible"
-    for part in ("ansible.cfg", "playbooks/site.yml", "roles/lab_run/tasks/main.yml", "inventory/local.yml"):
-        assert (package / "ansible" / part).is_file(), part
+    collection = package / "ansible_collections" / "disklab" / "lab"
+    assert Path(where[2]) == collection
+    for part in ("ansible.cfg", "galaxy.yml", "meta/runtime.yml", "plugins/action/lab_run_fetch.py",
+                 "playbooks/site.yml", "roles/lab_run/tasks/main.yml", "inventory/local.yml"):  # fmt: skip
+        assert (collection / part).is_file(), part
+    assert not (collection / "playbooks" / "collections").exists()  # the checkout's link is left out
 
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()

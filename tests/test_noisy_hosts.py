@@ -5,6 +5,7 @@ host, the task and the first lines the command printed."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -87,7 +88,7 @@ def _play(
 def _role(name: str, tasks_from: str = "main", **kw) -> dict:
     return {
         "name": f"{name} {tasks_from}",
-        "ansible.builtin.include_role": {"name": name, "tasks_from": tasks_from, **kw},
+        "ansible.builtin.include_role": {"name": f"disklab.lab.{name}", "tasks_from": tasks_from, **kw},
     }
 
 
@@ -122,32 +123,50 @@ def test_the_result_line_is_found_among_banners_warnings_and_a_merged_stderr():
     assert result_line.parse(f'{BANNER}\n{{"not": "marked"}}\n') is None
 
 
-def test_every_role_and_the_controller_task_read_the_line_with_the_same_rule():
-    """One rule: each role's vars/main.yml and begin_run.yml carry the same expressions, with their own
-    prefix, and they search for disklab_host.common.result's pattern."""
+def test_every_role_and_the_controller_tasks_read_the_line_with_the_collections_filters():
+    """One rule: each role's vars/main.yml and the controller tasks read the line with the filters
+    of plugins/filter/result.py (disklab_host.common.result.parse); no task parses a stdout itself."""
     copies = {
         f"__{role}_": yaml.safe_load((REPO / "roles" / role / "vars" / "main.yml").read_text())
         for role in ("host_audit", "lab_run", "lab_venv")
     }
     begin = yaml.safe_load((REPO / "playbooks" / "tasks" / "begin_run.yml").read_text())
     copies["__disklab_"] = next(t for t in begin if "block" in t)["vars"]
-    rules = {
-        prefix: {
-            k[len(prefix) :]: v.replace(prefix, "__X_")
-            for k, v in found.items()
-            if k[len(prefix) :] in ("result_line", "result", "no_result")
-        }
-        for prefix, found in copies.items()
-    }
-    first = rules["__host_audit_"]
-    assert set(first) == {"result_line", "result", "no_result"}
-    assert all(rule == first for rule in rules.values()), rules
-    assert f"'{result_line.RESULT_PATTERN}'" in first["result_line"]
-    assert f"'^.*?{result_line.MARKER}'" in first["result"]
+    for prefix, found in copies.items():
+        assert found[f"{prefix}result"] == f"{{{{ {prefix}out | disklab.lab.result }}}}", prefix
+        assert found[f"{prefix}result_line"] == f"{{{{ {prefix}out | disklab.lab.result_line }}}}", prefix
+        assert (
+            f"{prefix}out | disklab.lab.no_result(inventory_hostname, {prefix}out_task)"
+            in found[f"{prefix}no_result"]
+        )
     text = "".join(
-        p.read_text() for p in [*REPO.glob("roles/*/tasks/*.yml"), *REPO.glob("playbooks/**/*.yml")]
+        p.read_text() for p in [*REPO.glob("roles/*/tasks/*.yml"), *REPO.glob("playbooks/*.yml"),
+                                *REPO.glob("playbooks/tasks/*.yml"), *REPO.glob("roles/*/vars/*.yml")]
+    )  # fmt: skip
+    assert "from_json" not in text  # no task parses a command's stdout itself
+
+
+def test_the_filters_apply_the_host_modules_rule():
+    spec = importlib.util.spec_from_file_location(
+        "disklab_result_filter", REPO / "plugins" / "filter" / "result.py"
     )
-    assert text.count("from_json") == 1  # begin_run.yml's copy of the rule: no task parses a whole stdout
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    filters = plugin.FilterModule().filters()
+    obj = {"ok": True, "n": 3}
+    out = {"rc": 0, "stdout": f"{BANNER}\n{WARNING}\n{result_line.line(obj)}\nShared connection closed.\n"}
+    assert filters["result"](out) == obj == result_line.parse(out["stdout"])
+    assert filters["result_line"](out) == result_line.line(obj)
+    bare = {
+        "rc": 2,
+        "stdout": f"{BANNER}\n" + "x" * 400 + "\n",
+        "stderr": "Traceback (most recent call last):\n",
+    }
+    assert filters["result"](bare) == {} and filters["result_line"](bare) == ""
+    message = filters["no_result"](bare, "host7", "Record the facts")
+    assert message.startswith("host7: the task 'Record the facts' printed no disklab-result line (rc 2)")
+    assert BANNER.strip() in message and "Traceback" in message and "x" * 200 not in message
+    assert filters["result"]({"rc": 0, "stdout": 'disklab-result {"broken"\n'}) == {}
 
 
 # --- noisy hosts: the real roles still work --------------------------------------------------------
@@ -195,7 +214,7 @@ def test_the_lab_runs_and_stops_on_a_noisy_host(tmp_path):
     doc = json.loads((tmp_path / "incoming" / "localhost.json").read_text())
     assert list(doc["experiments"]) == ["fsync_bench"] and doc["experiments"]["fsync_bench"]["status"] == "ok"
     assert re.search(
-        r"TASK \[lab_run : stop \| End the lab runner and its children\] \*+\nok: \[localhost\]", proc.stdout
+        r"TASK \[disklab\.lab\.lab_run : stop \| End the lab runner and its children\] \*+\nok: \[localhost\]", proc.stdout
     )  # nothing to stop: not changed
 
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 from pathlib import Path
 
-from disklab import __version__, ship, store
+from disklab import __version__, passthrough, ship, store
 from disklab.runner import HostOutcome, ansible_path
 from disklab_host import registry
 from disklab_host.common.lock import LockHeld, RunLock
@@ -33,28 +34,13 @@ from disklab_host.common.result import emit as emit_result
 from disklab_host.stage import ARTIFACT_NAME
 
 DEFAULT_INVENTORY = ansible_path("inventory", "local.yml")
-DEFAULT_REPORTS = Path("reports")  # under the current directory, never inside the installed package
+# Under the current directory, never inside the installed package; DISKLAB_REPORTS names another (an AWX job's
+# working directory is discarded when the job ends: docs/fleet.md).
+DEFAULT_REPORTS = Path(os.environ.get("DISKLAB_REPORTS") or "reports")
 
 
 class UsageError(Exception):
     """Bad input on the command line; printed as one line, exit status 2."""
-
-
-def _parse_extra(pairs: list[str]) -> dict:
-    """``-e name=value`` pairs; values are parsed as YAML (so 8 is an int, [a, b] a list)."""
-    import yaml
-
-    out = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise UsageError(f"-e expects name=value, got {pair!r}")
-        try:
-            out[name] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise UsageError(f"-e {name}={value}: the value is not valid YAML ({problem})") from None
-    return out
 
 
 def _check_inventory(inventory: Path) -> None:
@@ -87,10 +73,14 @@ def _playbook(args, playbook: str, kind: str) -> int:
     inventory = Path(args.inventory)
     _check_inventory(inventory)
     reports = Path(args.reports)
-    extravars = _parse_extra(args.extra or [])
+    try:
+        passed = passthrough.build(args, getattr(args, "ansible_args", []))
+    except passthrough.PassthroughError as exc:
+        raise UsageError(str(exc)) from None
+    extravars = dict(passed.extravars)
     if getattr(args, "profile", None):
         extravars["lab_run_profile"] = args.profile
-    limit = args.limit
+    limit = passed.limit
     if getattr(args, "retry_failed", False):
         if limit:
             raise UsageError("--retry-failed chooses the hosts itself; leave out --limit")
@@ -104,15 +94,30 @@ def _playbook(args, playbook: str, kind: str) -> int:
             return 0
         limit = ",".join(last[1])
         print(f"--retry-failed: re-running {limit} (failed in run {last[0]})")
+    passed.ansible = _ansible_config()
+    passed.passwords = passed.prompts()  # before any host is touched, as ansible-playbook would ask
     reports.mkdir(parents=True, exist_ok=True)
     run_id = store.new_run_id(reports)
     try:
         with RunLock(reports / ".lock", run_id, what=f"the reports directory {reports}") as lock:
             if lock.took_over:
                 print(f"disklab: {lock.took_over}", file=sys.stderr)
-            return _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, limit)
+            return _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, limit)
     except LockHeld as exc:
         raise UsageError(f"refused: {exc}") from None
+
+
+def _ansible_config():
+    """The user's Ansible configuration with disklab's defaults (disklab.ansible_env), said in lines."""
+    from disklab import ansible_env
+    from disklab.runner import collections_root
+
+    config = ansible_env.build(ansible_path("ansible.cfg"), collections_root())
+    if config.config_file:
+        print(f"disklab: Ansible reads your configuration, {config.config_file}", file=sys.stderr)
+    for note in config.notes:
+        print(f"disklab: {note}", file=sys.stderr)
+    return config
 
 
 def _warm_up_render() -> None:
@@ -123,8 +128,9 @@ def _warm_up_render() -> None:
         report.warm_up()
 
 
-def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, limit) -> int:
-    """The body of :func:`_playbook`, holding the reports directory's lock."""
+def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, limit) -> int:
+    """The body of :func:`_playbook`, holding the reports directory's lock; ``passed`` the ansible-playbook
+    options (disklab.passthrough.Options)."""
     import threading
 
     from disklab.progress import Progress
@@ -133,7 +139,7 @@ def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, lim
     # While the hosts work, load what the render needs first (about a second of it, off the wall time);
     # --check renders nothing.
     warm = threading.Thread(target=_warm_up_render, name="disklab-render-warm-up", daemon=True)
-    if not args.check:
+    if not passed.check:
         warm.start()
     incoming = store.incoming_dir(reports, run_id)
     incoming.mkdir(parents=True)
@@ -153,7 +159,6 @@ def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, lim
         interrupted.append(signal.Signals(signum).name)
 
     artifacts = reports / ".artifacts" / run_id
-    passed = _ansible_options(args)
     before = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         run = run_playbook(
@@ -164,16 +169,17 @@ def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, lim
             progress=progress,
             cancel=lambda: bool(interrupted),
             artifact_dir=artifacts,
-            cmdline=passed["cmdline"],
-            verbosity=passed["verbosity"],
-            forks=passed["forks"],
+            cmdline=passed.connect + passed.select,
+            ansible=passed.ansible,
+            passwords=passed.passwords,
         )
         if interrupted:
-            return _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, interrupted[0])
+            why = interrupted[0]
+            return _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, why, passed)
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
-    if args.check:  # Ansible's --check: nothing was measured or fetched, so nothing is stored
+    if passed.check:  # Ansible's --check: nothing was measured or fetched, so nothing is stored
         store.discard_incoming(reports, run_id)
         for host, outcome in sorted(run.hosts.items()):
             where = f" at '{outcome.task}': {outcome.message}" if outcome.status != "ok" else ""
@@ -184,9 +190,12 @@ def _run_locked(args, playbook, kind, inventory, reports, run_id, extravars, lim
     status, failed = store_and_render(reports, run_id, kind, inventory, run.hosts)
     progress.finish(status)
     if not status:
+        from disklab import diagnose
+
+        said = diagnose.no_host_ran(run.output_tail, inventory)
         why = f"--limit {limit} matches no host of {inventory}" if limit else "see Ansible's words below"
-        print(f"disklab {kind}: no host ran: {why}", file=sys.stderr)
-        if run.output_tail:
+        print(f"disklab {kind}: no host ran: {said or why}", file=sys.stderr)
+        if run.output_tail and not said:
             print(run.output_tail, file=sys.stderr)
         return 1
     _say_stored(reports, run_id, kind, run.hosts, failed)
@@ -259,34 +268,26 @@ def cmd_playbook_store(args) -> int:
         raise UsageError(f"refused: {exc}") from None
     if not status:
         print(f"run {args.run_id}: nothing was fetched, nothing stored")
+        emit_result({"run_id": args.run_id, "kind": kind, "reports": str(reports.resolve()), "hosts": {}})
         return 0
     _say_stored(reports, args.run_id, kind, outcomes, failed)
     if any(o.status in ("failed", "unreachable") for o in outcomes.values()):
         print("a host without a results file failed earlier in the play: Ansible's output names the task")
+    # For the playbook's set_stats (AWX and Automation Platform show them with the job)
+    emit_result({"run_id": args.run_id, "kind": kind, "reports": str(reports.resolve()), "hosts": status})
     return 1 if failed else 0
 
 
-def _ansible_options(args) -> dict:
-    """ansible-playbook options that ``disklab run`` and ``audit`` pass through unchanged."""
-    cmdline = []
-    if args.check:
-        cmdline.append("--check")
-    for flag, value in (("--tags", args.tags), ("--skip-tags", args.skip_tags), ("--user", args.user)):
-        if value:
-            cmdline += [flag, value]
-    if args.forks is not None and args.forks < 1:
-        raise UsageError(f"--forks must be >= 1, got {args.forks}")
-    return {"cmdline": cmdline, "verbosity": args.verbose or None, "forks": args.forks}
-
-
-def _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, why: str) -> int:
+def _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, why: str, passed) -> int:
     """After Ctrl-C or SIGTERM: stop the lab on every host, store nothing half-made, say where each stopped.
 
     Every host of the run gets ``playbooks/stop.yml`` (``disklab_host stop``),
     which ends its lab runner and the runner's children; the runner removes the
     files of the step it was in. Nothing fetched is stored: the run's incoming
     directory is removed. The run record marks each host interrupted, so
-    ``--retry-failed`` runs it again. Returns 130.
+    ``--retry-failed`` runs it again. The stop playbook connects as the run
+    did (``passed``: its connection options, configuration and passwords).
+    Returns 130.
     """
     from disklab.progress import Progress
     from disklab.runner import run_playbook
@@ -299,6 +300,9 @@ def _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, w
         limit=limit,
         progress=Progress(live=False),
         artifact_dir=run.artifacts.parent,
+        cmdline=passed.connect,
+        ansible=passed.ansible,
+        passwords=passed.passwords,
     ).hosts
     status = {}
     for host in sorted(set(run.hosts) | set(stopped)):
@@ -395,13 +399,41 @@ def cmd_export(args) -> int:
 
 
 def _add_ansible_options(p: argparse.ArgumentParser) -> None:
-    """Options passed through to ansible-playbook unchanged."""
+    """Options passed on to ansible-playbook (disklab.passthrough): common ones by name, others after --."""
+    p.add_argument("-l", "--limit", help="only these hosts (an Ansible --limit pattern)")
+    p.add_argument(
+        "-e",
+        "--extra",
+        action="append",
+        metavar="NAME=VALUE|@FILE",
+        help="extra variables for every host: NAME=VALUE (YAML), a JSON mapping, or @FILE (may be vaulted)",
+    )
     p.add_argument("--check", action="store_true", help="Ansible check mode: change nothing, measure nothing")
     p.add_argument("--tags", help="only tasks with these tags (ansible-playbook --tags)")
     p.add_argument("--skip-tags", help="skip tasks with these tags (ansible-playbook --skip-tags)")
     p.add_argument("-u", "--user", help="connect as this user (ansible-playbook -u)")
-    p.add_argument("--forks", type=int, help="hosts at once (default: ansible.cfg's forks)")
+    p.add_argument("--private-key", metavar="FILE", help="SSH private key file (ansible-playbook's)")
+    p.add_argument("-b", "--become", action="store_true", help="become root on every task (as -b)")
+    p.add_argument(
+        "-K", "--ask-become-pass", action="store_true", help="ask for the sudo password once, before any host"
+    )
+    p.add_argument("-J", "--ask-vault-pass", action="store_true", help="ask for the vault password once")
+    p.add_argument("--vault-id", action="append", metavar="ID", help="a vault identity (repeatable)")
+    p.add_argument(
+        "--vault-password-file", action="append", metavar="FILE", help="a vault password file (repeatable)"
+    )
+    p.add_argument("--forks", type=int, help="hosts at once (default: your ansible.cfg's forks, else 32)")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more of Ansible's output (-vvv)")
+
+
+_PASSTHROUGH_EPILOG = (
+    "Any other ansible-playbook option goes after --, as in `disklab run -i inv.yml -- --become-user lab "
+    "--ssh-common-args='-o ConnectTimeout=5'`. Your ansible.cfg (ANSIBLE_CONFIG, ./ansible.cfg, "
+    "~/.ansible.cfg, /etc/ansible/ansible.cfg) and ANSIBLE_* variables apply; disklab's own settings fill "
+    "in only what they leave unset, and a line says where yours differ. Refused, naming both: -i after -- "
+    "(use disklab's -i), a second limit, and -e of disklab_run_id, disklab_incoming_dir, disklab_reports "
+    "or disklab_store."
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -414,25 +446,25 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"disklab {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="provision, audit and run the lab on every host, then render reports")
-    run.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY))
+    run = sub.add_parser(
+        "run",
+        help="provision, audit and run the lab on every host, then render reports",
+        epilog=_PASSTHROUGH_EPILOG,
+    )
+    run.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY), help="default: this machine only")
     run.add_argument("--profile", choices=registry.PROFILES, help="override lab_run_profile for every host")
-    run.add_argument("--limit", help="only these hosts (Ansible --limit pattern)")
     run.add_argument(
         "--retry-failed", action="store_true", help="re-run only the hosts that failed last time"
-    )
-    run.add_argument(
-        "-e", "--extra", action="append", metavar="NAME=VALUE", help="extra variable for every host"
     )
     _add_ansible_options(run)
     run.set_defaults(func=lambda a: _playbook(a, "site.yml", "runs"))
 
     audit = sub.add_parser(
-        "audit", help="facts only: filesystem, mount, device and writeback settings per host"
+        "audit",
+        help="facts only: filesystem, mount, device and writeback settings per host",
+        epilog=_PASSTHROUGH_EPILOG,
     )
-    audit.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY))
-    audit.add_argument("--limit", help="only these hosts (Ansible --limit pattern)")
-    audit.add_argument("-e", "--extra", action="append", metavar="NAME=VALUE")
+    audit.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY), help="default: this machine only")
     _add_ansible_options(audit)
     audit.set_defaults(func=lambda a: _playbook(a, "audit.yml", "audits"))
 
@@ -498,7 +530,15 @@ def main(argv: list[str] | None = None) -> int:
             from disklab import powercut_cli
 
             return powercut_cli.main(argv[at + 1 :])
+    rest: list[str] = []
+    if "--" in argv:  # everything after it goes to ansible-playbook as it is (disklab.passthrough)
+        at = argv.index("--")
+        argv, rest = argv[:at], argv[at + 1 :]
     args = build_parser().parse_args(argv)
+    if rest and args.command not in ("run", "audit"):
+        print(f"disklab {args.command}: options after -- are for `run` and `audit` only", file=sys.stderr)
+        return 2
+    args.ansible_args = rest
     try:
         return args.func(args)
     except UsageError as exc:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from disklab import ansible_env
 from disklab.progress import Progress
 from disklab_host.common import result as result_line
 
@@ -25,14 +26,23 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def ansible_home() -> Path:
-    """The directory that holds ansible.cfg, playbooks/, roles/ and inventory/.
+    """The collection root: ansible.cfg, galaxy.yml, playbooks/, roles/, plugins/ and inventory/.
 
-    An installed package carries them as package data in ``disklab/ansible/``
-    (setup.py copies them there when the wheel is built); a checkout, or an
-    editable install, uses the checkout's own top directory.
+    An installed package carries the collection as package data in
+    ``disklab/ansible_collections/disklab/lab/`` (setup.py copies it there when
+    the wheel is built); a checkout, or an editable install, uses the checkout's
+    own top directory, which is the collection's root.
     """
-    packaged = Path(str(importlib.resources.files("disklab") / "ansible"))
+    packaged = Path(str(importlib.resources.files("disklab"))) / "ansible_collections" / "disklab" / "lab"
     return packaged if (packaged / "ansible.cfg").is_file() else REPO
+
+
+def collections_root() -> Path:
+    """The directory holding ``ansible_collections/disklab/lab`` (:func:`ansible_home`), first on Ansible's
+    collections path under `disklab run`: the installed package's own directory, or in a checkout the
+    ``playbooks/collections`` beside the playbooks (a link there to the checkout's top)."""
+    home = ansible_home()
+    return REPO / "playbooks" / "collections" if home == REPO else home.parents[2]
 
 
 def ansible_path(*parts: str) -> Path:
@@ -164,6 +174,8 @@ def run_playbook(
     artifact_dir: Path | None = None,
     cmdline: list[str] | None = None,
     verbosity: int | None = None,
+    ansible: ansible_env.AnsibleEnv | None = None,
+    passwords: dict[str, str] | None = None,
 ) -> PlaybookRun:
     """Run ``playbooks/<playbook>`` against ``inventory`` and return each host's outcome.
 
@@ -174,26 +186,27 @@ def run_playbook(
     returns True, ansible-runner stops ansible-playbook (status "canceled").
     With ``artifact_dir``, ansible-runner's artifacts (stdout, job_events/,
     status, rc) are kept in ``<artifact_dir>/<playbook name>/``. ``cmdline``
-    holds extra ansible-playbook options (--check, --tags, -u ...).
+    holds extra ansible-playbook options (--check, --tags, -u ...). ``ansible``
+    is the configuration it runs with (disklab.ansible_env; built here when
+    not given); ``passwords`` answers Ansible's prompts (-K, --ask-vault-pass):
+    {prompt regex: answer}.
     """
     import ansible_runner  # imported here: it is slow, and `disklab report` never needs it
 
     progress = progress or Progress()
     tracker = EventTracker(progress)
     bindir = str(Path(sys.executable).parent)
+    ansible = ansible or ansible_env.build(ansible_path("ansible.cfg"), collections_root())
     env = {
-        "ANSIBLE_CONFIG": str(ansible_path("ansible.cfg")),
+        **ansible.env,
         "DISKLAB_CWD": os.getcwd(),  # inventory/local.yml keeps this machine's lab under ./.lab
-        "ANSIBLE_PIPELINING": "True",
-        "ANSIBLE_NOCOLOR": "1",
         "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
-        "ANSIBLE_LOCAL_TEMP": str(Path(tempfile.gettempdir()) / "disklab-ansible-local"),
     }
     with tempfile.TemporaryDirectory(prefix="disklab-runner-") as private:
         with progress:
             r = ansible_runner.run(
                 private_data_dir=private,
-                project_dir=str(ansible_path("playbooks")),
+                project_dir=os.getcwd(),  # ansible-playbook runs where the user is, as if they had run it
                 playbook=str(ansible_path("playbooks", playbook)),
                 inventory=str(Path(inventory).resolve()),
                 extravars=extravars,
@@ -203,6 +216,8 @@ def run_playbook(
                 quiet=True,
                 event_handler=tracker,
                 suppress_env_files=True,
+                fact_cache_type="",  # leave the user's fact cache alone (ansible-runner would set jsonfile)
+                passwords=passwords or {},
                 cancel_callback=cancel,
                 **_artifact_options(artifact_dir, playbook),
                 cmdline=" ".join(shlex.quote(a) for a in cmdline) if cmdline else None,

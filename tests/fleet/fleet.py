@@ -951,6 +951,12 @@ class Fleet:
         (home / ".ssh" / "authorized_keys").write_text(self.authorized_keys.read_text())
         if "no_lab_root" not in h["constraints"]:
             (home / "lab").mkdir()
+        # The package index this machine's pip uses (root's pip.conf: a local mirror) is the login's too,
+        # as an organisation configures a mirror for every user; without it the lab venv cannot be made.
+        mirror = Path.home() / ".config" / "pip" / "pip.conf"
+        if mirror.is_file():
+            (home / ".config" / "pip").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(mirror, home / ".config" / "pip" / "pip.conf")
         home.chmod(0o700)
         for d, dirs, files in os.walk(home):
             for entry in [d, *(os.path.join(d, x) for x in dirs + files)]:

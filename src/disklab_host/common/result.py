@@ -7,10 +7,9 @@ read (audit, provision, preflight, lab, lab --detach, stop; the controller's
 playbook-begin) prints its result as one line, :data:`MARKER` then compact
 JSON, and the reader takes exactly that line, ignoring whatever is around it.
 
-The roles read it with the same rule in Jinja (their vars/main.yml: the
-stdout line that contains MARKER, the JSON after it; tests/test_noisy_hosts.py
-checks each copy against :data:`RESULT_PATTERN`); the controller with
-:func:`parse`. Standard library only.
+The roles and playbooks read it with :func:`parse` too, through the
+collection's filters (plugins/filter/result.py: ``disklab.lab.result``); the
+controller calls it directly. Standard library only.
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ import sys
 
 # A word no banner or warning says, followed by one space and the JSON object.
 MARKER = "disklab-result "
-# How a reader finds the line (Python re and Jinja's `search` test alike): the marker, then an object.
-RESULT_PATTERN = "disklab-result [{]"
 
 
 def line(obj: dict) -> str:

@@ -1,0 +1,55 @@
+"""Filters ``disklab.lab.result``, ``result_line`` and ``no_result``: a host command's result line.
+
+Every command the roles and playbooks read prints its result as one line
+(``disklab-result {json}``, disklab_host.common.result), among whatever else a
+login shell, the host's Python or a merged stderr prints. These filters take a
+registered command result and apply that module's own rule (its ``parse``), the
+one place the rule is written::
+
+    __lab_run_result: "{{ __lab_run_out | disklab.lab.result }}"          # {} when there is no line
+    __lab_run_result_line: "{{ __lab_run_out | disklab.lab.result_line }}"  # '' when there is none
+    fail_msg: "{{ __lab_run_out | disklab.lab.no_result(inventory_hostname, 'the task') }}"
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+try:
+    from disklab_host.common import result as _result
+except ImportError:  # the collection on its own (ansible-galaxy install): its src/ holds the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    from disklab_host.common import result as _result
+
+DOCUMENTATION_LINES = 5  # how many of a command's first lines a missing result's message shows
+
+
+def _stdout(out) -> str:
+    return str((out or {}).get("stdout") or "") if isinstance(out, dict) else ""
+
+
+def result(out) -> dict:
+    """The object of the command's result line, or {} when it printed none."""
+    return _result.parse(_stdout(out)) or {}
+
+
+def result_line(out) -> str:
+    """The command's result line itself, or '' when it printed none."""
+    return _result.line(result(out)) if _result.parse(_stdout(out)) is not None else ""
+
+
+def no_result(out, host: str, task: str) -> str:
+    """One message for a command without its result line: the host, the task, and its first lines."""
+    out = out if isinstance(out, dict) else {}
+    lines = [ln.strip() for ln in _stdout(out).splitlines() + str(out.get("stderr") or "").splitlines()]
+    shown = [ln if len(ln) <= 160 else ln[:157] + "..." for ln in lines if ln][:DOCUMENTATION_LINES]
+    return (
+        f"{host}: the task '{task}' printed no disklab-result line (rc {out.get('rc', 'unknown')}); "
+        f"its first lines: {' | '.join(shown) or '(nothing)'}"
+    )
+
+
+class FilterModule:
+    def filters(self):
+        return {"result": result, "result_line": result_line, "no_result": no_result}

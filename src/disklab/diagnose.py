@@ -1,0 +1,50 @@
+"""Ansible's errors that stop a run before any host, said in one line that names the cause and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_VAULT_MARK = "$ANSIBLE_VAULT"
+
+
+def vaulted_files(inventory: Path) -> list[Path]:
+    """The group_vars and host_vars files beside the inventory that are vault-encrypted or hold a !vault."""
+    base = Path(inventory).resolve().parent
+    found = []
+    for where in ("group_vars", "host_vars"):
+        root = base / where
+        if not root.is_dir():
+            continue
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if text.startswith(_VAULT_MARK) or "!vault" in text:
+                found.append(path)
+    return found
+
+
+def no_host_ran(output: str, inventory: Path) -> str | None:
+    """One line for the Ansible error in ``output`` that stopped the play before any host, or None."""
+    if "no vault secrets found" in output or "Decryption failed" in output:
+        files = vaulted_files(inventory)
+        where = (
+            ", ".join(_owner(p, Path(inventory).resolve().parent) for p in files)
+            or "the inventory's variables"
+        )
+        if "Decryption failed" in output:
+            return f"{where}: the vault password given does not open it (Ansible: Decryption failed)"
+        return (
+            f"{where} is vault-encrypted and no vault password was given: add --vault-password-file FILE, "
+            "--vault-id ID or --ask-vault-pass"
+        )
+    return None
+
+
+def _owner(path: Path, base: Path) -> str:
+    """``group_vars/fleet/vault.yml (the hosts of group fleet)`` for a vars file under ``base``."""
+    rel = path.relative_to(base)
+    kind, name = rel.parts[0], rel.parts[1].split(".")[0] if len(rel.parts) == 2 else rel.parts[1]
+    whose = f"the hosts of group {name}" if kind == "group_vars" else f"host {name}"
+    return f"{rel} ({whose})"
