@@ -11,10 +11,13 @@ import json
 import os
 import subprocess
 import sys
+import time
+import types
 import zlib
 
 import pytest
 
+from disklab_host.common import durable
 from disklab_host.steps import big_write, fsync_bench, write_buffering
 
 BLOCKS = 12
@@ -308,6 +311,152 @@ def test_big_write_file_really_holds_the_data(workbench, monkeypatch):
 def test_big_write_rejects_bad_size(workbench):
     with pytest.raises(ValueError, match="big_write_mib must be > 0, got 0"):
         big_write.run({"sizes": {"big_write_mib": 0}}, workbench)
+
+
+# big_write's durable call: fsync on Linux, F_FULLFSYNC after a plain fsync on macOS
+
+# The keys big_write's section had before it recorded its durable call; Linux keeps exactly these.
+BIG_WRITE_KEYS_BEFORE = {
+    "status", "size_bytes", "repeats", "warmup_repeats", "warmup_write_samples_s", "warmup_fsync_samples_s",
+    "data", "write_calls", "write_samples_s", "fsync_samples_s", "write_rate_samples_mib_s", "write_s",
+    "fsync_s", "write_rate_mib_s", "write_io_records", "fsync_io_records", "layers",
+}  # fmt: skip
+# The fake F_FULLFSYNC moves the step's clock on by this much: only its interval can hold it.
+TICK_S = 1000.0
+REAL_FSYNC = os.fsync  # taken before any test replaces it
+
+
+class _Clock:
+    """time.perf_counter plus ``offset`` s, for the step's ``time`` module."""
+
+    def __init__(self):
+        self.offset = 0.0
+
+    def perf_counter(self) -> float:
+        return time.perf_counter() + self.offset
+
+
+class _FullFsyncFcntl:
+    """fcntl for macOS: F_FULLFSYNC runs the real os.fsync, records the call and the file behind its fd.
+
+    Each call appends "F_FULLFSYNC" to ``events`` and moves ``clock`` on by TICK_S; ``fail_errno``
+    makes every call raise instead (a volume that refuses it).
+    """
+
+    F_FULLFSYNC = 51  # its value in macOS <sys/fcntl.h>
+
+    def __init__(self, path, events, clock=None, fail_errno=None):
+        self.path, self.events, self.clock, self.fail_errno = path, events, clock, fail_errno
+        self.calls = []
+
+    def fcntl(self, fd, cmd):
+        st = os.fstat(fd)
+        self.calls.append(
+            {"fd": fd, "cmd": cmd, "same_file": os.path.samestat(st, os.stat(self.path)), "size": st.st_size}
+        )
+        self.events.append("F_FULLFSYNC")
+        if self.fail_errno is not None:
+            raise OSError(self.fail_errno, os.strerror(self.fail_errno))
+        REAL_FSYNC(fd)  # the data is really synced
+        if self.clock is not None:
+            self.clock.offset += TICK_S
+        return 0
+
+
+@pytest.fixture
+def fsync_events(monkeypatch):
+    """Every os.fsync from here on appends "fsync" to the list returned, then syncs for real."""
+    events, real = [], os.fsync
+    monkeypatch.setattr(big_write.os, "fsync", lambda fd: (events.append("fsync"), real(fd))[1])
+    return events
+
+
+def _darwin_run(workbench, monkeypatch, events, **fake_kw):
+    clock = _Clock()
+    monkeypatch.setattr(big_write, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    fake = _FullFsyncFcntl(workbench / "big_write.bin", events, clock, **fake_kw)
+    cfg = {"sizes": {"big_write_mib": 1}, "system": "Darwin"}
+    return big_write.run(cfg, workbench, fcntl_mod=fake), fake
+
+
+def test_big_write_on_darwin_times_f_fullfsync_as_the_durable_figure(workbench, monkeypatch, fsync_events):
+    s, fake = _darwin_run(workbench, monkeypatch, fsync_events)
+    n = big_write.WARMUP_REPEATS + big_write.REPEATS
+    # F_FULLFSYNC once per repeat (warm-up included), on the fd of the file holding all the data
+    assert len(fake.calls) == n
+    assert all(c["cmd"] == 51 and c["same_file"] and c["size"] == 1 << 20 for c in fake.calls)
+    # plain fsync first, then F_FULLFSYNC, each repeat; the layers' own fsync last
+    assert fsync_events == ["fsync", "F_FULLFSYNC"] * n + ["fsync"]
+    assert s["system"] == "Darwin" and s["durable_call"] == "fcntl F_FULLFSYNC"
+    # the durable figure is F_FULLFSYNC's interval (only it holds the clock's tick), plain fsync's is apart
+    assert len(s["fsync_samples_s"]) == len(s["plain_fsync_samples_s"]) == big_write.REPEATS
+    assert all(f >= TICK_S for f in s["fsync_samples_s"] + s["warmup_fsync_samples_s"])
+    assert all(0 < p < TICK_S for p in s["plain_fsync_samples_s"] + s["warmup_plain_fsync_samples_s"])
+    assert s["fsync_s"]["min"] >= TICK_S > s["plain_fsync_s"]["max"]
+    assert s["plain_fsync_durable"] is False
+    assert len(s["plain_fsync_io_records"]) == big_write.REPEATS
+    assert s["fcntl_command"] == 51 and s["fcntl_command_source"] == "fcntl.F_FULLFSYNC"
+    assert s["fallback"] is None
+    assert "not yet validated on real macOS hardware" in s["validation"]
+    assert list(workbench.iterdir()) == []
+
+
+def test_big_write_darwin_refused_f_fullfsync_falls_back_and_says_so(workbench, monkeypatch, fsync_events):
+    s, fake = _darwin_run(workbench, monkeypatch, fsync_events, fail_errno=errno.ENOTTY)
+    n = big_write.WARMUP_REPEATS + big_write.REPEATS
+    assert len(fake.calls) == 1  # refused once, never retried
+    assert fsync_events == ["fsync", "F_FULLFSYNC", "fsync"] + ["fsync", "fsync"] * (n - 1) + ["fsync"]
+    assert s["durable_call"] == "fcntl F_FULLFSYNC"
+    assert s["fallback"] == {
+        "to": "os.fsync",
+        "errno": "ENOTTY",
+        "error": f"[Errno {errno.ENOTTY}] {os.strerror(errno.ENOTTY)}",
+        "after_calls": 0,
+        "kind": "refusal",
+    }
+
+
+def test_big_write_darwin_without_f_fullfsync_fails_with_the_reason(workbench):
+    cfg = {"sizes": {"big_write_mib": 1}, "system": "Darwin"}
+    with pytest.raises(ValueError, match="fcntl has no F_FULLFSYNC on Darwin: the durable call there"):
+        big_write.run(cfg, workbench, fcntl_mod=types.SimpleNamespace())
+    assert list(workbench.iterdir()) == []
+
+
+def test_big_write_on_linux_is_unchanged(workbench, fsync_events):
+    # an fcntl module that has F_FULLFSYNC changes nothing on Linux: fsync is the durable call there
+    fake = _FullFsyncFcntl(workbench / "big_write.bin", fsync_events)
+    s = big_write.run({"sizes": {"big_write_mib": 1}, "system": "Linux"}, workbench, fcntl_mod=fake)
+    assert fake.calls == []
+    assert fsync_events == ["fsync"] * (big_write.WARMUP_REPEATS + big_write.REPEATS + 1)
+    assert set(s) == BIG_WRITE_KEYS_BEFORE | {"system", "durable_call"}
+    assert s["system"] == "Linux" and s["durable_call"] == "fsync"
+    one = big_write.write_then_fsync(workbench / "x.bin", b"x" * 4096, system="Linux", fcntl_mod=fake)
+    assert set(one) == {"write_s", "fsync_s", "write_calls", "write_io", "fsync_io", "durable_call"}
+    assert one["durable_call"] == "fsync" and fake.calls == []
+
+
+def test_write_then_fsync_defaults_to_this_hosts_system(workbench, monkeypatch, fsync_events):
+    monkeypatch.setattr(big_write.platform, "system", lambda: "Darwin")
+    events = []
+    fake = _FullFsyncFcntl(workbench / "x.bin", events)
+    one = big_write.write_then_fsync(workbench / "x.bin", b"y" * 4096, fcntl_mod=fake)
+    assert one["durable_call"] == "fcntl F_FULLFSYNC" and len(fake.calls) == 1
+    assert "plain_fsync_s" in one and fsync_events == ["fsync"]
+
+
+@pytest.mark.parametrize(
+    ("system", "cls", "call"),
+    [
+        ("Linux", durable.Fsync, "fsync"),
+        ("Darwin", durable.FcntlSync, "fcntl F_FULLFSYNC"),
+        ("FreeBSD", durable.Fsync, "fsync"),
+    ],
+)
+def test_durable_sync_per_platform(system, cls, call):
+    got = durable.durable_sync(system, _FakeFcntl(None))
+    assert type(got) is cls and got.call == call
+    assert durable.plain_fsync_is_durable(system) is (system != "Darwin")
 
 
 # each script runs alone and prints its JSON

@@ -2,7 +2,9 @@
 
 Sections come from running the lab steps on the real filesystem. Hand-made
 sections are used only for what cannot happen here: a macOS run (F_FULLFSYNC
-supported, no fdatasync) and a volume that refuses F_FULLFSYNC.
+supported, no fdatasync) and a volume that refuses F_FULLFSYNC. big_write's
+macOS section is a real run of the step's Darwin path on Linux, with a test
+double for fcntl whose F_FULLFSYNC is a real os.fsync.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import copy
 import errno
 import importlib
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -33,14 +36,15 @@ def _validator(name: str) -> Draft202012Validator:
     return Draft202012Validator(schema)
 
 
-def _render(name: str, section: dict, plot_dir: Path) -> tuple[dict, str]:
-    x = importlib.import_module(f"disklab.sections.{name}").build(section, {"host": "h1"}, plot_dir)
+def _render(name: str, section: dict, plot_dir: Path, results: dict | None = None) -> tuple[dict, str]:
+    results = results or {"host": "h1"}
+    x = importlib.import_module(f"disklab.sections.{name}").build(section, results, plot_dir)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(REPO / "src" / "disklab" / "templates")),
         undefined=jinja2.StrictUndefined,
     )
     env.filters.update(FILTERS)
-    text = env.get_template(f"sections/{name}.md.j2").render(s=section, x=x, results={"host": "h1"})
+    text = env.get_template(f"sections/{name}.md.j2").render(s=section, x=x, results=results)
     return x, text
 
 
@@ -338,3 +342,125 @@ def test_report_names_the_same_refusal_errnos_as_the_step():
     from disklab.sections import fsync_bench as section
 
     assert {getattr(errno, name) for name in section.REFUSALS} == fsync_bench.REFUSAL_ERRNOS
+
+
+# big_write's durable call
+
+
+class _SyncingFcntl:
+    """fcntl for macOS whose F_FULLFSYNC is a real os.fsync (we cannot run macOS here)."""
+
+    F_FULLFSYNC = 51
+
+    def fcntl(self, fd, cmd):
+        assert cmd == self.F_FULLFSYNC
+        os.fsync(fd)
+        return 0
+
+
+@pytest.fixture(scope="module")
+def darwin_big_write(tmp_path_factory) -> dict:
+    """A real run of big_write's Darwin path: plain fsync, then F_FULLFSYNC through the test double."""
+    wd = tmp_path_factory.mktemp("bw_darwin")
+    s = big_write.run({"sizes": {"big_write_mib": 1}, "system": "Darwin"}, wd, fcntl_mod=_SyncingFcntl())
+    s["step_wall_s"] = 0.5
+    return s
+
+
+@pytest.fixture
+def darwin_bw(darwin_big_write) -> dict:
+    return copy.deepcopy(darwin_big_write)
+
+
+def test_darwin_big_write_validates_and_needs_its_plain_fsync_samples(darwin_bw):
+    assert list(_validator("big_write").iter_errors(darwin_bw)) == []
+    for key in ("plain_fsync_samples_s", "validation", "fallback"):
+        broken = copy.deepcopy(darwin_bw)
+        del broken[key]
+        assert list(_validator("big_write").iter_errors(broken)), key
+    for key, bad in (("durable_call", "fcntl F_MAGICSYNC"), ("plain_fsync_durable", True)):
+        assert list(_validator("big_write").iter_errors({**darwin_bw, key: bad})), key
+
+
+def test_darwin_big_write_report_names_f_fullfsync_and_says_plain_fsync_is_not_durable(darwin_bw, tmp_path):
+    s = darwin_bw
+    x, text = _render("big_write", s, tmp_path)
+    assert "then plain fsync, then F_FULLFSYNC;" in text
+    assert (
+        "**The durable call on Darwin:** `F_FULLFSYNC` (`fcntl(fd, F_FULLFSYNC)`), run after a plain fsync"
+        in text
+    )
+    assert "plain fsync on macOS stops at the drive's cache" in text
+    assert "so plain fsync's figure below is not durable" in text
+    assert "| repeat | write | plain fsync (not durable) | F_FULLFSYNC | total |" in text
+    p_med, f_med = s["plain_fsync_s"]["median"], s["fsync_s"]["median"]
+    assert f"| plain fsync (not durable) | {secs(p_med)} |" in text
+    assert f"| F_FULLFSYNC | {secs(f_med)} |" in text
+    assert (
+        f"Plain fsync after the 1.00 MiB write took {secs(p_med)}, and F_FULLFSYNC after it {secs(f_med)}"
+        in text
+    )
+    assert f"plain fsync's {secs(p_med)} is not a durable figure" in text
+    assert "Counting both syncs, the data became durable at" in text
+    # the macOS path ran only against a test double: the report says so
+    assert "\n- F_FULLFSYNC: not yet validated on real macOS hardware: before this run" in text
+    assert x["durable"]["call"] == "F_FULLFSYNC" and x["durable"]["durable"] is True
+    mib = s["size_bytes"] / (1 << 20)
+    for r, w, p, f in zip(
+        x["repeats"], s["write_samples_s"], s["plain_fsync_samples_s"], s["fsync_samples_s"], strict=True
+    ):
+        assert r["plain_fsync_s"] == p and r["fsync_s"] == f
+        assert r["durable_mib_s"] == pytest.approx(mib / (w + p + f))  # durable once F_FULLFSYNC returns
+
+
+def test_darwin_big_write_fallback_gives_no_durable_rate(darwin_bw, tmp_path):
+    s = darwin_bw
+    s["fallback"] = {"to": "os.fsync", "errno": "ENOTTY", "error": "e", "after_calls": 0, "kind": "refusal"}
+    assert list(_validator("big_write").iter_errors(s)) == []
+    x, text = _render("big_write", s, tmp_path)
+    assert "F_FULLFSYNC was refused with ENOTTY after 0 calls on this volume" in text
+    assert "the F_FULLFSYNC column holds os.fsync's time" in text
+    assert "so this report gives no durable rate" in text
+    assert "became durable" not in text and "is not a durable figure" not in text
+    assert all(r["durable_mib_s"] is None for r in x["repeats"])
+
+
+def test_linux_big_write_report_names_fsync_as_the_durable_call(sections, tmp_path):
+    x, text = _render("big_write", sections["big_write"], tmp_path)
+    assert "**The durable call on Linux:** `fsync`: fsync(2) writes the file's dirty pages" in text
+    assert "| repeat | write | fsync | total | fsync share | write rate | durable rate |" in text
+    assert "plain fsync" not in text and "F_FULLFSYNC" not in text and "not yet validated" not in text
+    assert "Counting the fsync, the data became durable at" in text
+    assert all(r["durable_mib_s"] is not None and r["plain_fsync_s"] is None for r in x["repeats"])
+
+
+def _from_before_durable_call(section: dict) -> dict:
+    old = copy.deepcopy(section)
+    for key in ("system", "durable_call"):
+        del old[key]
+    return old
+
+
+def test_big_write_from_before_the_durable_call_still_validates_and_renders(sections, tmp_path):
+    old = _from_before_durable_call(sections["big_write"])
+    assert list(_validator("big_write").iter_errors(old)) == []
+    linux = {"host": "h1", "facts": {"host": {"system": "Linux"}}}
+    x, text = _render("big_write", old, tmp_path, linux)
+    assert "**The durable call on Linux:** `fsync`" in text
+    assert "(a run from before disklab recorded the durable call, when fsync was the only sync timed)" in text
+    assert "Counting the fsync, the data became durable at" in text
+    x, text = _render("big_write", old, tmp_path)  # no facts at all: fsync, as before
+    assert "**The durable call:** `fsync` (a run from before" in text
+    assert all(r["durable_mib_s"] is not None for r in x["repeats"])
+
+
+def test_big_write_from_a_mac_before_the_durable_call_is_not_called_durable(sections, tmp_path):
+    old = _from_before_durable_call(sections["big_write"])
+    mac = {"host": "h1", "facts": {"host": {"system": "Darwin"}}}
+    x, text = _render("big_write", old, tmp_path, mac)
+    assert (
+        "**The durable call on Darwin:** none: this run is from before disklab timed F_FULLFSYNC in "
+        "big_write, so it timed only plain fsync; plain fsync on macOS stops at the drive's cache" in text
+    )
+    assert "became durable" not in text and "but that is no durable rate" in text
+    assert all(r["durable_mib_s"] is None for r in x["repeats"])

@@ -3,7 +3,12 @@
 Explanations are computed from this host's samples. Why the split matters
 (write() returns once the page cache has dirty pages; fsync waits for the
 writeback still to do) comes from the lesson, "Layer 2: the page cache" and
-Measure, "The big write".
+Measure, "The big write". Which call made the durable figure follows the
+section's ``durable_call`` (:func:`durable_call`): fsync on Linux; on macOS
+F_FULLFSYNC, timed after a plain fsync whose figure is shown as not durable,
+since plain fsync there stops at the drive's cache (Apple's fsync(2) man
+page). A run from before ``durable_call`` was recorded timed plain fsync only:
+durable on Linux, not on a Mac.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from disklab.sections import evidence, status_note
-from disklab.units import ibytes, mib_s, pct, secs
+from disklab.units import ibytes, mib_s, pct, ratio, secs
 
 MIB = 1 << 20
 
@@ -22,7 +27,13 @@ def _median(values: list[float]) -> float:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
-def _meaning(share: float) -> str:
+FULLFSYNC = "fcntl F_FULLFSYNC"
+# The report's name for each durable call a run records (disklab_host.common.durable.DURABLE_CALLS).
+CALL_NAMES = {"fsync": "fsync", FULLFSYNC: "F_FULLFSYNC"}
+MAC_PLAIN_FSYNC = "plain fsync on macOS stops at the drive's cache (Apple's fsync(2) man page)"
+
+
+def _meaning(share: float, sync: str = "fsync") -> str:
     if share < 0.25:
         return (
             "writeback had already pushed most of it out while write() ran (or write() was held back by "
@@ -30,18 +41,87 @@ def _meaning(share: float) -> str:
         )
     if share > 0.5:
         return (
-            "most of it was still dirty in the page cache when write() returned, and fsync paid for the "
+            f"most of it was still dirty in the page cache when write() returned, and {sync} paid for the "
             "writeback"
         )
-    return "write() and the fsync after it shared the work of getting the data to the drive"
+    return f"write() and {sync} after it shared the work of getting the data to the drive"
+
+
+def _system(section: dict, results: dict) -> str | None:
+    """The section's own ``system``, else the run's facts' host.system (older runs), else None."""
+    host = (results.get("facts") or {}).get("host") or {}
+    return section.get("system") or host.get("system")
+
+
+def _fallback_line(fb: dict) -> str:
+    if fb.get("kind", "refusal") == "refusal":
+        how = f"was refused with {fb['errno']} after {fb['after_calls']} calls on this volume"
+    else:
+        how = f"failed with {fb['errno']} ({fb['error']}) after {fb['after_calls']} calls"
+    return (
+        f"none measured: F_FULLFSYNC {how} (warm-up included), and from then on the F_FULLFSYNC column "
+        f"holds {fb['to']}'s time; {MAC_PLAIN_FSYNC}, so this report gives no durable rate"
+    )
+
+
+BEFORE = "a run from before disklab recorded the durable call, when fsync was the only sync timed"
+
+
+def durable_call(section: dict, results: dict) -> dict:
+    """Which call made the section's durable figure, and whether that figure is durable.
+
+    Returns ``{"system", "call" (the report's name: "fsync" | "F_FULLFSYNC"),
+    "recorded" (the run named its call), "durable" (bool), "plain" (plain
+    fsync's samples were kept apart), "note"}``. A run without ``durable_call``
+    timed plain fsync only: durable unless its host was a Mac. On a Mac the
+    figure is durable only when F_FULLFSYNC ran without a fallback.
+    """
+    system = _system(section, results)
+    recorded = section.get("durable_call")
+    call = CALL_NAMES.get(recorded or "fsync", recorded)
+    plain = "plain_fsync_samples_s" in section
+    before = "" if recorded else f" ({BEFORE})"
+    durable = True
+    if recorded == FULLFSYNC and section.get("fallback"):
+        note, durable = _fallback_line(section["fallback"]), False
+    elif recorded == FULLFSYNC:
+        note = (
+            "`F_FULLFSYNC` (`fcntl(fd, F_FULLFSYNC)`), run after a plain fsync: "
+            f"{MAC_PLAIN_FSYNC}, so plain fsync's figure below is not durable; F_FULLFSYNC asks the "
+            "drive to flush that cache, and the data is durable only once it returns"
+        )
+    elif system == "Darwin":
+        when = (
+            "this run is from before disklab timed F_FULLFSYNC in big_write, so it" if before else "this run"
+        )
+        note = f"none: {when} timed only plain fsync; {MAC_PLAIN_FSYNC}, so no figure here is durable"
+        durable = False
+    elif system == "Linux":
+        note = (
+            "`fsync`: fsync(2) writes the file's dirty pages and, on normal filesystem setups, "
+            f"sends the drive a cache flush{before}"
+        )
+    else:
+        known = f"; disklab knows no other durable call on {system}" if system else ""
+        note = f"`fsync`{before}{known}"
+    return {
+        "system": system,
+        "call": call,
+        "recorded": bool(recorded),
+        "durable": durable,
+        "plain": plain,
+        "note": note,
+    }
 
 
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
-    """Per-repeat totals and fsync shares, and explanations; never raises on failed/not_run.
+    """Per-repeat totals and sync shares, the durable call, and explanations; never raises on failed/not_run.
 
-    Returns ``{"ok", "status_note", "repeats": [{"write_s", "fsync_s", "total_s",
-    "fsync_share", "durable_mib_s"}], "fsync_share" (median fraction of total),
-    "explanations": [str]}``. Writes no plot.
+    Returns ``{"ok", "status_note", "repeats": [{"write_s", "plain_fsync_s" (None off macOS),
+    "fsync_s" (the durable call's), "sync_s", "total_s", "fsync_share", "durable_mib_s" (None when
+    no figure is durable)}], "fsync_share" (median fraction of total spent syncing), "durable":
+    durable_call(), "validation" (str or None), "explanations": [str], "layers", "io"}``. Writes no
+    plot.
     """
     if section.get("status") != "ok":
         return {
@@ -49,47 +129,91 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
             "status_note": status_note(section),
             "repeats": [],
             "fsync_share": None,
+            "durable": None,
+            "validation": None,
             "explanations": [],
             "layers": None,
             "io": [],
         }
     mib = section["size_bytes"] / MIB
+    dur = durable_call(section, results)
+    plains = section.get("plain_fsync_samples_s") or [None] * len(section["fsync_samples_s"])
     reps = []
-    for w, f in zip(section["write_samples_s"], section["fsync_samples_s"], strict=True):
-        total = w + f
+    for w, p, f in zip(section["write_samples_s"], plains, section["fsync_samples_s"], strict=True):
+        sync = f + (p or 0.0)
+        total = w + sync
         reps.append(
             {
                 "write_s": w,
+                "plain_fsync_s": p,
                 "fsync_s": f,
+                "sync_s": sync,
                 "total_s": total,
-                "fsync_share": f / total if total > 0 else None,
-                "durable_mib_s": mib / total if total > 0 else None,
+                "fsync_share": sync / total if total > 0 else None,
+                "durable_mib_s": mib / total if total > 0 and dur["durable"] else None,
             }
         )
     shares = [r["fsync_share"] for r in reps if r["fsync_share"] is not None]
     share = _median(shares) if shares else None
     w_med, f_med = section["write_s"]["median"], section["fsync_s"]["median"]
+    totals = [r["total_s"] for r in reps if r["total_s"] > 0]
+    rate = mib / _median(totals) if totals else None
     durable = _median([r["durable_mib_s"] for r in reps if r["durable_mib_s"] is not None] or [0.0])
     size = ibytes(section["size_bytes"])
     lines = []
-    if share is not None:
-        lines.append(
-            f"The fsync after the {size} write took {secs(f_med)} of {secs(w_med + f_med)} in total "
-            f"(medians; fsync's share {pct(share)}): {_meaning(share)}."
-        )
-    lines.append(
+    if dur["plain"]:
+        p_med = section["plain_fsync_s"]["median"]
+        sync_med = _median([r["sync_s"] for r in reps])
+        if share is not None:
+            lines.append(
+                f"Plain fsync after the {size} write took {secs(p_med)}, and F_FULLFSYNC after it "
+                f"{secs(f_med)}, of {secs(w_med + p_med + f_med)} in total (medians; the syncs' share "
+                f"{pct(share)}): {_meaning(share, 'the syncs')}."
+            )
+        if dur["durable"] and p_med > 0:
+            lines.append(
+                f"F_FULLFSYNC, after plain fsync, took {ratio(f_med / p_med)} plain fsync's time here: "
+                f"plain fsync's {secs(p_med)} is not a durable figure, because {MAC_PLAIN_FSYNC}; a save "
+                "needs F_FULLFSYNC to survive a power cut."
+            )
+    else:
+        sync_med = f_med
+        if share is not None:
+            lines.append(
+                f"The fsync after the {size} write took {secs(f_med)} of {secs(w_med + f_med)} in total "
+                f"(medians; fsync's share {pct(share)}): {_meaning(share)}."
+            )
+    head = (
         f"write() ran at {mib_s(section['write_rate_mib_s']['median'])} (median): the speed of copying into "
-        f"the page cache, not of the drive. Counting the fsync, the data became durable at {mib_s(durable)}."
+        "the page cache, not of the drive."
     )
-    lines.append(
-        f"For checkpoint safety: when write() returned, up to {secs(f_med)} of writeback was still to come; "
-        "a save that skips fsync can lose that part to a power cut even though every write() succeeded."
+    counting = "Counting both syncs" if dur["plain"] else "Counting the fsync"
+    if dur["durable"]:
+        lines.append(f"{head} {counting}, the data became durable at {mib_s(durable)}.")
+    else:
+        lines.append(
+            f"{head} {counting}, it reached the drive at {mib_s(rate)}, but that is no durable rate: "
+            f"{MAC_PLAIN_FSYNC}."
+        )
+    safety = (
+        f"For checkpoint safety: when write() returned, up to {secs(sync_med)} of writeback was still to "
+        "come; a save that skips fsync can lose that part to a power cut even though every write() succeeded"
     )
+    if dur["system"] == "Darwin":
+        safety += (
+            ", and on macOS a save that calls fsync but not F_FULLFSYNC can lose what the drive's cache holds"
+        )
+    lines.append(safety + ".")
     layers = evidence.layer_rows(section.get("layers", {"unavailable": "not recorded in this run"}))
+    plain_io = section.get("plain_fsync_io_records") or [None] * len(section.get("fsync_io_records", []))
     io = [
-        {"write": evidence.io_line(w), "fsync": evidence.io_line(f)}
-        for w, f in zip(
-            section.get("write_io_records", []), section.get("fsync_io_records", []), strict=False
+        {
+            "write": evidence.io_line(w),
+            "plain": evidence.io_line(p) if p is not None else None,
+            "fsync": evidence.io_line(f),
+        }
+        for w, p, f in zip(
+            section.get("write_io_records", []), plain_io, section.get("fsync_io_records", []), strict=False
         )
     ]
     return {
@@ -97,6 +221,8 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "status_note": "ok",
         "repeats": reps,
         "fsync_share": share,
+        "durable": dur,
+        "validation": section.get("validation"),
         "explanations": lines,
         "layers": layers,
         "io": io,

@@ -97,7 +97,7 @@ OS_MEANING = {
         "ordering": "f_barrierfsync",
     },
 }
-# The errnos with which an fcntl sync says "this volume cannot do it" (the step's REFUSAL_ERRNOS).
+# The errnos with which an fcntl sync says "this volume cannot do it" (common.durable.REFUSAL_ERRNOS).
 REFUSALS = ("ENOTTY", "ENOTSUP", "EOPNOTSUPP")
 # The sync call each mode stands for, as the report names it.
 CALL_NAMES = {

@@ -27,9 +27,10 @@ with the reason. When an fcntl sync (F_FULLFSYNC, F_BARRIERFSYNC) fails with
 any errno, the bench falls back to ``os.fsync`` for that mode and records the
 errno's name, the message and whether it was a refusal (ENOTTY, ENOTSUP,
 EOPNOTSUPP: the volume cannot do it) or an error (EIO, ...). An error from
-``os.fsync`` itself still fails the step. The fcntl paths have only been run
-against a test double on Linux, not on real macOS hardware, and each such mode
-says so in its ``validation`` field. Source of the design: the lesson, Build It
+``os.fsync`` itself still fails the step. The fcntl commands and that fallback
+rule live in common.durable, shared with big_write. The fcntl paths have only
+been run against a test double on Linux, not on real macOS hardware, and each
+such mode says so in its ``validation`` field. Source of the design: the lesson, Build It
 (fsync_bench.py).
 
 Run alone: ``python fsync_bench.py --workdir DIR --blocks N`` prints the JSON.
@@ -38,7 +39,6 @@ Run alone: ``python fsync_bench.py --workdir DIR --blocks N`` prints the JSON.
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import platform
@@ -47,98 +47,38 @@ import time
 from pathlib import Path
 
 from ..common import iorecord
+from ..common.durable import (
+    NOT_ON_REAL_HARDWARE,
+    REFUSAL_ERRNOS,
+    FcntlSync,
+    barrierfsync_command,
+    fcntl,
+    fullfsync_command,
+)
 from ..common.facts import require_positive
 from ..common.stats import latency_summary_us
 from ..registry import SIZES
 
-try:
-    import fcntl
-except ImportError:  # not a Unix host
-    fcntl = None
-
 MODE_ORDER = ["none", "fsync", "fdatasync", "f_fullfsync", "f_barrierfsync", "o_dsync"]
 WARMUP_BLOCKS = 5
-# errnos with which an fcntl sync says "this volume cannot do it" (macOS fcntl(2)).
-REFUSAL_ERRNOS = {errno.ENOTTY, errno.ENOTSUP, errno.EOPNOTSUPP}
-# F_BARRIERFSYNC in macOS <sys/fcntl.h>; Python's fcntl module does not name it on every version.
-F_BARRIERFSYNC_DARWIN = 85
 # The fcntl sync modes: mode -> the fcntl command's name.
 FCNTL_MODES = {"f_fullfsync": "F_FULLFSYNC", "f_barrierfsync": "F_BARRIERFSYNC"}
-NOT_ON_REAL_HARDWARE = (
-    "not yet validated on real macOS hardware: before this run, disklab's fcntl path had been run only "
-    "against a test double on Linux"
-)
-
-
-def fullfsync_command(system: str, fcntl_mod) -> tuple[int, str] | None:
-    """(F_FULLFSYNC's fcntl command, where the number came from), or None when this host has none.
-
-    Python's fcntl module names F_FULLFSYNC on macOS only.
-    """
-    if fcntl_mod is not None and hasattr(fcntl_mod, "F_FULLFSYNC"):
-        return fcntl_mod.F_FULLFSYNC, "fcntl.F_FULLFSYNC"
-    return None
-
-
-def barrierfsync_command(system: str, fcntl_mod) -> tuple[int, str] | None:
-    """(F_BARRIERFSYNC's fcntl command, where the number came from), or None when this host has none.
-
-    ``fcntl.F_BARRIERFSYNC`` when the module has it; else 85 on Darwin, the
-    value in macOS <sys/fcntl.h> (the module lacks the name on older Pythons);
-    else None: it is a macOS call.
-    """
-    if fcntl_mod is None:
-        return None
-    if hasattr(fcntl_mod, "F_BARRIERFSYNC"):
-        return fcntl_mod.F_BARRIERFSYNC, "fcntl.F_BARRIERFSYNC"
-    if system == "Darwin":
-        return F_BARRIERFSYNC_DARWIN, "85, its value in macOS <sys/fcntl.h>: this fcntl module lacks the name"
-    return None
-
-
 _COMMANDS = {"f_fullfsync": fullfsync_command, "f_barrierfsync": barrierfsync_command}
-
-
-class FcntlSync:
-    """``fcntl(fd, command)``, falling back to ``os.fsync`` after the first error.
-
-    Any OSError from the fcntl call is recorded in ``fallback`` (``{"to",
-    "errno" (its name, e.g. "ENOTTY"), "error" (the message), "after_calls",
-    "kind": "refusal" | "error"}``; kind is refusal for the errnos in
-    REFUSAL_ERRNOS) and that call and every later one use ``os.fsync``; the
-    fcntl call is never retried (the lesson, Break It 3, fsyncgate). An error
-    from ``os.fsync`` propagates. ``fcntl_mod`` is injectable for tests.
-    """
-
-    def __init__(self, fcntl_mod, name: str, command: int) -> None:
-        self._fcntl = fcntl_mod
-        self.name = name
-        self.command = command
-        self.calls = 0
-        self.fallback: dict | None = None
-
-    def __call__(self, fd: int) -> None:
-        if self.fallback is None:
-            try:
-                self._fcntl.fcntl(fd, self.command)
-                self.calls += 1
-                return
-            except OSError as exc:
-                self.fallback = {
-                    "to": "os.fsync",
-                    "errno": errno_name(exc.errno),
-                    "error": str(exc),
-                    "after_calls": self.calls,
-                    "kind": "refusal" if exc.errno in REFUSAL_ERRNOS else "error",
-                }
-        os.fsync(fd)
-
-
-def errno_name(code: int | None) -> str:
-    """errno's symbolic name (``"EIO"``), its number as text when unknown, ``"none"`` without one."""
-    if code is None:
-        return "none"
-    return errno.errorcode.get(code, str(code))
+# The step's public names; NOT_ON_REAL_HARDWARE, REFUSAL_ERRNOS and the *_command functions are
+# common.durable's, named here as well because the step's results and the report's tests use them.
+__all__ = [
+    "FCNTL_MODES",
+    "MODE_ORDER",
+    "NOT_ON_REAL_HARDWARE",
+    "REFUSAL_ERRNOS",
+    "WARMUP_BLOCKS",
+    "barrierfsync_command",
+    "bench_mode",
+    "fullfsync_command",
+    "main",
+    "run",
+    "unsupported_reason",
+]
 
 
 def unsupported_reason(mode: str, system: str, fcntl_mod=fcntl) -> str | None:
