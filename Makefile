@@ -4,7 +4,7 @@ VENV := .venv
 TEST_VENV := .venv-test
 PIP_FLAGS := --quiet --disable-pip-version-check
 
-.PHONY: lab test lint bench report clean
+.PHONY: lab test lint bench report clean collection ee
 
 # Controller venv: ansible-core, ansible-runner, jinja2, pyyaml, jsonschema, matplotlib, rich, disklab.
 $(VENV)/.installed: pyproject.toml
@@ -25,8 +25,8 @@ report: $(VENV)/.installed
 	$(VENV)/bin/disklab report
 
 lint: $(TEST_VENV)/.installed
-	$(TEST_VENV)/bin/ruff check src tests bench roles
-	$(TEST_VENV)/bin/ruff format --check src tests bench roles
+	$(TEST_VENV)/bin/ruff check src tests bench roles plugins
+	$(TEST_VENV)/bin/ruff format --check src tests bench roles plugins
 	cd $(CURDIR) && $(TEST_VENV)/bin/ansible-lint --profile production playbooks roles
 
 test: lint
@@ -43,5 +43,15 @@ bench: $(TEST_VENV)/.installed
 	    openssh-server openssh-client strace iproute2 util-linux; fi
 	PATH="$(BENCH_PATH)" $(TEST_VENV)/bin/python bench/run.py $(BENCH_ARGS)
 
+# The collection disklab.lab as a tarball in .ee/ (ansible-galaxy collection install .ee/disklab-lab.tar.gz), and
+# the build context of an execution environment with it (.ee/context; podman build -t disklab-ee .ee/context).
+collection: $(TEST_VENV)/.installed
+	mkdir -p .ee && rm -f .ee/disklab-lab-*.tar.gz
+	$(TEST_VENV)/bin/ansible-galaxy collection build --force --output-path .ee .
+	mv .ee/disklab-lab-*.tar.gz .ee/disklab-lab.tar.gz
+
+ee: collection
+	$(TEST_VENV)/bin/ansible-builder create -f execution-environment.yml -c .ee/context
+
 clean:
-	rm -rf $(VENV) $(TEST_VENV) .lab
+	rm -rf $(VENV) $(TEST_VENV) .lab .ee

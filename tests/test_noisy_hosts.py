@@ -214,7 +214,9 @@ def test_the_lab_runs_and_stops_on_a_noisy_host(tmp_path):
     doc = json.loads((tmp_path / "incoming" / "localhost.json").read_text())
     assert list(doc["experiments"]) == ["fsync_bench"] and doc["experiments"]["fsync_bench"]["status"] == "ok"
     assert re.search(
-        r"TASK \[disklab\.lab\.lab_run : stop \| End the lab runner and its children\] \*+\nok: \[localhost\]", proc.stdout
+        r"TASK \[disklab\.lab\.lab_run : stop \| End the lab runner and its children\] \*+\n"
+        r"ok: \[localhost\]",
+        proc.stdout,
     )  # nothing to stop: not changed
 
 

@@ -79,7 +79,9 @@ def _manager(config_file: Path | None):
 
     connection_loader.get("ssh", class_only=True)  # registers the plugin's options in constants.config
     callback_loader.get("default", class_only=True)
-    manager = ConfigManager(str(config_file) if config_file else None)
+    manager = ConfigManager(str(config_file) if config_file else "")  # "": no file (None would search)
+    if not config_file:
+        manager._config_file = None  # and none is read later either (Ansible's own state without a file)
     for ptype, pname in _PLUGINS:
         manager.initialize_plugin_configuration_definitions(
             ptype, pname, constants.config.get_configuration_definitions(ptype, pname)

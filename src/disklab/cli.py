@@ -120,6 +120,17 @@ def _ansible_config():
     return config
 
 
+def _ara_vars(kind: str, run_id: str) -> dict:
+    """ARA's name and labels of the playbook (where its callback is enabled), so that a run in ARA can be
+    matched to its reports. ARA reads them as they are, untemplated, at each play's start: extra vars here
+    replace the playbooks' own (which have no run id)."""
+    what = {"runs": "lab run", "audits": "audit", "stop": "stop"}[kind]
+    return {
+        "ara_playbook_name": f"disklab {what} {run_id}",
+        "ara_playbook_labels": ["disklab", f"kind:{kind}", f"run:{run_id}"],
+    }
+
+
 def _warm_up_render() -> None:
     """disklab.report.warm_up, importing the renderer too (an error is left for the render to report)."""
     with contextlib.suppress(Exception):
@@ -150,6 +161,7 @@ def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, l
             "disklab_incoming_dir": str(incoming.resolve()),
             "disklab_reports": str(reports.resolve()),
             "disklab_store": False,  # stored below, once; the playbook's own store task is for plain Ansible
+            **_ara_vars(kind, run_id),
         }
     )
     progress = Progress()
@@ -296,7 +308,7 @@ def _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, w
     stopped = run_playbook(
         "stop.yml",
         inventory,
-        extravars,
+        {**extravars, **_ara_vars("stop", run_id)},
         limit=limit,
         progress=Progress(live=False),
         artifact_dir=run.artifacts.parent,
