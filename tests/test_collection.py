@@ -77,11 +77,21 @@ def test_the_tarball_holds_the_roles_plugins_playbooks_and_host_package_once(tar
                  "src/disklab_host/__main__.py", "src/disklab/cli.py"):  # fmt: skip
         assert part in names or part == "galaxy.yml", part
     assert len(names) == len(set(names))
-    assert not [
-        n for n in names if n.startswith(("tests/", "bench/", ".venv", "playbooks/collections", ".git"))
-    ]
+    assert not [n for n in names if n.startswith(("bench/", ".venv", "playbooks/collections", ".git"))]
+    assert [n for n in names if n.startswith("tests/")] == [
+        "tests/sanity/ignore-2.19.txt"
+    ]  # ansible-test's only
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert manifest["collection_info"]["version"] == __version__
+
+
+def test_the_sanity_ignores_name_files_that_exist_and_only_the_house_styles_exceptions():
+    """ansible-test sanity's ignores (tests/sanity/ignore-2.19.txt): the `_` of an unused value (pylint's
+    disallowed-name) and the GPLv3 header a module of ansible-core itself needs; nothing else."""
+    for line in (REPO / "tests" / "sanity" / "ignore-2.19.txt").read_text().splitlines():
+        path, check = line.split(" ")
+        assert (REPO / path).is_file(), path
+        assert check in ("pylint:disallowed-name", "validate-modules:missing-gplv3-license"), line
 
 
 def test_a_users_own_playbook_runs_host_audit_by_its_full_name(installed, tmp_path):

@@ -407,15 +407,15 @@ def test_a_wrong_sudo_password_stops_the_host_in_one_line_before_any_work(fleet,
 
 def test_the_typed_sudo_password_is_asked_once_and_tried_first(fleet, quick_lab, tmp_path):
     plain, env = _without_vault(fleet, tmp_path)
-    proc = _disklab(fleet, "run", "--check", "-i", "inventory.yml", "-l", SUDO, "-K", cwd=plain, env=env,
-                    stdin=fleet.sudo_password + "\n")  # fmt: skip
+    small = ["-e", LAB_STEPS, *_tiny()]  # the preflight's disk check is for these sizes (as in quick_lab)
+    args = ["run", "--check", "-i", "inventory.yml", "-l", SUDO, "-K", *small]
+    proc = _disklab(fleet, *args, cwd=plain, env=env, stdin=fleet.sudo_password + "\n")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{SUDO}: check ok" in proc.stdout
     assert (
         proc.stderr.count("BECOME password") == 1
     )  # disklab asked; Ansible's own prompt was answered for it
-    proc = _disklab(fleet, "run", "--check", "-i", "inventory.yml", "-l", SUDO, "-K", cwd=plain, env=env,
-                    stdin="wrong\n")  # fmt: skip
+    proc = _disklab(fleet, *args, cwd=plain, env=env, stdin="wrong\n")
     assert proc.returncode == 1 and "Incorrect sudo password" in proc.stdout
 
 

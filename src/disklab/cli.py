@@ -1,13 +1,15 @@
 """disklab's command line: run | audit | report | compare | export | powercut.
 
-    disklab run [-i INVENTORY] [--profile quick|full] [--limit HOSTS] [--retry-failed]
-    disklab audit [-i INVENTORY]
+    disklab run [-i INVENTORY] [--profile quick|full] [-l HOSTS] [--retry-failed] [ANSIBLE OPTIONS] [-- ...]
+    disklab audit [-i INVENTORY] [ANSIBLE OPTIONS] [-- ...]
     disklab report
     disklab compare [--json] [--fail-on-change] HOST | RUN_A.json RUN_B.json
     disklab export [--format csv|json] [--out FILE] [--host HOST]
     disklab powercut MODULE.py:FUNCTION
 
-Reports go to ./reports (the current directory's) or --reports. The playbooks
+ansible-playbook's options pass through (disklab.passthrough), and the user's
+Ansible configuration stays in force (disklab.ansible_env). Reports go to
+./reports (the current directory's), --reports or $DISKLAB_REPORTS. The playbooks
 themselves call two more commands when run by plain ``ansible-playbook``:
 ``playbook-begin`` (a run id and its staging directory) and ``playbook-store``
 (store what was fetched and render the reports), the same code ``disklab run`` uses.

@@ -47,6 +47,11 @@ from disklab.figures import (  # noqa: F401  (re-exported: compare's figures are
 )
 from disklab_host.common.stats import percentile
 
+__all__ = [  # compare's own, and the figures it re-exports (compare's figures are figures.py's)
+    "LATENCY_UNITS", "figure_labels", "find_samples", "sample_stats", "unit_of",
+    "compare_runs", "n_changed", "render_compare_text", "to_json",
+]  # fmt: skip
+
 CHANGED, WITHIN_NOISE, TOO_FEW = "changed", "within noise", "too few samples"
 # Fewer samples than this on either side: no range, so no verdict.
 MIN_SAMPLES = 2

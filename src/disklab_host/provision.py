@@ -113,7 +113,7 @@ def nvidia_gpu(proc: Path = Path("/proc"), nvidia_smi: str | None = None) -> boo
     if not smi:
         return False
     try:
-        cp = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+        cp = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return cp.returncode == 0 and any(ln.startswith("GPU ") for ln in cp.stdout.splitlines())
@@ -286,7 +286,12 @@ def probe(venv: Path) -> dict | None:
     before = venvprobe.fingerprint(venv)
     try:
         cp = subprocess.run(
-            [str(py), "-c", venvprobe.SCRIPT], capture_output=True, text=True, timeout=300, env=_clean_env()
+            [str(py), "-c", venvprobe.SCRIPT],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=_clean_env(),
+            check=False,
         )
         result = json.loads(cp.stdout) if cp.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError):
@@ -364,7 +369,9 @@ def _run(argv: list[str], what: str) -> None:
     """Run a venv or pip command; raise Failed with its exit status and last output line."""
     try:
         env = _clean_env()
-        cp = subprocess.run(argv, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, env=env)
+        cp = subprocess.run(
+            argv, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, env=env, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise Failed(f"{what} failed: {' '.join(argv)}: {exc}") from None
     if cp.returncode != 0:

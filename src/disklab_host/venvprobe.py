@@ -68,8 +68,10 @@ def _first_line(path: Path) -> str | None:
     return text.splitlines()[0].strip() if text.strip() else ""
 
 
-def fingerprint(venv: Path, proc: Path = Path("/proc"), environ: Mapping[str, str] = os.environ) -> dict:
-    """What could change the probe's result, read without starting any process (see the module doc)."""
+def fingerprint(venv: Path, proc: Path = Path("/proc"), environ: Mapping[str, str] | None = None) -> dict:
+    """What could change the probe's result, read without starting any process (see the module doc);
+    ``environ`` defaults to this process's environment."""
+    environ = os.environ if environ is None else environ
     py = Path(venv) / "bin" / "python"
     try:
         st = py.stat()
@@ -131,7 +133,7 @@ def recorded(
     venv: Path,
     record: dict | None = None,
     proc: Path = Path("/proc"),
-    environ: Mapping[str, str] = os.environ,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[dict | None, str]:
     """``(entry, why)``: the recorded probe entry when its fingerprint matches this venv now, else None
     and why it cannot be trusted (no record, no probe in it, or what changed since it ran).

@@ -239,7 +239,7 @@ def workers_summary(section: dict) -> dict | None:
 def plot(section: dict, plot_dir: Path) -> str | None:
     """Stage timelines per method (medians), cold and warm side by side; returns the plot's path."""
     cells = sorted(section["cells"], key=_order)
-    labels = sorted({_label(c) for c in cells}, key=lambda lab: [_label(c) for c in cells].index(lab))
+    labels = list(dict.fromkeys(_label(c) for c in cells))  # in the cells' order, each once
     if not labels:
         return None
     # per cache state, per row that has any: (row, [(stage, median time from the load call, s)])

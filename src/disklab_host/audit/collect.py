@@ -88,7 +88,7 @@ def run_command(argv: list[str], timeout_s: float = 120) -> str:
     Raises FileNotFoundError when the program is absent, CommandFailed on a
     non-zero exit, subprocess.TimeoutExpired after ``timeout_s`` seconds.
     """
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     if proc.returncode != 0:
         err = proc.stderr.strip().splitlines()
         raise CommandFailed(f"{' '.join(argv)} exited {proc.returncode}: {err[-1] if err else ''}")

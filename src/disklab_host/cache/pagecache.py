@@ -465,7 +465,7 @@ def _run_as_root(argv: list[str], method: str, **kw) -> None:
     sudo -n never prompts: where sudo asks this login for a password (given to Ansible with -K or a
     vaulted ansible_become_password), the detached lab runner cannot give it, and the method is refused.
     """
-    proc = subprocess.run(argv, capture_output=True, **kw)
+    proc = subprocess.run(argv, capture_output=True, check=False, **kw)
     if proc.returncode != 0:
         said = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
         raise PermissionError(

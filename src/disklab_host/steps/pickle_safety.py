@@ -221,6 +221,7 @@ def weights_only_default() -> tuple[bool | dict, str]:
 def _child(code: str, args: list[str], env: dict, cwd: Path) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", code, *args],
+        check=False,
         env=env,
         cwd=cwd,
         capture_output=True,
