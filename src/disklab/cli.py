@@ -24,11 +24,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import sys
 from pathlib import Path
 
-from disklab import __version__, passthrough, ship, store
+from disklab import __version__, ownership, passthrough, ship, store
 from disklab.runner import HostOutcome, ansible_path
 from disklab_host import registry
 from disklab_host.common.lock import LockHeld, RunLock
@@ -36,6 +37,7 @@ from disklab_host.common.result import emit as emit_result
 from disklab_host.stage import ARTIFACT_NAME
 
 DEFAULT_INVENTORY = ansible_path("inventory", "local.yml")
+RUN_ID = re.compile(r"^\d{8}T\d{6}Z(-\d+)?$")  # disklab.store.new_run_id's
 # Under the current directory, never inside the installed package; DISKLAB_REPORTS names another (an AWX job's
 # working directory is discarded when the job ends: docs/fleet.md).
 DEFAULT_REPORTS = Path(os.environ.get("DISKLAB_REPORTS") or "reports")
@@ -96,17 +98,61 @@ def _playbook(args, playbook: str, kind: str) -> int:
             return 0
         limit = ",".join(last[1])
         print(f"--retry-failed: re-running {limit} (failed in run {last[0]})")
+    fetch = getattr(args, "fetch", None)
+    if fetch:
+        if passed.select or getattr(args, "retry_failed", False):
+            raise UsageError(
+                "--fetch runs only the fetch (--tags fetch); leave out --tags, --skip-tags, --check and "
+                "--retry-failed"
+            )
+        if not RUN_ID.match(fetch):
+            raise UsageError(f"--fetch {fetch}: not a run id (a UTC timestamp like 20261203T061500Z)")
+        if (reports / ".runs" / f"{fetch}.json").exists():
+            raise UsageError(f"--fetch {fetch}: run {fetch} is stored already (reports/.runs/{fetch}.json)")
+        passed.select += ["--tags", "fetch"]
     passed.ansible = _ansible_config()
     passed.passwords = passed.prompts()  # before any host is touched, as ansible-playbook would ask
     reports.mkdir(parents=True, exist_ok=True)
-    run_id = store.new_run_id(reports)
+    run_id = fetch or store.new_run_id(reports)
     try:
         with RunLock(reports / ".lock", run_id, what=f"the reports directory {reports}") as lock:
+            live = ownership.live_runs(reports)
+            if live:
+                raise UsageError(
+                    f"refused: {ownership.describe_live(*live[0])}; wait for it to finish, or stop it"
+                )
             if lock.took_over:
                 print(f"disklab: {lock.took_over}", file=sys.stderr)
+            _recover_leftovers(reports, inventory, but=run_id)
             return _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, limit)
     except LockHeld as exc:
         raise UsageError(f"refused: {exc}") from None
+
+
+def _recover_leftovers(reports: Path, inventory: Path, but: str) -> None:
+    """Store what a run whose owners died had fetched, and name the command that fetches the rest.
+
+    Its staging directory is then gone: nothing stays silently in ``.incoming`` (disklab.ownership).
+    """
+    for left in ownership.leftovers(reports, but=but):
+        kind = left.owner.get("kind") or "runs"
+        where = Path(left.owner.get("inventory") or inventory)
+        started = left.owner.get("started_utc", "?")
+        said = f"run {left.run_id} (started {started} UTC) stopped before it was stored"
+        if left.fetched:
+            status = store.store_fetched(reports, left.run_id, kind, {})
+            store.record_invocation(reports, left.run_id, kind, where, status)
+            hosts = ", ".join(f"{h} {s}" for h, s in status.items())
+            print(f"disklab: {said}; stored what it had fetched: {hosts}", file=sys.stderr)
+        elif kind == "runs":
+            print(
+                f"disklab: {said}, with nothing fetched; if its lab finished on the hosts, fetch and store "
+                f"it with: disklab run -i {where} --fetch {left.run_id}",
+                file=sys.stderr,
+            )
+        else:
+            print(f"disklab: {said}, with nothing fetched; run `disklab audit` again", file=sys.stderr)
+        store.discard_incoming(reports, left.run_id)
 
 
 def _ansible_config():
@@ -155,7 +201,8 @@ def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, l
     if not passed.check:
         warm.start()
     incoming = store.incoming_dir(reports, run_id)
-    incoming.mkdir(parents=True)
+    incoming.mkdir(parents=True, exist_ok=True)  # a new run id is unused; --fetch's may be staged already
+    owner = ownership.write_owner(incoming, run_id, kind, inventory, [os.getpid()])
     ship.build(incoming / ARTIFACT_NAME)  # here, not in a playbook task: a module run less per run
     extravars.update(
         {
@@ -186,6 +233,7 @@ def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, l
             cmdline=passed.connect + passed.select,
             ansible=passed.ansible,
             passwords=passed.passwords,
+            owner_file=owner,
         )
         if interrupted:
             why = interrupted[0]
@@ -254,9 +302,19 @@ def cmd_playbook_begin(args) -> int:
     reports.mkdir(parents=True, exist_ok=True)
     try:
         with RunLock(reports / ".lock", "ansible-playbook", what=f"the reports directory {reports}"):
+            live = ownership.live_runs(reports, but=args.run_id)
+            if live:
+                raise UsageError(
+                    f"refused: {ownership.describe_live(*live[0])}; wait for it to finish, or stop it"
+                )
             run_id = args.run_id or store.new_run_id(reports)
             incoming = store.incoming_dir(reports, run_id)
             incoming.mkdir(parents=True, exist_ok=bool(args.run_id))
+            # this ansible-playbook owns the run from here until its store task (disklab.ownership)
+            playbook = ownership.ancestor_playbook()
+            ownership.write_owner(
+                incoming, run_id, args.kind, Path(args.inventory), [playbook] if playbook else []
+            )
             ship.build(incoming / ARTIFACT_NAME)  # so the playbook's pack task is skipped
     except LockHeld as exc:
         raise UsageError(f"refused: {exc}") from None
@@ -279,7 +337,10 @@ def cmd_playbook_store(args) -> int:
             outcomes = {h: HostOutcome(host=h) for h in hosts}
             status, failed = store_and_render(reports, args.run_id, kind, Path(args.inventory), outcomes)
     except LockHeld as exc:
-        raise UsageError(f"refused: {exc}") from None
+        raise UsageError(
+            f"refused: {exc}; what this run fetched stays in {store.incoming_dir(reports, args.run_id)}, "
+            "and the next `disklab run` on this reports directory stores it"
+        ) from None
     if not status:
         print(f"run {args.run_id}: nothing was fetched, nothing stored")
         emit_result({"run_id": args.run_id, "kind": kind, "reports": str(reports.resolve()), "hosts": {}})
@@ -470,6 +531,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--retry-failed", action="store_true", help="re-run only the hosts that failed last time"
     )
+    run.add_argument(
+        "--fetch",
+        metavar="RUN_ID",
+        help="fetch and store the finished results of run RUN_ID from the hosts (its controller stopped)",
+    )
     _add_ansible_options(run)
     run.set_defaults(func=lambda a: _playbook(a, "site.yml", "runs"))
 
@@ -512,6 +578,8 @@ def build_parser() -> argparse.ArgumentParser:
         "playbook-begin", help="(run by the playbooks under plain ansible-playbook) a run id"
     )
     begin.add_argument("--run-id", help="use this run id (its finished results are fetched later)")
+    begin.add_argument("--kind", choices=("runs", "audits"), default="runs")
+    begin.add_argument("--inventory", default=str(DEFAULT_INVENTORY))
     begin.set_defaults(func=cmd_playbook_begin)
     st = sub.add_parser(
         "playbook-store", help="(run by the playbooks under plain ansible-playbook) store and render"

@@ -21,8 +21,8 @@ from pathlib import Path
 # The variables disklab sets for every run (playbooks/site.yml lists them with disklab_root and
 # disklab_workbench): what to use instead of each.
 RESERVED = {
-    "disklab_run_id": "disklab makes each run's id; to fetch a finished run's results use plain "
-    "`ansible-playbook ... --tags fetch -e disklab_run_id=RUN`",
+    "disklab_run_id": "disklab makes each run's id; to fetch a finished run's results use "
+    "`disklab run --fetch RUN`",
     "disklab_incoming_dir": "disklab stages fetched results under the reports directory itself",
     "disklab_reports": "use disklab's --reports DIR (or DISKLAB_REPORTS)",
     "disklab_store": "disklab run stores every run itself",
@@ -111,7 +111,8 @@ def parse_extra(value: str, where: str = "-e") -> tuple[dict, str | None]:
     try:
         parsed = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
-        raise PassthroughError(f"{where} {name}={raw}: not a valid YAML value ({_problem(exc)})") from None
+        problem = _problem(exc)
+        raise PassthroughError(f"{where} {name}={raw}: the value is not valid YAML ({problem})") from None
     _refuse_reserved({name: parsed}, f"{where} {name}")
     return {name: parsed}, None
 

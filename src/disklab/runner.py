@@ -12,13 +12,14 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from disklab import ansible_env
+from disklab import ansible_env, ownership
 from disklab.progress import Progress
 from disklab_host.common import result as result_line
 
@@ -176,6 +177,7 @@ def run_playbook(
     verbosity: int | None = None,
     ansible: ansible_env.AnsibleEnv | None = None,
     passwords: dict[str, str] | None = None,
+    owner_file: Path | None = None,
 ) -> PlaybookRun:
     """Run ``playbooks/<playbook>`` against ``inventory`` and return each host's outcome.
 
@@ -189,7 +191,9 @@ def run_playbook(
     holds extra ansible-playbook options (--check, --tags, -u ...). ``ansible``
     is the configuration it runs with (disklab.ansible_env; built here when
     not given); ``passwords`` answers Ansible's prompts (-K, --ask-vault-pass):
-    {prompt regex: answer}.
+    {prompt regex: answer}. With ``owner_file`` (the run's owner.json,
+    disklab.ownership), ansible-playbook is started through the launcher that
+    ends it when this process dies and adds its pid to that file.
     """
     import ansible_runner  # imported here: it is slow, and `disklab report` never needs it
 
@@ -203,6 +207,11 @@ def run_playbook(
         "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
     }
     with tempfile.TemporaryDirectory(prefix="disklab-runner-") as private:
+        if owner_file is not None:  # ansible-playbook through the launcher: it dies with this process
+            real = shutil.which("ansible-playbook", path=env["PATH"]) or "ansible-playbook"
+            launcher = ownership.launcher(Path(private) / "launcher", real)
+            env["PATH"] = str(launcher.parent) + os.pathsep + env["PATH"]
+            env[ownership.OWNER_ENV] = str(owner_file)
         with progress:
             r = ansible_runner.run(
                 private_data_dir=private,

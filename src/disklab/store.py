@@ -17,7 +17,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from disklab import stored
+from disklab import ownership, stored
 from disklab.runner import HostOutcome
 
 
@@ -97,7 +97,7 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
                     "failed_steps": outcome.failed_steps,
                 },
             )
-    for packed in ("disklab_host.pyz",):  # packed for this run only
+    for packed in ("disklab_host.pyz", ownership.OWNER):  # packed and owned for this run only: now stored
         (staging / packed).unlink(missing_ok=True)
     if staging.is_dir() and not any(staging.iterdir()):
         staging.rmdir()
