@@ -66,7 +66,7 @@ def first_error(kind: str, doc: dict) -> str | None:
     if kind == "results" and isinstance(doc.get("experiments"), dict):
         for name, section in doc["experiments"].items():
             sub = _experiment_validator(name)
-            if sub is not None and isinstance(section, dict) and section.get("status") == "ok":
+            if sub is not None and isinstance(section, dict) and section.get("status") in ("ok", "partial"):
                 checks.append((sub, section, f"experiments.{name}."))
     for validator, inst, prefix in checks:
         error = jsonschema.exceptions.best_match(validator.iter_errors(inst))

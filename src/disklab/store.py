@@ -66,8 +66,10 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
             if kind == "runs":
                 doc = stored.read(path, "results")
                 stored.write(dest, "results", doc)
-                failed = {
-                    n: s.get("error", "") for n, s in doc["experiments"].items() if s["status"] == "failed"
+                failed = {  # a step that failed, or one with a part that failed (partial)
+                    n: s.get("error") or "; ".join(s.get("failed_parts") or [])
+                    for n, s in doc["experiments"].items()
+                    if s["status"] in ("failed", "partial")
                 }
                 if failed and outcome.status == "ok":
                     outcome.status, outcome.failed_steps = "partial", failed

@@ -6,8 +6,12 @@ process group (the lab runner leads its own group, so its savers and loaders
 stop with it), waits for the lock to be released and the runner to be gone, and
 falls back to SIGKILL.
 The runner cleans the files of the step it was in and writes no results.
+With ``--workbench``, the loop devices, mounts and FUSE processes that the
+realfs step's journal still holds are then ended (realfs.mounts.sweep): a
+runner killed outright could not end them itself.
 Prints one result line (common.result: ``disklab-result`` and a JSON object):
-{"stopped": bool, "run_id", "step", "forced", "reason"}.
+{"stopped": bool, "run_id", "step", "forced", "reason"} and, with --workbench,
+"swept": {"ended": [...], "errors": [...]}.
 """
 
 from __future__ import annotations
@@ -75,8 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lab-root", required=True)
     ap.add_argument("--grace-s", type=float, default=GRACE_S)
+    ap.add_argument("--workbench", help="sweep the realfs step's journal of kernel resources there too")
     args = ap.parse_args(argv)
-    emit_result(stop(Path(os.path.expanduser(args.lab_root)), args.grace_s))
+    said = stop(Path(os.path.expanduser(args.lab_root)), args.grace_s)
+    if args.workbench and sys.platform.startswith("linux"):
+        from .realfs.mounts import JOURNAL_NAME, sweep
+
+        ended, errors = sweep(Path(os.path.expanduser(args.workbench)) / JOURNAL_NAME)
+        said["swept"] = {"ended": ended, "errors": errors}
+    emit_result(said)
     return 0
 
 

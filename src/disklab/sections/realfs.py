@@ -117,8 +117,9 @@ def _fsync_rows(rows: list[dict]) -> tuple[list[dict], list[str]]:
 
 
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
-    """Context for the "On real filesystems" section; {"ok": False} unless the section is ok."""
-    if section.get("status") != "ok":
+    """Context for the "On real filesystems" section; {"ok": False} unless the section is ok or partial
+    (a part failed: its ``failed_parts`` are listed, the rest is shown)."""
+    if section.get("status") not in ("ok", "partial"):
         return {"ok": False}
     cells = section["cells"]
     filesystems = list(section["filesystems"])

@@ -98,7 +98,7 @@ class Recorder:
                 fuse_umount(mountpoint)
             self.proc.wait(timeout=30)
 
-        self.mount_name = res.add(f"recorder mount {mountpoint}", unmount)
+        self.mount_name = res.fuse(f"recorder mount {mountpoint}", mountpoint, RECORDER_SOURCE, unmount)
 
     def ask(self, line: str) -> str:
         self.proc.stdin.write(line + "\n")

@@ -8,6 +8,18 @@ It only ever undoes what it made: the loop devices it attached (by their
 mount point still holds its device), the processes it started (by pid). It
 never formats, mounts or detaches anything it was not handed.
 
+A run killed outright (SIGKILL of the lab runner's process group) never
+reaches ``close``. So, given a journal file, each resource is also written
+there, one JSON line, the moment it exists (a loop device with its backing
+file, a mount with its source, a FUSE mount, a process with its start time),
+and a line is added when it is undone. :func:`sweep` reads a journal that a
+dead run left and ends what it still holds, newest first, each only while it
+is still the thing the journal names: the mounts of loop devices, the loop
+devices (a loop device over a file on the FUSE mount keeps that mount busy),
+the FUSE mounts (lazily: a dead FUSE server leaves "Transport endpoint is not
+connected"), then the processes. The realfs step sweeps its journal before
+it starts, and `disklab_host stop` after it has stopped a run.
+
 Filesystems: :data:`FILESYSTEMS` names what each one needs to be made and
 mounted here (mkfs command, smallest image, mount options for the recording
 and for a crash image).
@@ -17,10 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import shutil
+import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,12 +145,22 @@ def mounted_source(target: Path) -> str | None:
     return found
 
 
-class Resources:
-    """The cleanup registry: what this run made, undone in reverse order on close."""
+# The journal's name in the realfs step's workbench (beside the step's own directory, which a failed
+# step's cleanup removes).
+JOURNAL_NAME = ".disklab-realfs-resources.jsonl"
 
-    def __init__(self) -> None:
-        self._undo: list[tuple[str, Callable[[], None]]] = []
+
+class Resources:
+    """The cleanup registry: what this run made, undone in reverse order on close.
+
+    With ``journal``, each resource is also recorded there as it is made, and
+    marked released when it is undone (see the module docstring, :func:`sweep`).
+    """
+
+    def __init__(self, journal: Path | None = None) -> None:
+        self._undo: list[tuple[str, Callable[[], None], str | None]] = []
         self.errors: list[str] = []
+        self.journal = journal
 
     def __enter__(self) -> Resources:
         return self
@@ -143,32 +168,43 @@ class Resources:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def add(self, what: str, undo: Callable[[], None]) -> str:
-        self._undo.append((what, undo))
+    def add(self, what: str, undo: Callable[[], None], record: dict | None = None) -> str:
+        """Register ``undo`` for ``what``; ``record`` (kind, and what identifies it) goes to the journal."""
+        entry = (
+            _journal(self.journal, {"id": uuid.uuid4().hex, **record}) if record and self.journal else None
+        )
+        self._undo.append((what, undo, entry))
         return what
 
     def release(self, what: str) -> None:
         """Undo ``what`` now (the last one registered under that name). Raises what the undo raises."""
         for i in range(len(self._undo) - 1, -1, -1):
             if self._undo[i][0] == what:
-                _, undo = self._undo.pop(i)
+                _, undo, entry = self._undo.pop(i)
                 undo()
+                self._released(entry)
                 return
         raise KeyError(f"nothing registered as {what!r}")
 
     def close(self) -> list[str]:
         """Undo everything still registered, newest first; each failure kept in ``errors``."""
         while self._undo:
-            what, undo = self._undo.pop()
+            what, undo, entry = self._undo.pop()
             try:
                 undo()
             except Exception as exc:  # noqa: BLE001 -- every other undo must still run
                 self.errors.append(f"{what}: {exc}")
+                continue
+            self._released(entry)
         return self.errors
+
+    def _released(self, entry: str | None) -> None:
+        if entry is not None:
+            _journal(self.journal, {"released": entry})
 
     @property
     def held(self) -> list[str]:
-        return [what for what, _ in self._undo]
+        return [what for what, _, _ in self._undo]
 
     # --- what it makes -------------------------------------------------------------------------
     def loop(self, image: Path, *, direct_io: bool = False, btrfs: bool = False) -> str:
@@ -182,7 +218,8 @@ class Resources:
                     run(["btrfs", "device", "scan", "--forget", dev])
             run(["losetup", "-d", dev])
 
-        return self.add(dev, detach)
+        return self.add(dev, detach, {"kind": "loop", "dev": dev, "backing": str(Path(image).resolve()),
+                                      "btrfs": btrfs})  # fmt: skip
 
     def mount(self, dev: str, target: Path, fstype: str, options: str = "") -> str:
         """Mount ``dev`` at ``target``; unmounted on close (only while ``target`` still holds ``dev``)."""
@@ -194,7 +231,9 @@ class Resources:
             if mounted_source(target) == dev:
                 _retry_busy(["umount", where])
 
-        return self.add(where, unmount)
+        return self.add(
+            where, unmount, {"kind": "mount", "target": str(Path(where).resolve()), "source": dev}
+        )
 
     def process(self, proc: subprocess.Popen, name: str) -> str:
         """A started process; ended by its pid on close (SIGTERM, then SIGKILL after 10 s)."""
@@ -208,7 +247,91 @@ class Resources:
                     proc.kill()
                     proc.wait()
 
-        return self.add(f"{name} pid {proc.pid}", end)
+        return self.add(f"{name} pid {proc.pid}", end, {"kind": "process", "pid": proc.pid, "name": name,
+                                                          "start": _start_time(proc.pid)})  # fmt: skip
+
+    def fuse(self, what: str, target: Path, source: str, undo: Callable[[], None]) -> str:
+        """A FUSE mount at ``target`` (its server a registered process); ``undo`` unmounts it on close."""
+        return self.add(what, undo, {"kind": "fuse", "target": str(Path(target).resolve()), "source": source})
+
+
+def _journal(path: Path, doc: dict) -> str | None:
+    """Append ``doc`` to the journal as one line, written through to disk; its id."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (json.dumps(doc) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return doc.get("id")
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22): a pid's identity."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _loop_backing(dev: str) -> str | None:
+    try:
+        return Path(f"/sys/block/{Path(dev).name}/loop/backing_file").read_text().strip()
+    except OSError:
+        return None
+
+
+def held(journal: Path) -> list[dict]:
+    """The journal's resources not marked released, oldest first."""
+    try:
+        lines = journal.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    docs = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            docs.append(json.loads(line))
+    released = {d["released"] for d in docs if "released" in d}
+    return [d for d in docs if "id" in d and d["id"] not in released]
+
+
+_SWEEP_ORDER = {"mount": 0, "loop": 1, "fuse": 2, "process": 3}
+
+
+def sweep(journal: Path) -> tuple[list[str], list[str]]:
+    """End what a dead run's journal still holds: (what was ended, what could not be); the journal goes
+    when nothing is left. Each resource only while it is still what the journal names."""
+    from .recorder import umount as fuse_umount
+
+    ended, errors = [], []
+    left = held(journal)
+    # newest first within each kind, kinds in the order that works (see the module docstring)
+    for doc in sorted(reversed(left), key=lambda d: _SWEEP_ORDER.get(d.get("kind"), 9)):
+        kind = doc.get("kind")
+        try:
+            if kind == "mount" and mounted_source(Path(doc["target"])) == doc["source"]:
+                _retry_busy(["umount", doc["target"]])
+                ended.append(f"mount {doc['target']} ({doc['source']})")
+            elif kind == "loop" and _loop_backing(doc["dev"]) == doc["backing"]:
+                if doc.get("btrfs") and shutil.which("btrfs"):
+                    with contextlib.suppress(RuntimeError):
+                        run(["btrfs", "device", "scan", "--forget", doc["dev"]])
+                run(["losetup", "-d", doc["dev"]])
+                ended.append(f"loop device {doc['dev']} ({doc['backing']})")
+            elif kind == "fuse" and mounted_source(Path(doc["target"])) == doc["source"]:
+                fuse_umount(Path(doc["target"]), lazy=True)  # its server may be dead: not connected
+                ended.append(f"FUSE mount {doc['target']}")
+            elif kind == "process" and doc.get("start") and _start_time(doc["pid"]) == doc["start"]:
+                os.kill(doc["pid"], signal.SIGKILL)
+                ended.append(f"{doc.get('name', 'process')} pid {doc['pid']}")
+        except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+            errors.append(f"{kind} {doc.get('target') or doc.get('dev') or doc.get('pid')}: {exc}")
+            continue
+        _journal(journal, {"released": doc["id"]})
+    if not held(journal):
+        journal.unlink(missing_ok=True)
+    return ended, errors
 
 
 def _retry_busy(argv: list[str], tries: int = 20) -> None:

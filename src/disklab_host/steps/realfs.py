@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +25,7 @@ from pathlib import Path
 from .. import registry
 from ..common.facts import not_run
 from ..realfs import compare, crashlab, fsync_error
-from ..realfs.mounts import FILESYSTEMS, Resources, missing_tools
+from ..realfs.mounts import FILESYSTEMS, JOURNAL_NAME, Resources, missing_tools, sweep
 
 FS_ORDER = ("ext4", "xfs", "btrfs")
 # The quick profile runs the first two: the rename pattern filesystems differ on, and the full atomic save.
@@ -76,16 +77,16 @@ def simulator_verdict(recipe, workdir: Path, state_mib: int) -> dict:
     return {"verdict": pc["verdict"], "states": pc["states"], "counts": pc["counts"]}
 
 
-def _real_cells(recipe, filesystems: list[str], workdir: Path, sizes: dict) -> list[dict]:
+def _real_cells(recipe, filesystems: list[str], workdir: Path, sizes: dict, journal: Path) -> list[dict]:
     """One recipe on each filesystem and load: its real crash images' verdict, or what stopped it."""
     cells = []
     state_mib = sizes["realfs_state_mib"]
     loads = LOADS if sizes["realfs_busy"] else LOADS[:1]
-    with Resources() as res:
+    with Resources(journal) as res:
         saver = crashlab.SaveProcess(f"recipe:{recipe.name}", state_mib, res, workdir)
         for fs, load in ((fs, load) for fs in filesystems for load in loads):
             cell = {"fs": fs, "load": load, "recipe": recipe.name, "title": recipe.title}
-            with Resources() as inner:
+            with Resources(journal) as inner:
                 try:
                     cell.update(crashlab.run_save(
                         fs, f"recipe:{recipe.name}", recipe.fmt, workdir / fs / recipe.name, state_mib, inner,
@@ -100,9 +101,9 @@ def _real_cells(recipe, filesystems: list[str], workdir: Path, sizes: dict) -> l
     return cells
 
 
-def _fsync_error(fs: str, workdir: Path, state_mib: int) -> dict:
+def _fsync_error(fs: str, workdir: Path, state_mib: int, journal: Path) -> dict:
     """The fsync-error row of ``fs`` (or the error that stopped it), with any cleanup failure."""
-    with Resources() as res:
+    with Resources(journal) as res:
         try:
             row = fsync_error.measure(fs, workdir / "fsync_error" / fs, res, state_mib=state_mib)
         except (RuntimeError, OSError) as exc:
@@ -110,6 +111,27 @@ def _fsync_error(fs: str, workdir: Path, state_mib: int) -> dict:
     row["cleanup_errors"] = res.errors
     shutil.rmtree(workdir / "fsync_error" / fs, ignore_errors=True)
     return row
+
+
+def _sweep_a_killed_run(journal: Path, workdir: Path) -> dict:
+    """End the loop devices, mounts and FUSE processes a killed run of this step left (their journal), then
+    remove its files, unless a mount is still under ``workdir``: {"ended": [...], "errors": [...]}."""
+    ended, errors = sweep(journal)
+    if ended or errors:
+        print(f"realfs: a killed run's resources: ended {ended or 'none'}, could not end {errors or 'none'}",
+              file=sys.stderr)  # fmt: skip
+    still = [m for m in _mount_points() if Path(m).is_relative_to(workdir)]
+    if still:
+        errors.append(f"still mounted under the workdir, its files kept: {', '.join(still)}")
+    elif ended:
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True, exist_ok=True)
+    return {"ended": ended, "errors": errors}
+
+
+def _mount_points() -> list[str]:
+    with open("/proc/self/mounts") as f:
+        return [line.split()[1].replace("\\040", " ") for line in f]
 
 
 def run(cfg: dict, workdir: Path) -> dict:
@@ -123,6 +145,8 @@ def run(cfg: dict, workdir: Path) -> dict:
         return not_run(reason)
     names = RECIPE_ORDER[: sizes["realfs_recipes"]]
     state_mib = sizes["realfs_state_mib"]
+    journal = workdir.parent / JOURNAL_NAME
+    swept = _sweep_a_killed_run(journal, workdir)
     start = time.perf_counter()
     cells: list[dict] = []
     recipes = [pc_recipes.recipe_named(name) for name in names]
@@ -130,14 +154,19 @@ def run(cfg: dict, workdir: Path) -> dict:
     with ThreadPoolExecutor(max_workers=1) as pool:
         sims = {r.name: pool.submit(simulator_verdict, r, workdir, state_mib) for r in recipes}
         for recipe in recipes:
-            cells += _real_cells(recipe, filesystems, workdir, sizes)
-        errors = [_fsync_error(fs, workdir, state_mib) for fs in filesystems]
+            cells += _real_cells(recipe, filesystems, workdir, sizes, journal)
+        errors = [_fsync_error(fs, workdir, state_mib, journal) for fs in filesystems]
         for cell in cells:
             sim = sims[cell["recipe"]].result()
             cell["simulator"], cell["simulator_detail"] = sim["verdict"], sim
             cell["judged"] = compare.judge(sim["verdict"], cell.get("verdict"))
+    failed_parts = [f"{c['recipe']} on {c['fs']} ({c['load']}): {c['error']}" for c in cells if "error" in c]
+    failed_parts += [f"the fsync error on {row['fs']}: {row['error']}" for row in errors if row.get("error")]
     return {
-        "status": "ok",
+        # partial: a part failed (the rest of the section holds what the others measured)
+        "status": "partial" if failed_parts else "ok",
+        **({"failed_parts": failed_parts} if failed_parts else {}),
+        **({"swept": swept} if swept["ended"] or swept["errors"] else {}),
         "filesystems": {
             fs: {"image_mib": FILESYSTEMS[fs].image_bytes >> 20, "mount": FILESYSTEMS[fs].notes}
             for fs in filesystems
