@@ -340,4 +340,38 @@ def test_controller_limits_are_the_host_sides():
 
     assert powercut_cli.DEFAULT_TIMEOUT_S == simulate.DEFAULT_TIMEOUT_S
     assert powercut_cli.DEFAULT_MAX_WRITE_MIB == simulate.DEFAULT_MAX_WRITE_MIB
+    assert powercut_cli.DEFAULT_MAX_FILES == simulate.DEFAULT_MAX_FILES
     assert powercut_cli.INTERRUPTED == simulate.INTERRUPTED
+
+
+@needs_strace
+@pytest.mark.slow
+def test_a_save_past_the_analysis_bounds_is_refused_naming_what_it_did_and_the_option(capfd, private_tmp):
+    """--max-files bounds the analysis (every crash state holds every file), --analysis-timeout-s the whole
+    check, --max-memory-mib its address space (RLIMIT_AS): each refusal is one line naming the option."""
+    assert powercut_cli.main([f"{USER}:many_files_save", "--max-files", "50"]) == 2
+    _assert_no_verdict(capfd.readouterr(), "the save left 61 files in its directory (", private_tmp)
+    assert powercut_cli.main([f"{USER}:good_save", "--analysis-timeout-s", "1"]) == 2
+    _assert_no_verdict(capfd.readouterr(), "the check took longer than --analysis-timeout-s 1", private_tmp)
+    assert powercut_cli.main([f"{USER}:writer_left_running_save"]) == 2
+    _assert_no_verdict(
+        capfd.readouterr(), "the save returned while a thread or child process of it", private_tmp
+    )
+    assert powercut_cli.main([f"{USER}:chdir_save"]) == 2
+    _assert_no_verdict(capfd.readouterr(), "the save changed its working directory (chdir(", private_tmp)
+    for argv, said in ((["--max-files", "0"], "--max-files must be > 0"),
+                       (["--max-memory-mib", "-1"], "--max-memory-mib must be > 0")):  # fmt: skip
+        assert powercut_cli.main([f"{USER}:good_save", *argv]) == 2
+        assert said in capfd.readouterr().err
+
+
+def test_the_check_runs_with_its_address_space_bounded():
+    """The bound is the kernel's (RLIMIT_AS in the check's process), not a number the check reports."""
+    code = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"
+    proc = subprocess.run([sys.executable, "-c", code], preexec_fn=lambda: powercut_cli._child_setup(1234),
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert int(proc.stdout) == 1234 * 1024 * 1024
+    blow = "b = bytearray(2 * 1024**3)"
+    proc = subprocess.run([sys.executable, "-c", blow], preexec_fn=lambda: powercut_cli._child_setup(1024),
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode != 0 and "MemoryError" in proc.stderr

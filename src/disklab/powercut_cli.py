@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -35,6 +36,11 @@ from disklab_host.powercut import check, states
 # The host side's limits (disklab_host.powercut.simulate, which imports torch through its recipes).
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_WRITE_MIB = 32
+DEFAULT_MAX_FILES = 200  # simulate.DEFAULT_MAX_FILES (tests/test_powercut_cli.py keeps them equal)
+# The whole host-side check (the saves, their recordings and the analysis): its address space (RLIMIT_AS;
+# torch's import alone maps about 0.6 GiB) and its wall time.
+DEFAULT_MAX_MEMORY_MIB = 4096
+DEFAULT_ANALYSIS_TIMEOUT_S = 900.0
 INTERRUPTED = 130  # 128 + SIGINT
 CHILD_CLEANUP_S = 60.0  # how long an interrupted check may take to stop its save and remove its files
 
@@ -139,6 +145,19 @@ def parser() -> argparse.ArgumentParser:
         "--max-write-mib", type=int, default=DEFAULT_MAX_WRITE_MIB, metavar="N",
         help=f"each save may write at most N MiB, in one write or many (default {DEFAULT_MAX_WRITE_MIB})",
     )  # fmt: skip
+    ap.add_argument(
+        "--max-files", type=int, default=DEFAULT_MAX_FILES, metavar="N",
+        help=f"the save may leave at most N files in its directory (default {DEFAULT_MAX_FILES}): the "
+        "analysis holds every file in every crash state",
+    )  # fmt: skip
+    ap.add_argument(
+        "--max-memory-mib", type=int, default=DEFAULT_MAX_MEMORY_MIB, metavar="N",
+        help=f"the whole check's address space, RLIMIT_AS (default {DEFAULT_MAX_MEMORY_MIB})",
+    )  # fmt: skip
+    ap.add_argument(
+        "--analysis-timeout-s", type=float, default=DEFAULT_ANALYSIS_TIMEOUT_S, metavar="S",
+        help=f"the whole check, saves and analysis, in S seconds (default {DEFAULT_ANALYSIS_TIMEOUT_S:g})",
+    )  # fmt: skip
     ap.add_argument("--python", metavar="PY", default=None, help="a Python with torch and safetensors")
     ap.add_argument("--json", metavar="OUT", type=Path, default=None, help="also write the full result here")
     ap.add_argument(
@@ -181,13 +200,19 @@ def _run(args) -> int:
                 f"--max-write-mib must be more than --state-mib {args.state_mib} (a save writes the "
                 f"state dict at least once), got {args.max_write_mib}"
             )
+        for name in ("max_files", "max_memory_mib"):
+            if getattr(args, name) <= 0:
+                raise UsageError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+        if not args.analysis_timeout_s > 0:
+            raise UsageError(f"--analysis-timeout-s must be > 0, got {args.analysis_timeout_s:g}")
         python = pick_python(args.python)
     except UsageError as exc:
         print(f"disklab powercut: {exc}", file=sys.stderr)
         return 2
     cmd = [python, "-m", SIMULATOR, "check", spec, "--model", args.model, "--format", args.format]
     cmd += ["--state-mib", str(args.state_mib), "--timeout-s", repr(args.timeout_s)]
-    cmd += ["--max-write-mib", str(args.max_write_mib)]
+    cmd += ["--max-write-mib", str(args.max_write_mib), "--max-files", str(args.max_files)]
+    cmd += ["--max-memory-mib", str(args.max_memory_mib)]
     if args.json:
         cmd += ["--json", str(args.json.resolve())]
     if args.real_fs:
@@ -199,9 +224,21 @@ def _run(args) -> int:
         # process, which passes it on (_stop), so the check sees it once and cleans up.
         proc = subprocess.Popen(
             [*cmd, "--workdir", str(workdir)], env=child_env(), start_new_session=True,
-            preexec_fn=_ignore_sigint,
+            preexec_fn=lambda: _child_setup(args.max_memory_mib),
         )  # fmt: skip
-        rc = proc.wait()
+        try:
+            rc = proc.wait(timeout=args.analysis_timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):  # the check leads its own group: its saves too
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            print(
+                f"disklab powercut: no verdict: the check took longer than --analysis-timeout-s "
+                f"{args.analysis_timeout_s:g} (its saves, recordings and analysis); it was stopped. Raise "
+                "--analysis-timeout-s, or make the save leave fewer files (--max-files)",
+                file=sys.stderr,
+            )
+            return 2
     except KeyboardInterrupt:
         rc = _stop(proc)
         if rc != INTERRUPTED:  # the check printed its own line when it saw the interrupt
@@ -209,14 +246,28 @@ def _run(args) -> int:
         return INTERRUPTED
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    if rc == -signal.SIGKILL:
+        print(
+            "disklab powercut: no verdict: the host-side check was killed (SIGKILL; the kernel's OOM killer "
+            f"when memory ran out): lower --max-memory-mib {args.max_memory_mib} below this host's free "
+            f"memory, or --max-files {args.max_files}",
+            file=sys.stderr,
+        )
+        return 2
     if rc not in (0, 1, 2, INTERRUPTED):
         print(f"disklab powercut: the host-side check ended with status {rc}", file=sys.stderr)
         return 2
     return rc
 
 
-def _ignore_sigint() -> None:
+def _child_setup(max_memory_mib: int) -> None:
+    """In the check's process before exec: SIGINT ignored until its handler is in place, and its address
+    space bounded (a save or an analysis past it gets MemoryError, named in one line, not the OOM killer)."""
+    import resource
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    limit = max_memory_mib * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def _stop(proc: subprocess.Popen | None) -> int | None:

@@ -58,7 +58,8 @@ TRACED_CALLS = re.sub(
     "open,openat,creat,write,writev,pwrite64,pwritev,pwritev2,ftruncate,truncate,fallocate,"
     "sendfile,sendfile64,copy_file_range,splice,tee,vmsplice,pipe,pipe2,ioctl,mmap,"
     "fsync,fdatasync,sync,syncfs,sync_file_range,rename,renameat,renameat2,"
-    "unlink,unlinkat,rmdir,mkdir,mkdirat,link,linkat,symlink,symlinkat,close,fcntl,lseek,dup,dup2,dup3",
+    "unlink,unlinkat,rmdir,mkdir,mkdirat,link,linkat,symlink,symlinkat,close,fcntl,lseek,dup,dup2,dup3,"
+    "chdir,fchdir",
 )
 IMPORT_MARKER = ".disklab-powercut-import"  # before the user's file is imported: outside writes count
 BEGIN_MARKER = ".disklab-powercut-begin"
@@ -78,6 +79,9 @@ _RECORDED = {
     "fsync", "fdatasync", "sync", "syncfs", "sync_file_range", "rename", "renameat", "renameat2",
     "unlink", "unlinkat", "rmdir", "mkdir", "mkdirat", "link", "linkat", "symlink", "symlinkat", "close",
 }  # fmt: skip
+# What changes the directory's bytes or names (not a close, an open or a sync): after the save returned, one
+# of these from a thread or child of it is a writer the save left running.
+_CHANGES = _RECORDED - {"open", "openat", "close", "fsync", "fdatasync", "sync", "syncfs", "sync_file_range"}
 VOLATILE_FS = frozenset({"tmpfs", "ramfs"})  # nothing on them survives a power cut
 _LAZY = object()  # content of a file that was there before the save: read from the real file when needed
 
@@ -521,6 +525,12 @@ class _Translator:
     def handle(self, name: str, args: list[str], ret: int) -> None:
         if ret < 0 and name != "lseek":
             return  # a failed call changes nothing
+        if name in ("chdir", "fchdir") and self.recording:
+            raise RecordError(
+                f"the save changed its working directory ({name}({', '.join(args)})): the recorder "
+                "follows paths from one working directory, so its later relative paths cannot be placed; "
+                "save without chdir (use absolute paths, or paths relative to the checkpoint's own path)"
+            )
         handler = getattr(self, f"_{name}", None)
         if handler is not None:
             handler(name, args, ret)
@@ -1093,13 +1103,26 @@ def parse_trace(
     begun = returned = False
     counts: dict[str, int] = {}
     tr.recording = False
-    for _pid, name, args, ret, _rest in parse_lines(_after_marker(lines)):
+    for pid, name, args, ret, _rest in parse_lines(_after_marker(lines)):
         if not begun and _is_marker(name, args, BEGIN_MARKER):
             begun = tr.recording = True
             continue
         if begun and _is_marker(name, args, END_MARKER):
             returned = True
-            break
+            continue
+        if returned:  # after the save returned: a thread or child of it still writing is refused, named
+            before = len(tr.calls)
+            try:
+                tr.handle(name, args, ret)
+            except RecordError:
+                continue  # what cannot be translated after the return (the interpreter ending) is ignored
+            if len(tr.calls) > before and name in _CHANGES:
+                raise RecordError(
+                    f"the save returned while a thread or child process of it was still changing its "
+                    f"directory ({name} after the return, process {pid}): a save must finish its writes "
+                    "before it returns, or the caller's next step races them"
+                )
+            continue
         before = len(tr.calls)
         tr.handle(name, args, ret)
         if len(tr.calls) > before and name in _RECORDED:

@@ -52,6 +52,9 @@ MODEL_KEYS = {"process-kill": "process_kill", "power-cut": "power_cut"}
 # full profile's (8 MiB) pass well within them.
 DEFAULT_TIMEOUT_S = 60.0  # from the call of FUNC to its return, per save
 DEFAULT_MAX_WRITE_MIB = 32  # bytes one save may write; strace's -s is this too (one write up to the limit)
+# Files one save may leave in its directory: every crash state holds every file, so the analysis's memory
+# and time grow with files x states (5,000 small files before an atomic save reached 23.9 GB).
+DEFAULT_MAX_FILES = 200
 STARTUP_TIMEOUT_S = 300.0  # starting Python, importing torch and the user's file, building the state dict
 TRACE_SLACK_BYTES = 8 * MIB  # trace lines' own text beyond 4 characters per written byte
 CLOCK_SLACK_NS = 50_000_000  # file timestamps come from a coarse clock, a tick behind time.time_ns()
@@ -179,7 +182,7 @@ def _absolute_spec(spec: str) -> str:
 def record(
     spec: str, fmt: str, base: Path, state_mib: int, *,
     timeout_s: float = DEFAULT_TIMEOUT_S, max_write_mib: int = DEFAULT_MAX_WRITE_MIB,
-    stop: threading.Event | None = None,
+    stop: threading.Event | None = None, max_files: int | None = None,
 ) -> tuple[pc_record.Recording, dict]:  # fmt: skip
     """Save the old checkpoint, snapshot, record the new save under strace, check the replay.
 
@@ -198,6 +201,7 @@ def record(
     from ..checkpoint import saver
 
     check_limits(state_mib, timeout_s, max_write_mib)
+    max_files = DEFAULT_MAX_FILES if max_files is None else max_files
     spec = _absolute_spec(spec)  # the child runs in another directory
     root = base / "ckpt_dir"
     if root.exists():
@@ -217,6 +221,13 @@ def record(
     rec, trace_bytes, save_s = _run_save(**traced, **run, **limits)
     wall = time.perf_counter() - start
     real, _ = pc_record.snapshot(root)
+    files = len(set(real) | set(rec.initial))
+    if files > max_files:  # every crash state holds every file: the analysis grows with files x states
+        raise SpecError(
+            f"the save left {files} files in its directory ({len(rec.calls)} recorded calls); the analysis "
+            f"builds every crash state of every file and is bounded at --max-files {max_files}: raise "
+            "--max-files (with memory to match, --max-memory-mib) to analyse it"
+        )
     diff = check_replay(rec, real, ckpt)
     check_after_return(root / ckpt, fmt, "new", old_state, new_state)
     facts = {
@@ -461,7 +472,7 @@ def writes_after_last_fsync(ops: list) -> int:
 def analyse(
     spec: str, fmt: str, base: Path, state_mib: int, max_torn: int = pc_states.DEFAULT_MAX_TORN, *,
     timeout_s: float = DEFAULT_TIMEOUT_S, max_write_mib: int = DEFAULT_MAX_WRITE_MIB,
-    stop: threading.Event | None = None,
+    stop: threading.Event | None = None, max_files: int | None = None,
 ) -> dict:  # fmt: skip
     """Record ``spec`` and classify its crash states under both models; one JSON-able dict.
 
@@ -474,7 +485,7 @@ def analyse(
     if fmt not in CKPT_NAMES:
         raise SpecError(f"format must be one of {sorted(CKPT_NAMES)}, got {fmt!r}")
     limits = dict(timeout_s=timeout_s, max_write_mib=max_write_mib, stop=stop)
-    rec, facts = record(spec, fmt, base, state_mib, **limits)
+    rec, facts = record(spec, fmt, base, state_mib, **limits, max_files=max_files)
     old, new = saver.make_state(state_mib, OLD_STEP), saver.make_state(state_mib, NEW_STEP)
     start = time.perf_counter()
     models = {}
@@ -570,6 +581,10 @@ def main(argv: list[str] | None = None) -> int:
     chk.add_argument("--state-mib", type=int, default=4)
     chk.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S)
     chk.add_argument("--max-write-mib", type=int, default=DEFAULT_MAX_WRITE_MIB)
+    chk.add_argument("--max-files", type=int, default=DEFAULT_MAX_FILES)
+    chk.add_argument(
+        "--max-memory-mib", type=int, default=None, help="the bound the caller set (for messages)"
+    )
     chk.add_argument("--workdir", type=Path, default=None, help="kept; by default a temp dir, always removed")
     chk.add_argument("--json", type=Path, default=None, help="also write the result here")
     chk.add_argument(
@@ -629,7 +644,7 @@ def _check(args) -> int:
         base = args.workdir or Path(tempfile.mkdtemp(prefix="disklab-powercut-"))
         result = analyse(
             args.spec, args.format, base, args.state_mib,
-            timeout_s=args.timeout_s, max_write_mib=args.max_write_mib,
+            timeout_s=args.timeout_s, max_write_mib=args.max_write_mib, max_files=args.max_files,
         )  # fmt: skip
         print(render(result, args.spec))
         real = _real_fs(args, result, base) if args.real_fs else []
@@ -642,6 +657,15 @@ def _check(args) -> int:
         return 1 if chosen["verdict"] == "unsafe" or any(c.get("verdict") == "unsafe" for c in real) else 0
     except (SpecError, pc_record.RecordError) as exc:
         print(f"disklab powercut: {_one_line(exc, 2000)}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        bound = f"--max-memory-mib {args.max_memory_mib}" if args.max_memory_mib else "this host's memory"
+        print(
+            f"disklab powercut: no verdict: the analysis needed more memory than {bound} allows (the save's "
+            f"crash states, about --max-files {args.max_files} files each); raise --max-memory-mib, or save "
+            "fewer files",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print("disklab powercut: interrupted; no verdict (the save was stopped)", file=sys.stderr)
