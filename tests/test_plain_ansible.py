@@ -50,6 +50,15 @@ def test_every_step_is_a_tag_of_the_tasks_that_run_it():
     assert all("always" in tags for name, tags in _tags(site[0]["tasks"]).items())  # validation, run id
 
 
+def test_the_audit_describes_the_workbench_the_lab_writes_to():
+    """Issue 26, finding 3: host_audit_workbench follows lab_run_workbench in site.yml, so neither a role
+    default nor an inventory setting can make the stored facts describe another place than the figures."""
+    site = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
+    audit_task = next(t for t in _flat(site[1]["tasks"]) if t["name"] == "Audit the host")
+    assert audit_task["vars"]["host_audit_workbench"] == "{{ lab_run_workbench }}"
+    assert audit_task["vars"]["host_audit_workbench_create"] == "{{ lab_run_workbench_create }}"
+
+
 def _plain(cwd: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     """ansible-playbook started in ``cwd`` by a shell (which sets PWD), with the checkout's ansible.cfg."""
     env = {**os.environ, "PWD": str(cwd), "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
@@ -143,3 +152,30 @@ def test_plain_site_where_every_host_fails_stores_the_failures(tmp_path):
     assert "localhost: failed" in proc.stdout and (reports / "index.md").is_file()
     assert not (reports / ".incoming").exists()
     assert "a host without a results file failed earlier in the play" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a small tmpfs")
+def test_plain_check_mode_refuses_a_too_small_workbench_as_the_real_run_does(tmp_path):
+    """Issue 26, finding 4: `--check` printed check ok where the real run was refused for disk. The
+    workbench is not made yet, on an 8 MiB tmpfs (the issue's /tmp/small/wb)."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(small)], check=True)
+    try:
+        root, wb = tmp_path / "root", small / "wb"
+        inv = write_local_inventory(tmp_path / "inv.yml", root, wb, lab_run_workbench_create=True)
+        site = str(REPO / "playbooks" / "site.yml")
+        dry = _plain(tmp_path, "-i", str(inv), site, "--check")
+        assert not wb.exists() and not root.exists()  # --check created nothing
+        real = _plain(tmp_path, "-i", str(inv), site)
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    assert dry.returncode != 0 and real.returncode != 0
+    said = [
+        next(line for line in p.stdout.splitlines() if "not enough free disk on the workbench" in line)
+        for p in (dry, real)
+    ]
+    assert f"the workbench '{wb}'" in said[0] and "MiB free" in said[0]
+    assert said[0].strip() == said[1].strip(), (said, dry.stdout[-3000:])

@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 from disklab import stored
+from disklab_host.common.formats import VERSIONS
 
 SCHEMA = Path(__file__).resolve().parent.parent / "src/disklab/schema/experiments/powercut.schema.json"
 
@@ -21,7 +22,7 @@ def _v2_recording() -> dict:
     }  # fmt: skip
 
 
-def test_a_version_2_powercut_recording_is_upgraded_to_version_3():
+def test_a_version_2_powercut_recording_is_upgraded_to_the_current_version():
     doc = {
         "file_kind": "results",
         "schema_version": 2,
@@ -29,7 +30,7 @@ def test_a_version_2_powercut_recording_is_upgraded_to_version_3():
     }
     stored.upgrade(doc, "results")
     rec = doc["experiments"]["powercut"]["recipes"][0]["recording"]
-    assert doc["schema_version"] == 3
+    assert doc["schema_version"] == VERSIONS["results"]
     assert (rec["unplaced_calls"], rec["judged_on"], rec["outside_files"], rec["replay_differs"]) == (
         [], "every recorded call", [], [],
     )  # fmt: skip
@@ -43,4 +44,5 @@ def test_a_version_2_powercut_recording_is_upgraded_to_version_3():
 def test_results_without_a_powercut_section_are_upgraded_unchanged():
     doc = {"file_kind": "results", "schema_version": 2, "experiments": {"fsync_bench": {"status": "not_run"}}}
     stored.upgrade(doc, "results")
-    assert doc["experiments"] == {"fsync_bench": {"status": "not_run"}} and doc["schema_version"] == 3
+    assert doc["experiments"] == {"fsync_bench": {"status": "not_run"}}
+    assert doc["schema_version"] == VERSIONS["results"]

@@ -78,6 +78,27 @@ def test_refuses_too_little_free_disk_with_the_numbers(tmp_path):
     assert free_mib <= 8
 
 
+def test_check_mode_measures_a_workbench_not_made_yet_through_its_nearest_parent(tmp_path):
+    """--check runs the disk check too (issue 26, finding 4): on the parent, creating nothing."""
+    missing = tmp_path / "a" / "b" / "wb"
+    verdict = preflight.preflight(_cfg(missing, workbench_create=True), dry_run=True)
+    assert not (tmp_path / "a").exists()
+    assert verdict["would_create_workbench"] is True and verdict["measured_path"] == str(tmp_path)
+    assert verdict["needed_bytes"] == 64 * 2**20 and verdict["free_bytes"] > 0
+    with pytest.raises(preflight.Refused, match="does not exist"):  # not allowed: refused in both modes
+        preflight.preflight(_cfg(missing), dry_run=True)
+
+
+def test_check_mode_refuses_a_workbench_that_cannot_be_created_as_the_real_run_does(tmp_path):
+    (tmp_path / "file").write_text("x")
+    cfg = _cfg(tmp_path / "file" / "wb", workbench_create=True)
+    with pytest.raises(preflight.Refused) as dry:
+        preflight.preflight(cfg, dry_run=True)
+    with pytest.raises(preflight.Refused) as real:
+        preflight.preflight(cfg)
+    assert str(dry.value) == str(real.value) and "cannot create lab_run_workbench" in str(dry.value)
+
+
 def test_cli_prints_json_and_exits_2_when_refused(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(_cfg(tmp_path / "missing")))

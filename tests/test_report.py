@@ -409,3 +409,61 @@ def test_the_render_warm_up_loads_matplotlib_sections_and_templates_and_never_ra
     else:
         assert not any(m.startswith("matplotlib.") for m in loaded)
         assert cached == []  # matplotlib failed first: the rest of the warm-up was skipped, quietly
+
+
+def _fs_table(text: str) -> str:
+    return text.split("## Filesystem of the workbench")[1].split("## Writeback")[0]
+
+
+def test_figures_are_read_against_the_runs_own_workbench_and_a_split_is_named(tmp_path, linux_doc):
+    """Issue 26, finding 3: the run's lab runner measured an ext4 on an NVMe disk (recorded: the DGX Spark
+    fixture) while the audit's facts describe this host's real workbench. The report shows the run's
+    facts and says in one line, above the host's facts, that the two name different filesystems."""
+    from test_audit import spark_probe
+
+    run_wb = audit.collect_workbench(spark_probe(tmp_path), "/home/lab/workbench")
+    audit_wb = linux_doc["facts"]["workbench"]
+    if all(audit_wb[k] == run_wb[k] for k in ("mount_point", "fstype", "source")):
+        pytest.skip("this host's workbench is the fixture's filesystem")
+    doc = copy.deepcopy(linux_doc)
+    doc["workbench"] = run_wb
+    reports = tmp_path / "reports"
+    _store(reports, doc)
+    report.render_all(reports)
+    text = (reports / "linuxbox" / "report.md").read_text()
+    split = [line for line in text.splitlines() if "name different filesystems" in line]
+    assert len(split) == 1 and text.index(split[0]) < text.index("## Host")
+    assert "the run measured `/home/lab/workbench` (ext4 from /dev/nvme0n1p2 on /)" in split[0]
+    assert f"the audit describes `{audit_wb['requested_path']}` ({audit_wb['fstype']} from" in split[0]
+    fs = _fs_table(text)
+    assert "| filesystem type | **ext4** |" in fs and "| source | /dev/nvme0n1p2 |" in fs
+    assert "nvme0n1p2 (disk nvme0n1)" in fs and "recorded by the lab runner itself" in fs
+    assert "The workbench device is nvme0n1p2" in text  # fsync_bench reads the p50 against the run's device
+    index = (reports / "index.md").read_text().splitlines()
+    row = next(line for line in index if line.startswith("| linuxbox"))
+    assert "| ext4 |" in row and "rw,relatime,errors=remount-ro" in row
+    kept = stored.read(reports / "linuxbox" / "runs" / f"{doc['run_id']}.json", "results")
+    assert kept["facts"] == linux_doc["facts"]  # the audit's facts stay in the stored run as they were
+
+
+def test_the_same_filesystem_and_an_older_run_say_nothing_of_a_split(tmp_path, linux_doc):
+    """A run whose own facts name the audit's filesystem, and a results-3 run (no facts of its own, read
+    against the audit's as before), render without the line."""
+    same = copy.deepcopy(linux_doc)
+    same["host"] = "samebox"
+    same["workbench"] = copy.deepcopy(linux_doc["facts"]["workbench"])
+    old = copy.deepcopy(linux_doc)
+    old.update(host="oldbox", schema_version=3)
+    reports = tmp_path / "reports"
+    _store(reports, same)
+    atomic_write_json(reports / "oldbox" / "runs" / f"{old['run_id']}.json", old)
+    _, errors = report.render_all(reports)
+    assert errors == []
+    for host in ("samebox", "oldbox"):
+        text = (reports / host / "report.md").read_text()
+        assert "name different filesystems" not in text
+        assert f"| filesystem type | **{linux_doc['facts']['workbench']['fstype']}** |" in _fs_table(text)
+    assert "recorded by the lab runner itself" in (reports / "samebox" / "report.md").read_text()
+    assert "recorded by the lab runner itself" not in (reports / "oldbox" / "report.md").read_text()
+    upgraded = stored.read(reports / "oldbox" / "runs" / f"{old['run_id']}.json", "results")
+    assert upgraded["workbench"] == {"unavailable": stored.NO_RUN_WORKBENCH}

@@ -108,6 +108,38 @@ def warm_up() -> None:
         _compile_templates(environment())
 
 
+# The facts that name a filesystem: when the audit's and the run's differ in any, they are two places.
+FILESYSTEM_KEYS = ("mount_point", "fstype", "source")
+
+
+def run_workbench(doc: dict | None) -> dict | None:
+    """The workbench facts the lab runner recorded where it measured (results 4), or None when the run
+    has none (an older run, or a workbench the runner could not locate)."""
+    wb = (doc or {}).get("workbench")
+    return wb if isinstance(wb, dict) and "unavailable" not in wb else None
+
+
+def measured_doc(doc: dict | None) -> dict | None:
+    """``doc`` as its figures are read: its facts' workbench replaced by the run's own, when recorded.
+
+    The sections and the report read the workbench through ``facts.workbench``; the audit's stays in
+    the stored file, unchanged.
+    """
+    wb = run_workbench(doc)
+    if wb is None or not isinstance(doc.get("facts"), dict):
+        return doc
+    return {**doc, "facts": {**doc["facts"], "workbench": wb}}
+
+
+def workbench_split(audit_wb: object, run_wb: dict | None) -> dict | None:
+    """``{"audit": ..., "run": ..., "differ": [keys]}`` when the audit's workbench facts and the run's
+    name different filesystems (any of :data:`FILESYSTEM_KEYS` differs), else None."""
+    if not isinstance(audit_wb, dict) or run_wb is None:
+        return None
+    differ = [key for key in FILESYSTEM_KEYS if audit_wb.get(key) != run_wb.get(key)]
+    return {"audit": audit_wb, "run": run_wb, "differ": differ} if differ else None
+
+
 def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | None:
     """Everything the host template needs, from the host's stored files; None without any.
 
@@ -125,12 +157,14 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
     failure = stored.read(failure_path, "failure", known_valid=kv) if failure_path else None
     if failure and doc and store.run_key(failure_path) < store.run_key(run_files[-1]):
         failure = None  # a later run succeeded
+    measured = measured_doc(doc)  # the figures, read against the facts of the workbench that made them
     sections = []
     if doc:
         for name in SECTION_ORDER + sorted(set(doc["experiments"]) - set(SECTION_ORDER)):
             if name in doc["experiments"]:
                 s = doc["experiments"][name]
-                sections.append({"name": name, "s": s, "x": build_section(name, s, doc, host_dir / "plots")})
+                x = build_section(name, s, measured, host_dir / "plots")
+                sections.append({"name": name, "s": s, "x": x})
     # the newest facts: an audit made after the last run shows the host as it is now
     audit_newer = audit is not None and (not doc or store.run_key(audit_path) > store.run_key(run_files[-1]))
     # experiments an earlier run had and this one did not (a run with fewer lab_run_steps)
@@ -151,11 +185,18 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
     since = None
     if len(run_files) >= 2 and older.get(run_files[-2]):
         since = compare.compare_runs(older[run_files[-2]], doc)
+    facts = (audit if audit_newer else doc or {}).get("facts")
+    run_wb = run_workbench(doc)
+    split = workbench_split((facts or {}).get("workbench"), run_wb)
+    if facts and run_wb is not None:
+        facts = {**facts, "workbench": run_wb}
     return {
         "host": host_dir.name,
-        "doc": doc,
-        "facts": (audit if audit_newer else doc or {}).get("facts"),
+        "doc": measured,
+        "facts": facts,
         "facts_from": "audit" if audit_newer else "run",
+        "workbench_split": split,
+        "workbench_from": "run" if facts and run_wb is not None else "audit",
         "audit": audit,
         "failure": failure,
         "sections": sections,

@@ -123,6 +123,18 @@ def _results_update_to_3(doc: dict) -> None:
     _results_3_io_record(doc)
 
 
+# What an older run holds in place of the run's own workbench facts (results version 4).
+NO_RUN_WORKBENCH = (
+    "not recorded: written before results version 4, whose lab runner records its own workbench's facts; "
+    "the figures are read against the audit's"
+)
+
+
+def _results_update_to_4(doc: dict) -> None:
+    """The run's own workbench facts, as not recorded: the report reads the audit's, as it did then."""
+    doc.setdefault("workbench", {"unavailable": NO_RUN_WORKBENCH})
+
+
 def _audit_update_to_2(doc: dict) -> None:
     doc.pop("kind", None)
 
@@ -198,7 +210,7 @@ def _nothing(doc: dict) -> None:
 
 
 UPDATES: dict[str, dict[int, Callable[[dict], None]]] = {
-    "results": {2: _results_update_to_2, 3: _results_update_to_3},
+    "results": {2: _results_update_to_2, 3: _results_update_to_3, 4: _results_update_to_4},
     "facts": {2: _facts_update_to_2, 3: _facts_update_to_3, 4: _facts_update_to_4, 5: _facts_update_to_5},
     "audit": {2: _audit_update_to_2},
     "failure": {2: _run_kind_update_to_2},

@@ -9,7 +9,11 @@ Each step is registered in disklab_host.registry and is a module of
 disklab_host.steps with ``run(cfg: dict, workdir: pathlib.Path) -> dict``; it
 gets its own directory under the workbench. A step that raises is recorded as
 failed with its error, its partial files are removed, and the next step still
-runs, so one broken experiment never costs the others their results. The
+runs, so one broken experiment never costs the others their results; a step
+that failed because the workbench filled up says so, with the free space and
+the step's need (:func:`no_space_error`). The results record the workbench's
+own filesystem, mount and device (:func:`workbench_facts`, the audit's
+collector), so the figures carry the facts of the place that made them. The
 results file is written atomically, once, at the end. One run at a time per
 lab root: a second run is refused (exit 3) naming the run that holds it.
 With ``--config-json`` the runner makes the run's directory (the results
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import errno
 import importlib
 import json
 import os
@@ -41,10 +46,13 @@ import traceback
 from pathlib import Path
 
 from . import codeinfo, detach, registry
+from .audit import collect as audit_collect
+from .common.facts import unavailable
 from .common.formats import stamp
 from .common.fsio import atomic_write_json, atomic_write_text
 from .common.lock import LockHeld, RunLock
 from .common.result import emit as emit_result
+from .common.units import MIB
 
 # The lock file under the lab root: one run at a time per lab root (its workbench, its venv).
 LOCK_NAME = "lab.lock"
@@ -99,8 +107,53 @@ def load_config(path: Path) -> dict:
     return cfg
 
 
+# What torch's zip writer (caffe2/serialize/inline_container.cc) says when a write came up short: on a
+# full disk torch.save raises these words, not ENOSPC.
+TORCH_SHORT_WRITE = ("inline_container", "unexpected pos", "PytorchStreamWriter failed")
+
+
+def _chain(exc: BaseException):
+    """``exc`` and every exception it was raised from or while handling (__cause__, __context__)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def no_space_error(exc: BaseException, workbench: Path, needed_bytes: int) -> str | None:
+    """The error to record when ``exc`` is the workbench filling up, else None.
+
+    The workbench filled up when an OSError with errno ENOSPC is anywhere in the exception chain, or an
+    exception there quotes ENOSPC's words (``os.strerror(ENOSPC)``: safetensors' error, or a child's
+    OSError passed up as text by the crash step's saver), or when torch's zip writer failed
+    (:data:`TORCH_SHORT_WRITE`) while the workbench's free space (shutil.disk_usage, measured now,
+    before the step's files are removed) is below ``needed_bytes``, the step's need from the registry
+    (registry.needed_bytes, as preflight counts it).
+    """
+    try:
+        free: int | None = shutil.disk_usage(workbench).free
+    except OSError:
+        free = None
+    chain = list(_chain(exc))
+    words = os.strerror(errno.ENOSPC)  # "No space left on device"
+    enospc = any((isinstance(e, OSError) and e.errno == errno.ENOSPC) or words in str(e) for e in chain)
+    torch_short = any(
+        isinstance(e, RuntimeError) and any(words in str(e) for words in TORCH_SHORT_WRITE) for e in chain
+    )
+    if not enospc and not (torch_short and free is not None and free < needed_bytes):
+        return None
+    free_text = f"{free / MIB:,.1f} MiB free" if free is not None else "free space unknown"
+    need_text = f"the step needs {needed_bytes / MIB:,.1f} MiB"
+    return f"no space left on the workbench {workbench}: {free_text}, {need_text}"
+
+
 def run_step(name: str, cfg: dict) -> dict:
-    """Run one step; never raises. Adds its wall time in seconds."""
+    """Run one step; never raises. Adds its wall time in seconds.
+
+    A step that fails because the workbench filled up records that, with the free space and the step's
+    need (:func:`no_space_error`), in place of the error it met (torch's says nothing of the disk).
+    """
     workdir = Path(cfg["workbench"]) / name
     workdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -108,15 +161,30 @@ def run_step(name: str, cfg: dict) -> dict:
         module = importlib.import_module(registry.step(name).module)
         section = module.run(cfg, workdir)
     except Exception as exc:  # recorded, so the other steps keep their results
+        needed = registry.needed_bytes(cfg["sizes"], [name], cfg.get("settings") or {}).get(name, 0)
+        no_space = no_space_error(exc, Path(cfg["workbench"]), needed)
         section = {
             "status": "failed",
-            "error": f"{type(exc).__name__}: {exc}",
+            "error": no_space or f"{type(exc).__name__}: {exc}",
             "traceback": traceback.format_exc(limit=8),
         }
+        if no_space:
+            section["error_raised"] = f"{type(exc).__name__}: {exc}"
         if name not in registry.KEPT:  # a failed step leaves no partial files (a 54 MiB checkpoint, say)
             shutil.rmtree(workdir, ignore_errors=True)
     section["step_wall_s"] = time.perf_counter() - start
     return section
+
+
+def workbench_facts(workbench: str) -> dict:
+    """The filesystem, mount and device of the workbench the steps write to, collected by the runner
+    itself (the audit's collector, audit.collect.collect_workbench), so the figures carry the facts of
+    the place that made them; ``{"unavailable": reason}`` when the workbench cannot be located."""
+    try:
+        location = audit_collect.locate_workbench(workbench)
+    except ValueError as exc:
+        return unavailable(f"the lab runner could not locate its workbench: {exc}")
+    return audit_collect.collect_workbench(audit_collect.Probe(), location["requested_path"], location)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +264,7 @@ def _run(cfg: dict, args: argparse.Namespace, lock: RunLock) -> int:
             "lab_code": codeinfo.lab_code(steps),
             "lock_takeover": lock.took_over,
             "facts": json.loads(args.facts.read_text()),
+            "workbench": workbench_facts(cfg["workbench"]),
             "experiments": {},
         },
     )

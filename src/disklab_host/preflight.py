@@ -9,6 +9,10 @@ Checks, in order, each refusal naming the setting:
 - the workbench exists (or lab_run_workbench_create allows creating it) and is writable;
 - the free space on the workbench's filesystem covers the profile's peak need.
 
+``--check-mode`` (Ansible's --check) runs every check and refuses exactly what the real run would, with
+the same message, but creates nothing: a workbench not made yet is checked, and its free space measured,
+through its nearest existing parent, the filesystem it would be created on.
+
 With ``--stage-to``, once every check has passed, the zipapp this runs from is
 copied to LAB_ROOT/disklab_host.pyz (:mod:`stage`): the lab_run role sends the
 package with this one run, and nothing is staged on a refused host.
@@ -38,13 +42,23 @@ class Refused(Exception):
     """A setting that cannot run; the message names the setting and the numbers."""
 
 
-def check_workbench(path: str, create: bool, dry_run: bool = False) -> Path | None:
-    """Return the workbench as an absolute path, creating it only when allowed.
+def nearest_existing(path: Path) -> Path:
+    """``path`` itself when it exists, else its nearest existing parent: where it would be created."""
+    found = path
+    while not found.exists() and found != found.parent:
+        found = found.parent
+    return found
 
-    With ``dry_run`` (Ansible's --check) a missing workbench that may be
-    created is not created, and None is returned.
 
-    Raises Refused when it is missing (and may not be created), is not a
+def check_workbench(path: str, create: bool, dry_run: bool = False) -> tuple[Path, Path]:
+    """Return ``(workbench, measured)``: the workbench as an absolute path, and the directory whose
+    filesystem holds it (the workbench, or under ``dry_run`` its nearest existing parent).
+
+    The workbench is created only when allowed. With ``dry_run`` (Ansible's --check) a missing
+    workbench that may be created is not created: the same checks run on its nearest existing parent,
+    the filesystem it would be created on, so --check refuses exactly what the real run would.
+
+    Raises Refused when it is missing (and may not be created), cannot be created, is not a
     directory, or is not writable by this user.
     """
     wb = Path(path).expanduser()
@@ -56,9 +70,17 @@ def check_workbench(path: str, create: bool, dry_run: bool = False) -> Path | No
                 f"lab_run_workbench {str(wb)!r} does not exist; "
                 "create it, or set lab_run_workbench_create: true"
             )
-        if dry_run:
-            return None
-        wb.mkdir(parents=True)
+        parent = nearest_existing(wb)
+        if not parent.is_dir():
+            raise Refused(f"cannot create lab_run_workbench {str(wb)!r}: {str(parent)!r} is not a directory")
+        try:
+            if dry_run:  # what mkdir would meet there, creating nothing that stays
+                with tempfile.TemporaryFile(dir=parent):
+                    pass
+                return wb, parent
+            wb.mkdir(parents=True)
+        except OSError as exc:
+            raise Refused(f"cannot create lab_run_workbench {str(wb)!r}: {exc.strerror}") from exc
     if not wb.is_dir():
         raise Refused(f"lab_run_workbench {str(wb)!r} is not a directory")
     try:
@@ -66,7 +88,7 @@ def check_workbench(path: str, create: bool, dry_run: bool = False) -> Path | No
             pass
     except OSError as exc:
         raise Refused(f"lab_run_workbench {str(wb)!r} is not writable: {exc.strerror}") from exc
-    return wb
+    return wb, wb
 
 
 # The load step's manifest of the weights it made (disklab_host.loadlab.prep.MANIFEST; prep imports torch).
@@ -102,8 +124,17 @@ def reusable_weights_bytes(load_dir: Path, sizes: dict[str, int]) -> int:
     return total
 
 
-def check_space(wb: Path, needed: dict[str, int], profile: str = "quick", sizes: dict | None = None) -> dict:
+def check_space(
+    wb: Path,
+    needed: dict[str, int],
+    profile: str = "quick",
+    sizes: dict | None = None,
+    measured: Path | None = None,
+) -> dict:
     """Refuse when the workbench's free space is below the peak need, giving both in MiB.
+
+    ``measured`` is the directory whose filesystem's free space counts (default ``wb``; under --check,
+    the nearest existing parent of a workbench not created yet).
 
     Steps run one at a time and remove their files, except the load lab's
     weights, which stay for reuse: the peak is the largest other step plus the
@@ -111,9 +142,9 @@ def check_space(wb: Path, needed: dict[str, int], profile: str = "quick", sizes:
     occupy from an earlier run.
     """
     transient = max((v for k, v in needed.items() if k != "load"), default=0)
-    present = reusable_weights_bytes(wb / "load", sizes) if sizes else 0
+    present = reusable_weights_bytes(wb / "load", sizes) if sizes and wb.is_dir() else 0
     need_bytes = max(0, transient + needed.get("load", 0) - present)
-    free = shutil.disk_usage(wb).free
+    free = shutil.disk_usage(measured or wb).free
     if free < need_bytes:
         biggest = max((k for k in needed if k != "load"), key=needed.get, default=None)
         raise Refused(
@@ -133,12 +164,13 @@ def preflight(cfg: dict, dry_run: bool = False) -> dict:
         registry.check_steps(cfg["steps"])
     except ValueError as exc:
         raise Refused(str(exc)) from None
-    wb = check_workbench(cfg["workbench"], bool(cfg.get("workbench_create")), dry_run)
-    if wb is None:
-        return {"ok": True, "workbench": cfg["workbench"], "sizes": sizes, "would_create_workbench": True}
+    wb, measured = check_workbench(cfg["workbench"], bool(cfg.get("workbench_create")), dry_run)
     needed = registry.needed_bytes(sizes, cfg["steps"], cfg.get("settings") or {})
-    space = check_space(wb, needed, cfg["profile"], sizes)
-    return {"ok": True, "workbench": str(wb), "sizes": sizes, **space}
+    space = check_space(wb, needed, cfg["profile"], sizes, measured)
+    verdict = {"ok": True, "workbench": str(wb), "sizes": sizes, **space}
+    if measured != wb:
+        verdict.update(would_create_workbench=True, measured_path=str(measured))
+    return verdict
 
 
 def main(argv: list[str] | None = None) -> int:

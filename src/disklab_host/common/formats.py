@@ -21,6 +21,10 @@ results
      cache_proof (the three-part cold proof, the warm check; cache_state may be warm_unverified); the
      write-path sections carry io records and layers (dirty and writeback pages counted); the ceiling
      step; crash.layers.
+  4: workbench: the filesystem, mount and device of the workbench the steps wrote to, collected by the
+     lab runner itself (audit.collect.collect_workbench) where it measured, beside the audit's facts
+     (older runs: unavailable, their figures read against the audit's facts); a failed step's
+     error_raised (the exception, when error names its cause instead: a full workbench).
 facts (a host's audit; host.json on the host, inside every results and audit file)
   1: facts_schema_version 1.
   2: file_kind and schema_version replace facts_schema_version.
@@ -49,7 +53,7 @@ render_stamp (reports/<host>/.rendered.json)
 from __future__ import annotations
 
 VERSIONS: dict[str, int] = {
-    "results": 3,
+    "results": 4,
     "facts": 5,
     "audit": 2,
     "failure": 2,
