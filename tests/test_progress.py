@@ -188,6 +188,17 @@ def test_write_status_records_the_running_step_atomically(tmp_path):
     assert (host_now, polled["step"]) == (130.0, "crash")
 
 
+def _collection_filters() -> dict:
+    """The collection's filters (plugins/filter/result.py) by their full names, as Ansible finds them."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "plugins" / "filter" / "result.py"
+    spec = importlib.util.spec_from_file_location("disklab_result_filters", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {f"disklab.lab.{name}": f for name, f in module.FilterModule().filters().items()}
+
+
 def _role_sh(tmp_path, **ctx):
     """The lab_run role's poll command and its paths, rendered as Ansible renders them (quote, match,
     and the result-line rule that reads the start's pid: search, regex_replace, from_json)."""
@@ -207,6 +218,7 @@ def _role_sh(tmp_path, **ctx):
     env.tests["search"] = lambda s, pattern: re.search(pattern, s) is not None
     env.filters["regex_replace"] = lambda s, pattern, repl: re.sub(pattern, repl, s)
     env.filters["from_json"] = json.loads
+    env.filters.update(_collection_filters())  # disklab.lab.result and its kin, the role's result-line rule
     ctx = {"__lab_run_poll_wait_s": 1, "disklab_run_id": "run 1", **ctx}
     for name in ("__lab_run_poll_ticks_per_s", "__lab_run_sh_root", "__lab_run_sh_dir",
                  "__lab_run_sh_python"):  # fmt: skip

@@ -25,8 +25,16 @@ except ImportError:  # the collection on its own (ansible-galaxy install): its s
 DOCUMENTATION_LINES = 5  # how many of a command's first lines a missing result's message shows
 
 
+def _text(out, stream: str) -> str:
+    """A registered result's ``stdout`` (or ``stderr``), from its ``_lines`` when only those are there."""
+    if not isinstance(out, dict):
+        return ""
+    text = out.get(stream)
+    return str(text) if text is not None else "\n".join(str(ln) for ln in out.get(f"{stream}_lines") or [])
+
+
 def _stdout(out) -> str:
-    return str((out or {}).get("stdout") or "") if isinstance(out, dict) else ""
+    return _text(out, "stdout")
 
 
 def result(out) -> dict:
@@ -42,7 +50,7 @@ def result_line(out) -> str:
 def no_result(out, host: str, task: str) -> str:
     """One message for a command without its result line: the host, the task, and its first lines."""
     out = out if isinstance(out, dict) else {}
-    lines = [ln.strip() for ln in _stdout(out).splitlines() + str(out.get("stderr") or "").splitlines()]
+    lines = [ln.strip() for ln in _stdout(out).splitlines() + _text(out, "stderr").splitlines()]
     shown = [ln if len(ln) <= 160 else ln[:157] + "..." for ln in lines if ln][:DOCUMENTATION_LINES]
     return (
         f"{host}: the task '{task}' printed no disklab-result line (rc {out.get('rc', 'unknown')}); "
