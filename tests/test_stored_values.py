@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -264,3 +265,23 @@ def test_the_fleet_plots_leave_out_what_a_log_axis_cannot_place_and_say_so(tmp_p
     assert plots["sync"]["path"] == f"{fleet.PLOT_DIR}/{fleet.SYNC_PLOT}"
     assert plots["sync"]["note"].startswith("1 of 2 ")
     assert (tmp_path / fleet.PLOT_DIR / fleet.LOAD_PLOT).read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_step_that_fails_with_a_huge_message_stores_it_cut_to_a_readable_length(tmp_path, monkeypatch):
+    """The host keeps a failed step's error within what the controller reads, so the run is not lost."""
+    from disklab_host import lab
+
+    class Step:
+        @staticmethod
+        def run(cfg, workdir):
+            raise RuntimeError("start " + "x" * FIFTY_MB + " end")
+
+    monkeypatch.setattr(lab.importlib, "import_module", lambda name: Step)
+    section = lab.run_step("fsync_bench", {"workbench": str(tmp_path)})
+    error = section["error"]
+    assert section["status"] == "failed" and lab.ERROR_CHARS - 40 < len(error) <= lab.ERROR_CHARS
+    assert error.startswith("RuntimeError: start x") and error.endswith("x end")
+    head, cut, tail = re.fullmatch(r"(.*) … \[([0-9,]+) characters cut\] … (.*)", error).groups()
+    assert len(head) + int(cut.replace(",", "")) + len(tail) == len("RuntimeError: start  end") + FIFTY_MB
+    assert len(section["traceback"]) <= lab.ERROR_CHARS
+    assert values.first_error(section) is None

@@ -262,10 +262,10 @@ def _too_large(size: int) -> str:
 def parse(data: bytes, kind: str, *, check: bool = True) -> dict:
     """A stored file's bytes as an upgraded, validated ``kind`` document; StoredFileError, no path.
 
-    Refuses bytes past :data:`disklab.values.MAX_FILE_BYTES`, and NaN and infinities wherever they are;
-    then checks the values (:func:`disklab.values.first_error`, before anything copies a long string)
-    and the schema. ``check=False`` skips only those two checks, for bytes already found valid (see
-    :func:`read`).
+    Refuses bytes past :data:`disklab.values.MAX_FILE_BYTES`; then checks the values
+    (:func:`disklab.values.first_error`: NaN, infinities, times, sizes, string lengths; before the
+    upgrade or the schema check copies anything) and the schema. ``check=False`` skips only those two
+    checks, for bytes this same code found valid before (see :func:`read`).
     """
     if len(data) > values.MAX_FILE_BYTES:
         raise StoredFileError(_too_large(len(data)))
