@@ -65,9 +65,9 @@ def _unit(key: str) -> tuple[str, str] | None:
     for suffix in NONNEGATIVE_UNITS:
         if key == suffix or key.endswith("_" + suffix):
             return ("nonnegative", suffix)
-    _, sep, last = key.rpartition("_")
-    if sep and last in TIME_UNITS:
-        return ("time", last)
+    words = key.rsplit("_", 1)
+    if len(words) == 2 and words[1] in TIME_UNITS:
+        return ("time", words[1])
     return None
 
 

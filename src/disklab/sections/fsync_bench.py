@@ -272,7 +272,7 @@ def _plot(section: dict, plot_dir: Path) -> tuple[str | None, list[str]]:
         fig = plotting.figure(6, 3.5)
         ax = fig.subplots()
         for name, points in curves:
-            ax.plot([x for x, _ in points], [y for _, y in points], label=name)
+            ax.plot(*zip(*points, strict=True), label=name)
         ax.set_xscale("log")
         ax.xaxis.set_minor_locator(LogLocator(subs=(2, 5)))  # minor ticks at 2 and 5 of each decade
         ax.xaxis.set_major_formatter(FuncFormatter(plotting.plain_number))  # 10, 100, 1,000 µs
