@@ -20,7 +20,7 @@ import pytest
 
 from conftest import REPO
 from disklab import fleet, report, stored, values
-from test_fleet_figures import lab_doc  # noqa: F401  (the fixture: a real run with load and power-cut)
+from test_fleet_figures import ceiling_section, lab_doc  # noqa: F401  (lab_doc: a real run with load, power-cut)
 from test_report import linux_doc  # noqa: F401  (lab_doc's own fixture)
 
 BAD_HOST, GOOD_HOST = "badbox", "goodbox"
@@ -235,7 +235,10 @@ def _zero_times(node: object, timed: bool = False) -> object:
 def test_a_run_with_all_zero_latencies_renders_its_plots_without_raising(tmp_path, lab_doc):  # noqa: F811
     """Zero is a valid time (a clock too coarse for the call), but not a point on a log axis."""
     reports = tmp_path / "reports"
-    zero = _zero_times(lab_doc)
+    experiments = {**lab_doc["experiments"], "ceiling": ceiling_section(tmp_path)}
+    zero = _zero_times({**lab_doc, "experiments": experiments})
+    for spread in ("cold_mib_s", "warm_mib_s"):  # a rate, not a time: a read too fast for the clock
+        zero["experiments"]["ceiling"][spread].update(median=0.0, min=0.0, max=0.0)
     zero["experiments"]["fsync_bench"]["step_wall_s"] = 0.1
     for host in ("zero1", "zero2"):
         stored.write(_run_path(reports, host, zero), "results", {**zero, "host": host})
