@@ -324,7 +324,7 @@ def _plot_load(cols: list, keys: list):
             pts = [
                 (x["time"]["median"], keys.index((x["file"], x["method"], x["populate"])))
                 for x in c["load"]
-                if x["cache"] == cache
+                if x["cache"] == cache and plotting.on_log_axis(x["time"]["median"])
             ]
             if pts:
                 xs, ys = zip(*pts, strict=True)
@@ -335,7 +335,7 @@ def _plot_load(cols: list, keys: list):
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(range(len(keys)), labels)
     axes[0].invert_yaxis()
-    if legend:
+    if legend and axes[1].get_legend_handles_labels()[0]:
         axes[1].legend(loc="best", fontsize="small")
     plotting.margins(fig, left=_left_margin_in(fig, labels), right=0.2, bottom=0.6, top=0.4, wspace=0.05)
     return fig
@@ -361,9 +361,12 @@ def _plot_sync(syncs: list):
     return fig
 
 
-def plots(reports: Path, index_rows: list[dict]) -> dict[str, str | None]:
-    """The two fleet plots under ``reports/fleet-plots/``: ``{table name: path relative to reports | None}``.
+def plots(reports: Path, index_rows: list[dict]) -> dict[str, dict]:
+    """The two fleet plots under ``reports/fleet-plots/``: ``{table name: {"path", "note"}}``.
 
+    ``path`` is relative to reports, or None without a plot; ``note`` (else None) says how many figures
+    the plot leaves out because a log axis cannot place them (0 or below: a zero time, say), so a
+    stored zero never raises from matplotlib and never vanishes unsaid.
     The load plot sits with the cold load table (it shows cold and warm), the sync plot with its table.
     A plot whose data and drawing code are unchanged since it was drawn (its ``.NAME.sha256`` beside
     it) is not drawn again, so `disklab report` with nothing new costs no matplotlib time.
@@ -372,7 +375,10 @@ def plots(reports: Path, index_rows: list[dict]) -> dict[str, str | None]:
     keys = sorted(
         {(x["file"], x["method"], x["populate"]) for _, c, _ in cols for x in c["load"]}, key=_cell_order
     )
-    syncs = [(h, d["p50_us"], d["call"]) for h, _, d in cols if d["p50_us"] is not None]
+    measured = [(h, d["p50_us"], d["call"]) for h, _, d in cols if d["p50_us"] is not None]
+    syncs = [s for s in measured if plotting.on_log_axis(s[1])]
+    medians = [x["time"]["median"] for _, c, _ in cols for x in c["load"]]
+    placed = sum(map(plotting.on_log_axis, medians))
     load_data = [
         [keys],
         *(
@@ -380,13 +386,22 @@ def plots(reports: Path, index_rows: list[dict]) -> dict[str, str | None]:
             for h, c, _ in cols
         ),
     ]
-    out: dict[str, str | None] = {"load_cold": None, "sync": None}
+    out: dict[str, dict] = {
+        "load_cold": {
+            "path": None,
+            "note": plotting.left_out(len(medians) - placed, len(medians), "host medians (load cells)"),
+        },
+        "sync": {
+            "path": None,
+            "note": plotting.left_out(len(measured) - len(syncs), len(measured), "hosts' durable sync p50"),
+        },
+    }
     for table, name, data, draw in (
         ("load_cold", LOAD_PLOT, load_data, lambda: _plot_load(cols, keys)),
         ("sync", SYNC_PLOT, syncs, lambda: _plot_sync(syncs)),
     ):
-        if not (keys if table == "load_cold" else syncs):
+        if not (placed if table == "load_cold" else syncs):
             continue
         plotting.draw_once(reports / PLOT_DIR / name, data, draw, __file__)
-        out[table] = f"{PLOT_DIR}/{name}"
+        out[table]["path"] = f"{PLOT_DIR}/{name}"
     return out

@@ -8,6 +8,9 @@ A report's plots are most of the cost of rendering it, so:
   draw: the margins are set in inches by the caller (:func:`margins`, with
   :func:`text_width_in` for labels whose length varies) instead of
   ``bbox_inches="tight"``, which lays the whole figure out twice;
+* :func:`on_log_axis` keeps only the values a log axis can show (finite and above 0) and
+  :func:`left_out` says how many it dropped, so a stored zero never raises from matplotlib's log
+  locator and never vanishes unsaid;
 * :func:`draw_once` skips the drawing when the PNG exists and its
   ``.NAME.sha256`` beside it holds the digest of the same plotted data and the
   same drawing code: ``disklab report --force`` after a template change, or a
@@ -19,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,6 +64,21 @@ def text_width_in(fig, texts: list[str], fontsize: float | str | None = None) ->
     prop = FontProperties(size=fontsize or rcParams["ytick.labelsize"])
     widths = [renderer.get_text_width_height_descent(t, prop, ismath=False)[0] for t in texts]
     return max(widths, default=0.0) / fig.dpi
+
+
+def on_log_axis(value: object) -> bool:
+    """True for a number a log axis can place: finite and above 0 (a zero time from a coarse clock is not)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value > 0
+
+
+def left_out(dropped: int, total: int, what: str) -> str | None:
+    """One clause for the values :func:`on_log_axis` dropped, e.g. ``3 of 50 fsync samples are 0 or not
+    finite and are not shown``; None when none were."""
+    if not dropped:
+        return None
+    verb = "is" if dropped == 1 else "are"
+    return f"{dropped:,} of {total:,} {what} {verb} 0 or less, or not finite, and not shown"
 
 
 def plain_number(value: float, _pos: object = None) -> str:

@@ -4,7 +4,8 @@ Kinds and their current versions are in disklab_host.common.formats (shared
 with the host, which writes results and facts). :func:`read` parses a file,
 upgrades it one version at a time through :data:`UPDATES` (``update_to_N``
 functions), refuses a version newer than this disklab reads, and validates it
-against its kind's JSON Schema; :func:`write` stamps the kind and version,
+against its kind's JSON Schema and its values for sense (disklab.values: a bounded size, no NaN or
+infinity, no negative or absurd time, no huge string); :func:`write` stamps the kind and version,
 validates, and writes atomically (temp file, fsync, rename, directory fsync).
 Any file that is not what its kind says raises :class:`StoredFileError`, whose
 message starts with the file's path and says what is wrong in one line.
@@ -15,10 +16,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
-from disklab import schemas
+from disklab import schemas, values
 from disklab_host.common import formats
 from disklab_host.common.formats import VERSIONS, stamp
 from disklab_host.common.fsio import atomic_write_json
@@ -27,8 +29,9 @@ KINDS = tuple(VERSIONS)
 
 
 class StoredFileError(ValueError):
-    """A stored file that cannot be read as its kind: not JSON, not an object, the wrong kind, a newer
-    version, or a schema violation. The message names the file."""
+    """A stored file that cannot be read as its kind: too large, not JSON, not an object, the wrong kind,
+    a newer version, a schema violation, or a value that makes no sense (disklab.values). The message
+    names the file."""
 
 
 # --- update_to_N: each upgrades a version N-1 document of its kind in place ----------------------
@@ -263,19 +266,36 @@ def upgrade(doc: dict, kind: str) -> dict:
     return doc
 
 
+def _too_large(size: int) -> str:
+    mib = values.MAX_FILE_BYTES >> 20
+    return f"is {size / (1 << 20):,.1f} MiB, past the {mib} MiB a stored file may hold: not read"
+
+
 def parse(data: bytes, kind: str, *, check: bool = True) -> dict:
     """A stored file's bytes as an upgraded, validated ``kind`` document; StoredFileError, no path.
 
-    ``check=False`` skips only the schema check, for bytes already found valid (see :func:`read`).
+    Refuses bytes past :data:`disklab.values.MAX_FILE_BYTES`; then checks the values
+    (:func:`disklab.values.first_error`: NaN, infinities, times, sizes, string lengths; before the
+    upgrade or the schema check copies anything) and the schema. ``check=False`` skips only those two
+    checks, for bytes this same code found valid before (see :func:`read`).
     """
+    if len(data) > values.MAX_FILE_BYTES:
+        raise StoredFileError(_too_large(len(data)))
     try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = json.loads(data.decode("utf-8"), parse_constant=values.NotANumber)
     except UnicodeDecodeError as exc:
         raise StoredFileError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise StoredFileError(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except ValueError as exc:  # an integer of more than sys.get_int_max_str_digits() digits
+        raise StoredFileError(f"not JSON disklab reads ({exc})") from None
+    except RecursionError:
+        raise StoredFileError(f"not JSON disklab reads (nested past {values.MAX_DEPTH} levels)") from None
     if not isinstance(doc, dict):
         raise StoredFileError(f"holds a JSON {type(doc).__name__}, not a {kind} object")
+    error = values.first_error(doc) if check else None
+    if error:
+        raise StoredFileError(error)
     upgrade(doc, kind)
     error = schemas.first_error(kind, doc) if check else None
     if error:
@@ -286,10 +306,10 @@ def parse(data: bytes, kind: str, *, check: bool = True) -> dict:
 @functools.cache
 def _checker_digest() -> bytes:
     """What decides whether bytes are valid: the shipped schemas and the reading code (this module's
-    updates, disklab.schemas' checks, the host package's versions)."""
+    updates, disklab.schemas' and disklab.values' checks, the host package's versions)."""
     h = hashlib.sha256()
     base = Path(schemas.__file__).parent / "schema"
-    code = (Path(__file__), Path(schemas.__file__), Path(formats.__file__))
+    code = (Path(__file__), Path(schemas.__file__), Path(values.__file__), Path(formats.__file__))
     for path in (*sorted(base.rglob("*.json")), *code):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.digest()
@@ -309,9 +329,15 @@ def read(path: str | Path, kind: str, *, known_valid: set[str] | None = None) ->
     """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            # a larger file is refused unread; one that grows while it is read, after one byte more
+            data = f.read(values.MAX_FILE_BYTES + 1) if size <= values.MAX_FILE_BYTES else b""
+            size = max(size, len(data))
     except OSError as exc:
         raise StoredFileError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    if size > values.MAX_FILE_BYTES:
+        raise StoredFileError(f"{path}: {kind} file {_too_large(size)}")
     key = validity_key(data, kind) if known_valid is not None else None
     try:
         doc = parse(data, kind, check=key is None or key not in known_valid)
@@ -327,10 +353,10 @@ def write(path: str | Path, kind: str, doc: dict, *, overwrite: bool = False) ->
 
     With ``overwrite=False`` (stored runs, audits, failures, run records) an
     existing file is never replaced: FileExistsError. Raises StoredFileError
-    when the document does not match its kind's schema.
+    when the document does not match its kind's schema or holds a value :func:`read` would refuse.
     """
     doc = stamp(kind, doc)
-    error = schemas.first_error(kind, doc)
+    error = values.first_error(doc) or schemas.first_error(kind, doc)
     if error:
         raise StoredFileError(f"{path}: refusing to write a {kind} file that {error}")
     return atomic_write_json(path, doc, overwrite=overwrite)

@@ -1,16 +1,25 @@
 """Formatting of numbers for reports, in binary units (1 GiB = 1,073,741,824 bytes).
 
-These are registered as Jinja filters by disklab.report under the same names.
+These are registered as Jinja filters by disklab.report under the same names. Each prints ``n/a`` for
+None and for a number that is not finite: stored files never hold one (disklab.values refuses NaN
+and infinities), but a figure computed from them might, and a report never says "nan µs".
 """
 
 from __future__ import annotations
 
+import math
+
 from disklab_host.common.units import ibytes
+
+
+def _missing(x: float | None) -> bool:
+    """No figure to print: None, or NaN or an infinity."""
+    return x is None or (isinstance(x, float) and not math.isfinite(x))
 
 
 def us(x: float | None) -> str:
     """Microseconds, e.g. ``12.3 µs``; above 10 ms shown in ms."""
-    if x is None:
+    if _missing(x):
         return "n/a"
     if x >= 10_000:
         return f"{x / 1000:.1f} ms"
@@ -22,7 +31,7 @@ def us_short(x: float | None) -> str:
 
     The thresholds sit where rounding would carry a digit over (99.96 µs is ``100 µs``, not ``100.0 µs``).
     """
-    if x is None:
+    if _missing(x):
         return "n/a"
     if x < 99.95:
         return f"{x:.1f} µs"
@@ -35,29 +44,29 @@ def us_short(x: float | None) -> str:
 
 def ns(x: float | None) -> str:
     """Nanoseconds, e.g. ``41 ns``."""
-    return "n/a" if x is None else f"{x:,.0f} ns"
+    return "n/a" if _missing(x) else f"{x:,.0f} ns"
 
 
 def secs(x: float | None) -> str:
     """Seconds, with ms resolution below 10 s, e.g. ``0.153 s``."""
-    if x is None:
+    if _missing(x):
         return "n/a"
     return f"{x:.3f} s" if x < 10 else f"{x:.1f} s"
 
 
 def mib_s(x: float | None) -> str:
     """Throughput in MiB/s."""
-    return "n/a" if x is None else f"{x:,.0f} MiB/s"
+    return "n/a" if _missing(x) else f"{x:,.0f} MiB/s"
 
 
 def pct(fraction: float | None) -> str:
     """A fraction in [0, 1] as a percentage, e.g. ``12.3 %``."""
-    return "n/a" if fraction is None else f"{100 * fraction:.1f} %"
+    return "n/a" if _missing(fraction) else f"{100 * fraction:.1f} %"
 
 
 def ratio(x: float | None) -> str:
     """A ratio, e.g. ``210×``; small ratios keep one decimal."""
-    if x is None:
+    if _missing(x):
         return "n/a"
     return f"{x:,.0f}×" if x >= 100 else f"{x:.1f}×"
 

@@ -60,6 +60,9 @@ LOCK_NAME = "lab.lock"
 EXIT_LOCKED = 3
 # Exit status of a run stopped by SIGTERM or SIGINT (128 + SIGINT, as a shell reports Ctrl-C).
 EXIT_INTERRUPTED = 130
+# The most characters of a failed step's error and traceback kept in the results: the controller refuses
+# a string past 64 Ki characters (disklab.values.MAX_STRING_CHARS), and would then lose the whole run.
+ERROR_CHARS = 16 << 10
 
 
 class Interrupted(BaseException):
@@ -148,6 +151,16 @@ def no_space_error(exc: BaseException, workbench: Path, needed_bytes: int) -> st
     return f"no space left on the workbench {workbench}: {free_text}, {need_text}"
 
 
+def bounded(text: str, limit: int = ERROR_CHARS) -> str:
+    """``text`` itself, or past ``limit`` characters its start and its end with what was cut between."""
+    if len(text) <= limit:
+        return text
+    marker = " … [{:,} characters cut] … "
+    room = limit - len(marker.format(len(text)))
+    head, tail = room - room // 2, room // 2
+    return text[:head] + marker.format(len(text) - head - tail) + text[len(text) - tail :]
+
+
 def run_step(name: str, cfg: dict) -> dict:
     """Run one step; never raises. Adds its wall time in seconds.
 
@@ -165,11 +178,11 @@ def run_step(name: str, cfg: dict) -> dict:
         no_space = no_space_error(exc, Path(cfg["workbench"]), needed)
         section = {
             "status": "failed",
-            "error": no_space or f"{type(exc).__name__}: {exc}",
-            "traceback": traceback.format_exc(limit=8),
+            "error": no_space or bounded(f"{type(exc).__name__}: {exc}"),
+            "traceback": bounded(traceback.format_exc(limit=8)),
         }
         if no_space:
-            section["error_raised"] = f"{type(exc).__name__}: {exc}"
+            section["error_raised"] = bounded(f"{type(exc).__name__}: {exc}")
         if name not in registry.KEPT:  # a failed step leaves no partial files (a 54 MiB checkpoint, say)
             shutil.rmtree(workdir, ignore_errors=True)
     section["step_wall_s"] = time.perf_counter() - start

@@ -41,7 +41,9 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "warm": ceil["warm"],
         "cold_why": cold.get("unavailable") if isinstance(cold, dict) else None,
         "warm_why": warm.get("unavailable") if isinstance(warm, dict) else None,
-        "ratio": ceil["warm"]["median"] / ceil["cold"]["median"] if ceil["cold"] and ceil["warm"] else None,
+        "ratio": ceil["warm"]["median"] / ceil["cold"]["median"]
+        if ceil["cold"] and ceil["warm"] and ceil["cold"]["median"] > 0  # a stored 0 MiB/s has no ratio
+        else None,
         "runs": runs,
         "device": evidence.device_facts(results),
     }

@@ -52,6 +52,8 @@ TAIL_RATIO = 3.0
 
 
 def _flush_class(mode: str, p50_us: float, vs_none: float | None, fstype: object = None) -> str:
+    if p50_us <= 0:
+        return "below what the clock resolved: this figure says nothing about the drive"
     if vs_none is not None and vs_none < 2 and fstype == "tmpfs":
         return (
             f"{mode} barely costs more than the write itself, because the workbench is tmpfs: the data "
@@ -241,13 +243,27 @@ def _explanations(section: dict, rows: list[dict], meaning: dict, fstype: object
     return lines
 
 
-def _plot(section: dict, plot_dir: Path) -> str:
-    """The latency distribution (ECDF) of write + sync per mode that ran, µs on a log scale."""
-    curves = [
-        (name, sorted(v / 1e3 for v in m["samples_ns"]))
-        for name in section["mode_order"]
-        if (m := section["modes"][name])["status"] == "ok"
-    ]
+def _plot(section: dict, plot_dir: Path) -> tuple[str | None, list[str]]:
+    """The latency distribution (ECDF) of write + sync per mode that ran, µs on a log scale.
+
+    Returns (the plot's path relative to the host's report directory, or None when no sample can be
+    placed on a log axis; one line per mode with samples at 0 or below, which the plot leaves out).
+    """
+    curves, notes = [], []
+    for name in section["mode_order"]:
+        m = section["modes"][name]
+        if m["status"] != "ok":
+            continue
+        xs = sorted(v / 1e3 for v in m["samples_ns"])
+        # each point keeps its place in the whole distribution: the left-out samples are the lowest
+        points = [(x, (i + 1) / len(xs)) for i, x in enumerate(xs) if plotting.on_log_axis(x)]
+        note = plotting.left_out(len(xs) - len(points), len(xs), f"samples of mode {name}")
+        if note:
+            notes.append(note)
+        if points:
+            curves.append((name, points))
+    if not curves:
+        return None, notes
     title = f"{section['blocks']} blocks of {ibytes(section['block_bytes'])} per mode"
 
     def draw():
@@ -255,8 +271,8 @@ def _plot(section: dict, plot_dir: Path) -> str:
 
         fig = plotting.figure(6, 3.5)
         ax = fig.subplots()
-        for name, xs in curves:
-            ax.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=name)
+        for name, points in curves:
+            ax.plot(*zip(*points, strict=True), label=name)
         ax.set_xscale("log")
         ax.xaxis.set_minor_locator(LogLocator(subs=(2, 5)))  # minor ticks at 2 and 5 of each decade
         ax.xaxis.set_major_formatter(FuncFormatter(plotting.plain_number))  # 10, 100, 1,000 µs
@@ -268,7 +284,7 @@ def _plot(section: dict, plot_dir: Path) -> str:
         return fig
 
     plotting.draw_once(Path(plot_dir) / PLOT_NAME, {"curves": curves, "title": title}, draw, __file__)
-    return f"{Path(plot_dir).name}/{PLOT_NAME}"
+    return f"{Path(plot_dir).name}/{PLOT_NAME}", notes
 
 
 def _fstype(results: dict) -> object:
@@ -306,9 +322,10 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
 
     Returns ``{"ok", "status_note", "rows": [{"mode", "ok", "reason", "call",
     "latency" (µs), "write_p50_us", "vs_none", "fallback", "validation"}], "os": os_meaning(),
-    "validation": [str], "explanations": [str], "plot": str | None}``; ``plot`` is relative to the
-    host's report directory; ``validation`` lists each mode that ran on a path not yet validated on
-    real hardware.
+    "validation": [str], "explanations": [str], "plot": str | None, "plot_notes": [str]}``; ``plot`` is
+    relative to the host's report directory; ``validation`` lists each mode that ran on a path not yet
+    validated on real hardware; ``plot_notes`` says, per mode, how many samples the log-scale plot left
+    out (0 or less), and ``plot`` is None when it could place none.
     """
     if section.get("status") != "ok":
         return {
@@ -319,10 +336,12 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
             "validation": [],
             "explanations": [],
             "plot": None,
+            "plot_notes": [],
             "durability": None,
         }
     rows = _rows(section)
     meaning = os_meaning(section, rows)
+    plot, plot_notes = _plot(section, plot_dir)
     return {
         "ok": True,
         "status_note": "ok",
@@ -330,6 +349,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "os": meaning,
         "validation": [f"{r['mode']}: {r['validation']}" for r in rows if r["ok"] and r["validation"]],
         "explanations": _explanations(section, rows, meaning, _fstype(results)),
-        "plot": _plot(section, plot_dir),
+        "plot": plot,
+        "plot_notes": plot_notes,
         "durability": durability(section, results),
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
@@ -10,8 +12,9 @@ _BINARY = [("GiB", GIB), ("MiB", MIB), ("KiB", KIB)]
 
 
 def ibytes(n: float | None) -> str:
-    """Bytes in the largest binary unit that keeps the value >= 1, e.g. ``1.50 GiB``; None is ``n/a``."""
-    if n is None:
+    """Bytes in the largest binary unit that keeps the value >= 1, e.g. ``1.50 GiB``; None, NaN or an
+    infinity is ``n/a``."""
+    if n is None or (isinstance(n, float) and not math.isfinite(n)):
         return "n/a"
     for unit, size in _BINARY:
         if abs(n) >= size:
