@@ -174,7 +174,8 @@ def run_step(name: str, cfg: dict) -> dict:
         module = importlib.import_module(registry.step(name).module)
         section = module.run(cfg, workdir)
     except Exception as exc:  # recorded, so the other steps keep their results
-        needed = registry.needed_bytes(cfg["sizes"], [name], cfg.get("settings") or {}).get(name, 0)
+        sizes = cfg.get("sizes")  # resolved by the runner; a step run on its own may have none
+        needed = registry.needed_bytes(sizes, [name], cfg.get("settings") or {}).get(name, 0) if sizes else 0
         no_space = no_space_error(exc, Path(cfg["workbench"]), needed)
         section = {
             "status": "failed",
