@@ -200,3 +200,14 @@ def test_ara_records_each_run_named_and_labelled_with_its_run_id(tmp_path):
         "select l.name from labels l join playbooks_labels pl on pl.label_id = l.id where pl.playbook_id = ?",
         (playbook_id,))}  # fmt: skip
     assert {"disklab", "kind:audits", f"run:{run_id}"} <= labels
+
+
+def test_the_reports_directory_comes_from_disklab_reports_when_no_option_names_one(tmp_path):
+    """DISKLAB_REPORTS (an AWX job's mounted volume, say) is the default reports directory; --reports wins."""
+    env = {**os.environ, "DISKLAB_REPORTS": str(tmp_path / "kept")}
+    proc = subprocess.run([sys.executable, "-m", "disklab.cli", "report"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and f"no reports directory at {tmp_path / 'kept'}" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "disklab.cli", "--reports", "other", "report"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and "no reports directory at other" in proc.stderr

@@ -191,7 +191,7 @@ def run_playbook(
     holds extra ansible-playbook options (--check, --tags, -u ...). ``ansible``
     is the configuration it runs with (disklab.ansible_env; built here when
     not given); ``passwords`` answers Ansible's prompts (-K, --ask-vault-pass):
-    {prompt regex: answer}. With ``owner_file`` (the run's owner.json,
+    {prompt regex: answer}. With ``owner_file`` (the run's owner.record,
     disklab.ownership), ansible-playbook is started through the launcher that
     ends it when this process dies and adds its pid to that file.
     """
