@@ -416,7 +416,12 @@ def cmd_compare(args) -> int:
     from disklab import compare, stored
 
     if len(args.targets) == 1:
-        host_dir = Path(args.reports) / args.targets[0]
+        from disklab import hostnames
+
+        try:
+            host_dir = hostnames.host_dir(Path(args.reports), args.targets[0])
+        except ValueError as exc:
+            raise UsageError(f"compare: {exc}") from None
         runs = store.files(host_dir, "runs")
         if len(runs) < 2:
             raise UsageError(

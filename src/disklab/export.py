@@ -23,7 +23,7 @@ import io
 import json
 from pathlib import Path
 
-from disklab import figures, store, stored
+from disklab import figures, hostnames, store, stored
 
 COLUMNS = (
     "host",
@@ -88,12 +88,12 @@ def collect(reports: Path, hosts: list[str] | None = None) -> tuple[list[dict], 
     """
     known = store.hosts(reports)
     for h in hosts or ():
-        if not store.files(reports / h, "runs"):
-            raise ValueError(f"--host {h}: no stored run under {reports / h / 'runs'}")
+        if not store.files(hostnames.host_dir(reports, h), "runs"):
+            raise ValueError(f"--host {h}: no stored run under {hostnames.host_dir(reports, h) / 'runs'}")
     rows: list[dict] = []
     errors: list[str] = []
     for host in hosts or known:
-        for path in store.files(reports / host, "runs"):
+        for path in store.files(hostnames.host_dir(reports, host), "runs"):
             try:
                 doc = stored.read(path, "results")
             except stored.StoredFileError as exc:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab import figures, plotting, units
+from disklab import figures, markup, plotting, units
 
 FLEET_PAGE = "fleet.md"
 TEMPLATE = "fleet.md.j2"
@@ -37,11 +37,14 @@ METHODS = ("torch.load", "torch.load-mmap", "load_file", "one-tensor", "load_fil
 
 
 def _why(section: dict | None, what: str) -> str:
+    """Why a host has no such figure, escaped for a table cell (the reason and error are the host's)."""
     if section is None:
         return f"{what} {NOT_MEASURED}"
     if section.get("status") == "not_run":
-        return f"{what} not run: {section.get('reason', 'no reason recorded')}"
-    return f"{what} {section.get('status')}: {section.get('error', 'no error recorded')}"
+        return f"{what} not run: {markup.md(section.get('reason', 'no reason recorded'))}"
+    return (
+        f"{what} {markup.md(section.get('status'))}: {markup.md(section.get('error', 'no error recorded'))}"
+    )
 
 
 def host_column(doc: dict | None) -> dict | None:
@@ -87,8 +90,8 @@ def host_column(doc: dict | None) -> dict | None:
     return {
         "run_id": doc.get("run_id"),
         "profile": doc.get("profile"),
-        "kernel": units.fact((facts.get("host") or {}).get("kernel")),
-        "torch": units.fact((facts.get("versions") or {}).get("torch")),
+        "kernel": markup.fact((facts.get("host") or {}).get("kernel")),
+        "torch": markup.fact((facts.get("versions") or {}).get("torch")),
         "file_sizes": {k: v["size_bytes"] for k, v in (ls.get("files") or {}).items()} if ok(ls) else {},
         "load": load,
         "load_why": None if ok(ls) else _why(ls, "load"),
@@ -154,8 +157,8 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
             "size (the profile sets it).",
             hosts,
             [
-                ("run", [f"`{c['run_id']}`" for _, c, _ in cols]),
-                ("profile", [str(c["profile"]) for _, c, _ in cols]),
+                ("run", [markup.code(c["run_id"]) for _, c, _ in cols]),
+                ("profile", [markup.md(c["profile"]) for _, c, _ in cols]),
                 ("kernel", [c["kernel"] for _, c, _ in cols]),
                 ("torch", [c["torch"] for _, c, _ in cols]),
                 *[
@@ -187,7 +190,7 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
                     [
                         f"{units.us_short(d['p50_us'])} ({d['call']})"
                         if d["p50_us"] is not None
-                        else f"n/a ({d['why']})"
+                        else f"n/a ({markup.md(d['why'])})"
                         for _, _, d in cols
                     ],
                 )
@@ -291,7 +294,7 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
             "Each save recipe's verdict over every crash state of this host's own recording: safe, "
             "rolled_back (an older checkpoint loads) or unsafe (a state that loads nothing, or garbage).",
             hosts,
-            [(f"{r} · {m}", [verdict(c, (r, m)) for _, c, _ in cols]) for r, m in pkeys]
+            [(f"{markup.md(r)} · {markup.md(m)}", [verdict(c, (r, m)) for _, c, _ in cols]) for r, m in pkeys]
             or [("recipes", [c["powercut_why"] or NOT_MEASURED for _, c, _ in cols])],
         )
     )

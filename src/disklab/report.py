@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jinja2
 
-from disklab import __version__, compare, fleet, store, stored
+from disklab import __version__, compare, fleet, hostnames, markup, store, stored
 from disklab.fsio import atomic_write_text
 from disklab.units import FILTERS
 from disklab_host import registry
@@ -71,12 +71,13 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(FILTERS)
     env.filters["figure"] = compare.format_value
+    env.filters.update(markup.FILTERS)  # every string from an inventory or a host is escaped where it lands
     return env
 
 
 def build_section(name: str, section: dict, doc: dict, plot_dir: Path) -> dict:
     """Run ``disklab.sections.<name>.build``; a section without a module gets no extra context."""
-    module = _section_module(name)
+    module = _section_module(name) if name in SECTION_ORDER else None  # a name from a host is no module path
     return module.build(section, doc, plot_dir) if module else {}
 
 
@@ -145,6 +146,10 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
 
     ``known_valid``: the :func:`disklab.stored.validity_key` digests of files already found valid (their
     schema check is skipped; those that pass are added), as :func:`render_host` keeps them.
+
+    A stored file that cannot be read costs only itself: the newest readable run is shown, an unreadable
+    audit or failure is left out, and each is named in ``unreadable_latest`` (the newest of its kind) or
+    ``unreadable_runs`` (older runs). The host keeps its report and its index row either way.
     """
     run_files = store.files(host_dir, "runs")
     audit_path = store.latest(host_dir, "audits")
@@ -152,11 +157,38 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
     if not run_files and audit_path is None and failure_path is None:
         return None
     kv = known_valid
-    doc = stored.read(run_files[-1], "results", known_valid=kv) if run_files else None
-    audit = stored.read(audit_path, "audit", known_valid=kv) if audit_path else None
-    failure = stored.read(failure_path, "failure", known_valid=kv) if failure_path else None
-    if failure and doc and store.run_key(failure_path) < store.run_key(run_files[-1]):
-        failure = None  # a later run succeeded
+    unreadable_latest: list[str] = []
+
+    def read(path: Path | None, kind: str) -> dict | None:
+        if path is None:
+            return None
+        try:
+            return stored.read(path, kind, known_valid=kv)
+        except stored.StoredFileError as exc:
+            unreadable_latest.append(str(exc))
+            return None
+
+    doc, doc_path = None, None
+    for path in reversed(run_files):  # the newest run that can be read
+        doc = read(path, "results")
+        if doc is not None:
+            doc_path = path
+            break
+    audit = read(audit_path, "audit")
+    failure = read(failure_path, "failure")
+    newest_ok = max(
+        (
+            store.run_key(p)
+            for p, d in ((doc_path, doc), (audit_path, audit))
+            if p is not None and d is not None
+        ),
+        default=None,
+    )
+    if failure and newest_ok is not None and store.run_key(failure_path) < newest_ok:
+        failure = None  # a later run or audit succeeded
+    status = host_status(doc, doc_path, audit, audit_path, failure, failure_path, unreadable_latest)
+    n_runs = len(run_files)
+    run_files = run_files[: run_files.index(doc_path) + 1] if doc_path else []  # up to the one shown
     measured = measured_doc(doc)  # the figures, read against the facts of the workbench that made them
     sections = []
     if doc:
@@ -191,7 +223,10 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
     if facts and run_wb is not None:
         facts = {**facts, "workbench": run_wb}
     return {
-        "host": host_dir.name,
+        "host": hostnames.host_of(host_dir),
+        "host_link": host_dir.name,
+        "status": status,
+        "unreadable_latest": unreadable_latest,
         "doc": measured,
         "facts": facts,
         "facts_from": "audit" if audit_newer else "run",
@@ -201,7 +236,7 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         "failure": failure,
         "sections": sections,
         "since": since,
-        "n_runs": len(run_files),
+        "n_runs": n_runs,
         "not_in_latest": not_in_latest,
         "unreadable_runs": unreadable,
     }
@@ -254,18 +289,43 @@ def durable_sync(doc: dict | None) -> dict:
     return {"call": call, "p50_us": mode["latency"]["p50_us"], "why": None}
 
 
+def host_status(doc, doc_path, audit, audit_path, failure, failure_path, unreadable: list[str]) -> dict:
+    """A host's latest status and where it came from: {status, source, run_id}.
+
+    ``source`` is ``run``, ``audit`` or ``failure record`` (the newest readable one; a failure that a later
+    run or audit cleared is None here), or ``unreadable`` when no stored file of the host can be read.
+    """
+    found = [
+        (store.run_key(p), source, d)
+        for p, source, d in (
+            (doc_path, "run", doc),
+            (audit_path, "audit", audit),
+            (failure_path, "failure record", failure),
+        )
+        if p is not None and d is not None
+    ]
+    if not found:
+        return {"status": "unreadable", "source": "unreadable", "run_id": None, "why": "; ".join(unreadable)}
+    _, source, newest = max(found, key=lambda t: (t[0], t[1] == "failure record"))
+    status = newest["status"] if source == "failure record" else "ok"
+    return {"status": status, "source": source, "run_id": newest["run_id"], "why": None}
+
+
 def index_row(ctx: dict) -> dict:
     """One row of the fleet index from a host's context: newest facts, durable sync p50, latest failure."""
     doc = ctx.get("doc")
     return {
         "host": ctx["host"],
+        "host_link": ctx["host_link"],
+        "status": ctx["status"],
+        "unreadable": ctx["unreadable_latest"],
         "facts": ctx.get("facts"),
         "facts_from": ctx.get("facts_from"),
         "audit_run_id": ctx["audit"]["run_id"] if ctx.get("audit") else None,
         "run_id": doc["run_id"] if doc else None,
         "durable_sync": durable_sync(doc),
         "failure": ctx.get("failure"),
-        "has_report": doc is not None or ctx.get("audit") is not None,
+        "has_report": True,
         "fleet": fleet.host_column(doc),
     }
 
@@ -367,7 +427,7 @@ def render_index(reports: Path, rows: list[dict], env: jinja2.Environment) -> Pa
     A row cached by an older renderer may lack its fleet column; such a host has
     none on the fleet page until it is rendered again.
     """
-    rows = [{"fleet": None, **r} for r in rows]
+    rows = [{"fleet": None, "host_link": hostnames.encode(r["host"]), "status": None, **r} for r in rows]
     hosts, tables = fleet.tables(rows)
     text = env.get_template(fleet.TEMPLATE).render(
         disklab_version=__version__,
@@ -398,8 +458,8 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     env = environment()
     renderer = renderer_stamp()
     hosts = store.hosts(reports)
-    before = {h: _mtime(reports / h / "report.md") for h in hosts}
-    stale = [h for h in hosts if force or _cached_row(reports / h, renderer) is None]
+    before = {h: _mtime(hostnames.host_dir(reports, h) / "report.md") for h in hosts}
+    stale = [h for h in hosts if force or _cached_row(hostnames.host_dir(reports, h), renderer) is None]
     workers = _render_workers(len(stale))
     if workers > 1:
         jobs = [(str(reports), h, renderer, force) for h in hosts]
@@ -411,15 +471,18 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     else:
         done = [_render_one((str(reports), h, renderer, force), env) for h in hosts]
     rows, written, errors = [], [], []
+    for path in store.foreign_dirs(reports):
+        errors.append(f"{path}: not rendered: not a host directory disklab writes (see disklab.hostnames)")
     for host, row, error in done:
         if error:
             errors.append(error)
-            continue
         if row is None:
             continue
         rows.append(row)
-        if _mtime(reports / host / "report.md") != before[host]:
-            written.append(reports / host / "report.md")
+        errors.extend(f"{host}: {line}" for line in row.get("unreadable") or ())
+        report_md = hostnames.host_dir(reports, host) / "report.md"
+        if _mtime(report_md) != before[host]:
+            written.append(report_md)
     written.append(render_index(reports, rows, env))
     return written, errors
 
@@ -494,6 +557,21 @@ def _render_one(job: tuple, env: jinja2.Environment | None = None) -> tuple[str,
         _WORKER_ENV = _WORKER_ENV or environment()
         env = _WORKER_ENV
     try:
-        return host, render_host(Path(reports) / host, env, renderer, force), None
-    except stored.StoredFileError as exc:
-        return host, None, f"{host}: not rendered: {exc}"
+        return host, render_host(hostnames.host_dir(Path(reports), host), env, renderer, force), None
+    except stored.StoredFileError as exc:  # the host keeps its index row, saying why it has no report
+        why = f"not rendered: {exc}"
+        row = {
+            "host": host,
+            "host_link": hostnames.encode(host),
+            "status": {"status": "unreadable", "source": "unreadable", "run_id": None, "why": why},
+            "unreadable": [],
+            "facts": None,
+            "facts_from": None,
+            "audit_run_id": None,
+            "run_id": None,
+            "durable_sync": durable_sync(None),
+            "failure": None,
+            "has_report": False,
+            "fleet": None,
+        }
+        return host, row, f"{host}: {why}"

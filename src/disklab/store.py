@@ -7,6 +7,9 @@ Layout (every file written atomically through disklab.stored, none ever overwrit
     reports/<host>/failures/<run_id>.json   what failed on that host, and where
     reports/.runs/<run_id>.json             per-host status of one invocation (for --retry-failed)
     reports/.incoming/<run_id>/<host>.json  staging for fetched files, removed once stored
+
+``<host>`` is always the host's name through disklab.hostnames (``../x`` is ``%2E.%2Fx``): a name from an
+inventory becomes a path only there. The name itself is kept inside the files and shown in the reports.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from disklab import ownership, stored
+from disklab import hostnames, ownership, stored
 from disklab.runner import HostOutcome
 
 
@@ -59,9 +62,13 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
     """
     staging = incoming_dir(reports, run_id)
     for path in sorted(staging.glob("*.json")) if staging.is_dir() else []:
-        host = path.stem
+        try:
+            host = hostnames.decode(path.stem)  # the playbooks name it with disklab.lab.host_file
+        except ValueError as exc:
+            print(f"disklab: left {path} as it is: {exc}", file=sys.stderr)
+            continue
         outcome = outcomes.setdefault(host, HostOutcome(host=host))
-        dest = reports / host / kind / f"{run_id}.json"
+        dest = hostnames.host_dir(reports, host) / kind / f"{run_id}.json"
         try:
             if kind == "runs":
                 doc = stored.read(path, "results")
@@ -83,11 +90,16 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
             continue
         path.unlink()
     for host, outcome in outcomes.items():
-        if outcome.status == "ok" and not (reports / host / kind / f"{run_id}.json").exists():
+        try:
+            host_dir = hostnames.host_dir(reports, host)
+        except ValueError as exc:  # a name the rule refuses (empty, too long): said, never a path
+            print(f"disklab: {host!r}: {outcome.status}, not stored: {exc}", file=sys.stderr)
+            continue
+        if outcome.status == "ok" and not (host_dir / kind / f"{run_id}.json").exists():
             outcome.status, outcome.message = "failed", "no results file was fetched from this host"
         if outcome.status != "ok":
             stored.write(
-                reports / host / "failures" / f"{run_id}.json",
+                host_dir / "failures" / f"{run_id}.json",
                 "failure",
                 {
                     "run_id": run_id,
@@ -132,18 +144,37 @@ def failed_hosts_of_last_run(reports: Path, inventory: Path) -> tuple[str, list[
 
 
 def hosts(reports: Path) -> list[str]:
-    """Every host with at least one stored run, audit or failure."""
-    return (
-        sorted(
-            p.name
-            for p in reports.iterdir()
-            if p.is_dir()
-            and not p.name.startswith(".")
-            and any((p / k).is_dir() for k in ("runs", "audits", "failures"))
-        )
-        if reports.is_dir()
-        else []
-    )
+    """Every host (its name, not its directory's) with at least one stored run, audit or failure.
+
+    A directory whose name disklab.hostnames never makes (one written by hand, or by a disklab from before
+    host names were encoded) is no host's; :func:`foreign_dirs` names them.
+    """
+    return sorted(hostnames.host_of(p) for p in _host_like_dirs(reports) if _is_encoded(p.name))
+
+
+def foreign_dirs(reports: Path) -> list[Path]:
+    """Directories that hold runs, audits or failures but whose name is no host's encoded name."""
+    return sorted(p for p in _host_like_dirs(reports) if not _is_encoded(p.name))
+
+
+def _host_like_dirs(reports: Path) -> list[Path]:
+    if not reports.is_dir():
+        return []
+    return [
+        p
+        for p in reports.iterdir()
+        if p.is_dir()
+        and not p.name.startswith(".")
+        and any((p / k).is_dir() for k in ("runs", "audits", "failures"))
+    ]
+
+
+def _is_encoded(name: str) -> bool:
+    try:
+        hostnames.decode(name)
+    except ValueError:
+        return False
+    return True
 
 
 def run_key(path: Path) -> tuple[str, int]:

@@ -1,0 +1,288 @@
+"""Host names and host strings are untrusted (issue 26, findings 1 and 9).
+
+A host's name becomes a path only through disklab.hostnames, and every string from an inventory or a host
+is escaped where it lands in markdown. The hostile names go through the real store and render path
+(store.store_fetched, report.render_all) on a real reports directory, and through a real `disklab audit`.
+Every host with any stored file keeps its row in the index, with its latest status and where it came from.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+import yaml
+
+from conftest import run_disklab
+from disklab import hostnames, markup, report, store, stored
+from disklab.runner import HostOutcome
+from test_report import linux_doc  # noqa: F401  (the fixture: a real run measured here, at tiny sizes)
+
+HOSTILE = [
+    "../../../../victim",
+    "evil|<script>x</script>",
+    ".hidden",
+    "a/b",
+    "line\nbreak",
+    "bell\x07tab\tname",
+    "ünïcødé-主机",
+    "back\\slash",
+    "100%",
+    "index.md",
+    "..",
+]
+FAILURE_ONLY = "gone|<script>y</script>/../x"
+
+
+def _files(root):
+    return {p for p in root.rglob("*") if p.is_file()}
+
+
+def _cells(line: str) -> int:
+    """The number of cell separators of a markdown table row: ``|`` not escaped by a backslash."""
+    n, i = 0, 0
+    while i < len(line):
+        if line[i] == "\\":
+            i += 2
+            continue
+        n += line[i] == "|"
+        i += 1
+    return n
+
+
+def _tables(text: str) -> list[list[str]]:
+    tables, current = [], []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables + ([current] if current else [])
+
+
+def _row(index: str, host: str) -> str:
+    rows = [ln for ln in index.splitlines() if ln.startswith(f"| {markup.md(host)} | ")]
+    assert rows, f"no index row for {host!r}"
+    return rows[0]
+
+
+# --- the one rule --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", [*HOSTILE, "web-01", "%2E", "A", "a", "x" * 60])
+def test_a_host_name_maps_to_one_safe_path_component_and_back(host):
+    name = hostnames.encode(host)
+    assert hostnames.decode(name) == host
+    assert "/" not in name and "\\" not in name and "\0" not in name
+    assert not name.startswith(".") and name.lower() not in hostnames.RESERVED
+    assert all(c.isascii() and (c.isalnum() or c in "-_.%") for c in name)
+    assert hostnames.host_dir("/r", host).parent.as_posix() == "/r"
+
+
+def test_encoded_names_are_unique_and_plain_names_stay_as_they_are():
+    names = [*HOSTILE, FAILURE_ONLY, "web-01", "%2E", "A", "a", "a%2Fb", "%2Ehidden"]
+    assert len({hostnames.encode(h) for h in names}) == len(names)
+    assert hostnames.encode("web-01.lab_2") == "web-01.lab_2"
+
+
+def test_the_reports_directorys_own_names_are_reserved():
+    from disklab import fleet
+
+    assert {fleet.FLEET_PAGE, fleet.PLOT_DIR, "index.md"} <= set(hostnames.RESERVED)
+
+
+@pytest.mark.parametrize("bad", ["", None])
+def test_an_empty_host_name_is_refused(bad):
+    with pytest.raises(ValueError, match="non-empty string"):
+        hostnames.encode(bad)
+
+
+@pytest.mark.parametrize("name", [".hidden", "a b", "%2e", "%41", "index.md", "..", "%FF", "a/b"])
+def test_a_name_the_rule_never_makes_is_no_host(name):
+    with pytest.raises(ValueError, match="not an encoded host name"):
+        hostnames.decode(name)
+
+
+def test_markdown_escaping_leaves_no_markup_and_no_extra_cell():
+    text = markup.md("a|b <script>x</script> [l](http://x) *s* `c` \\| new\nline &amp;")
+    assert "<" not in text and ">" not in text and "\n" not in text
+    assert _cells(f"| {text} |") == 2
+    assert "&amp;amp;" in text  # the host's own entity is shown, not interpreted
+    assert markup.code("/srv/wb") == "`/srv/wb`" and not markup.code("a`|b").startswith("`")
+    assert markup.link("%2E.%2Fvictim/report.md") == "%252E.%252Fvictim/report.md"
+
+
+# --- the real store and render path ----------------------------------------------------------------
+
+
+def _hostile_doc(doc: dict, host: str, run_id: str) -> dict:
+    doc = copy.deepcopy(doc)
+    doc["host"], doc["run_id"] = host, run_id
+    wb = doc["facts"]["workbench"]
+    wb["mount_options"] = ["rw", "evil|<script>m</script>", "x\ny"]
+    if isinstance(wb.get("device"), dict) and "unavailable" not in wb["device"]:
+        wb["device"]["model"] = "<script>model</script>|"
+        wb["device"]["name"] = "sda|<b>"
+    doc["facts"]["host"]["kernel"] = "6.1|<script>k</script>"
+    fs = doc["experiments"]["fsync_bench"]
+    doc["experiments"]["fsync_bench"] = {
+        "status": "failed",
+        "error": "boom|<script>e</script>\n| x | y |",
+        "step_wall_s": fs.get("step_wall_s", 0.1),
+    }
+    return doc
+
+
+def _stage(reports, run_id: str, host: str, doc: dict) -> None:
+    staging = store.incoming_dir(reports, run_id)
+    staging.mkdir(parents=True, exist_ok=True)
+    (staging / f"{hostnames.encode(host)}.json").write_text(json.dumps(doc))
+
+
+def test_hostile_names_and_strings_stay_inside_the_reports_dir_and_out_of_the_markup(tmp_path, linux_doc):  # noqa: F811
+    reports = tmp_path / "deep" / "a" / "b" / "reports"  # ../../../../victim from here is tmp_path/victim
+    reports.mkdir(parents=True)
+    (tmp_path / "victim.json").write_text("precious")
+    before = _files(tmp_path)
+    run_id = "20261129T100000Z"
+    outcomes = {}
+    for host in HOSTILE:
+        _stage(reports, run_id, host, _hostile_doc(linux_doc, host, run_id))
+        outcomes[host] = HostOutcome(host=host)
+    # the name inside a stored file is not where it goes: the file's (encoded) name is
+    _stage(reports, run_id, "plain", {**_hostile_doc(linux_doc, "../../../../redirect", run_id)})
+    outcomes["plain"] = HostOutcome(host="plain")
+    failed = HostOutcome(host=FAILURE_ONLY, status="unreachable", task="Gathering Facts")
+    failed.message = "ssh: connect | <script>z</script>\nrefused"
+    outcomes[FAILURE_ONLY] = failed
+    status = store.store_fetched(reports, run_id, "runs", outcomes)
+    assert status[FAILURE_ONLY] == "unreachable" and status["plain"] == "partial"
+    written, errors = report.render_all(reports, force=True)
+    assert errors == []
+
+    # nothing outside the reports directory was written, nor changed
+    assert {p for p in _files(tmp_path) if reports not in p.parents} == before
+    assert (tmp_path / "victim.json").read_text() == "precious"
+    assert not (tmp_path / "victim").exists() and not (tmp_path / "deep" / "redirect").exists()
+    # each host has exactly one directory, named by the rule, and keeps its own name inside
+    all_hosts = {*HOSTILE, "plain", FAILURE_ONLY}
+    dirs = [p for p in reports.iterdir() if p.is_dir() and (p / "failures").is_dir() or (p / "runs").is_dir()]
+    assert sorted(p.name for p in dirs) == sorted(hostnames.encode(h) for h in all_hosts)
+    assert set(store.hosts(reports)) == all_hosts
+    for host in HOSTILE:
+        runs = store.files(hostnames.host_dir(reports, host), "runs")
+        assert len(runs) == 1 and stored.read(runs[0], "results")["host"] == host
+    # no markup survives, and no cell is split, in any page
+    pages = [p for p in reports.rglob("*.md") if p.is_file()]
+    assert len([p for p in pages if p.name == "report.md"]) == len(all_hosts)
+    for page in pages:
+        text = page.read_text()
+        assert "<script" not in text and "<b>" not in text, page
+        for table in _tables(text):
+            assert len({_cells(line) for line in table}) == 1, (page, table)
+    index = (reports / "index.md").read_text()
+    for host in all_hosts:
+        row = _row(index, host)
+        assert f"]({markup.link(hostnames.encode(host) + '/report.md')})" in row
+        assert (reports / hostnames.encode(host) / "report.md").is_file()
+    assert "**unreachable** at" in _row(index, FAILURE_ONLY)
+    assert "(failure record `20261129T100000Z`)" in _row(index, FAILURE_ONLY)
+    heading = (
+        (reports / hostnames.encode("evil|<script>x</script>") / "report.md").read_text().splitlines()[0]
+    )
+    assert heading == "# disklab report: evil\\|&lt;script&gt;x&lt;/script&gt;"
+
+
+def test_a_fetched_file_whose_name_the_rule_never_makes_is_left_alone(tmp_path, linux_doc):  # noqa: F811
+    reports = tmp_path / "reports"
+    staging = store.incoming_dir(reports, "20261129T100000Z")
+    staging.mkdir(parents=True)
+    (staging / ".hidden.json").write_text(json.dumps(linux_doc))
+    assert store.store_fetched(reports, "20261129T100000Z", "runs", {}) == {}
+    assert (staging / ".hidden.json").is_file() and store.hosts(reports) == []
+
+
+# --- finding 9: every host with a stored file keeps its row ---------------------------------------
+
+
+def _failure(reports, host: str, run_id: str, status: str = "unreachable", kind: str = "runs") -> None:
+    stored.write(
+        hostnames.host_dir(reports, host) / "failures" / f"{run_id}.json",
+        "failure",
+        {"run_id": run_id, "run_kind": kind, "status": status, "task": "Gathering Facts", "role": None,
+         "message": "ssh: connect to host: Connection refused", "failed_steps": {}},
+    )  # fmt: skip
+
+
+def test_every_host_with_a_stored_file_keeps_its_row_with_its_latest_status(tmp_path, linux_doc):  # noqa: F811
+    reports = tmp_path / "reports"
+    good = copy.deepcopy(linux_doc)
+    stored.write(hostnames.host_dir(reports, "goodbox") / "runs" / "20261129T100000Z.json", "results", good)
+    # a host whose only stored run is damaged, and whose last attempt was refused
+    broken = hostnames.host_dir(reports, "brokenbox") / "runs" / "20261129T100000Z.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("[]")
+    _failure(reports, "brokenbox", "20261129T110000Z", status="failed")
+    # a host that only ever failed
+    _failure(reports, "failonly", "20261129T100000Z")
+    # a host that failed, then passed a newer audit: the audit clears the failure
+    _failure(reports, "cameback", "20261129T100000Z")
+    stored.write(
+        hostnames.host_dir(reports, "cameback") / "audits" / "20261129T120000Z.json",
+        "audit",
+        {"run_id": "20261129T120000Z", "host": "cameback", "facts": copy.deepcopy(linux_doc["facts"])},
+    )
+    # a host that passed an audit, then failed: the failure is its status
+    stored.write(
+        hostnames.host_dir(reports, "wentaway") / "audits" / "20261129T100000Z.json",
+        "audit",
+        {"run_id": "20261129T100000Z", "host": "wentaway", "facts": copy.deepcopy(linux_doc["facts"])},
+    )
+    _failure(reports, "wentaway", "20261129T110000Z", kind="audits")
+    _, errors = report.render_all(reports, force=True)
+    assert len(errors) == 1 and "brokenbox" in errors[0] and str(broken) in errors[0]
+    index = (reports / "index.md").read_text()
+    assert "ok (run `20261129T100000Z`)" in _row(index, "goodbox")
+    row = _row(index, "brokenbox")
+    assert "**failed** at" in row and "(failure record `20261129T110000Z`)" in row and "unreadable" in row
+    assert "**unreachable** at" in _row(index, "failonly")
+    assert "(failure record `20261129T100000Z`)" in _row(index, "failonly")
+    row = _row(index, "cameback")
+    assert "unreachable" not in row and "ok (audit `20261129T120000Z`)" in row
+    assert "**unreachable** at" in _row(index, "wentaway")
+    text = (reports / "brokenbox" / "report.md").read_text()
+    assert str(broken) in text and "cannot be read" in text
+
+
+# --- a real `disklab audit` with a hostile inventory name ----------------------------------------
+
+
+@pytest.mark.slow
+def test_a_real_audit_of_a_host_named_like_a_path_writes_only_inside_the_reports_dir(tmp_path):
+    top = tmp_path / "top"
+    reports = top / "deep" / "a" / "b" / "reports"
+    reports.mkdir(parents=True)
+    (top / "victim.json").write_text("precious")
+    host = "../../../../victim"
+    inv = tmp_path / "inv.yml"
+    host_vars = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "disklab_root": str(tmp_path / "lab"),
+        "disklab_workbench": str(tmp_path / "lab" / "wb"),
+        "lab_run_workbench_create": True,
+    }
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {host: host_vars}}}))
+    before = _files(top)
+    proc = run_disklab("audit", "-i", str(inv), reports=reports, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert {p for p in _files(top) if reports not in p.parents} == before
+    assert (top / "victim.json").read_text() == "precious" and not (top / "victim").exists()
+    audits = store.files(hostnames.host_dir(reports, host), "audits")
+    assert len(audits) == 1 and stored.read(audits[0], "audit")["host"] == host
+    assert store.hosts(reports) == [host]
+    index = (reports / "index.md").read_text()
+    assert re.search(r"^\| \.\./\.\./\.\./\.\./victim \| ok \(audit `", index, re.M), index
