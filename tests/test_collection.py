@@ -72,6 +72,7 @@ def test_the_tarball_holds_the_roles_plugins_playbooks_and_host_package_once(tar
         manifest = json.loads(tar.extractfile("MANIFEST.json").read())
     for part in ("galaxy.yml", "MANIFEST.json", "meta/runtime.yml", "meta/execution-environment.yml",
                  "requirements.txt", "plugins/action/lab_run_fetch.py", "plugins/filter/result.py",
+                 "plugins/filter/hostnames.py", "src/disklab_host/common/hostnames.py",
                  "playbooks/site.yml", "playbooks/audit.yml", "roles/host_audit/tasks/main.yml",
                  "roles/lab_run/tasks/main.yml", "roles/lab_venv/tasks/main.yml",
                  "src/disklab_host/__main__.py", "src/disklab/cli.py"):  # fmt: skip

@@ -9,14 +9,18 @@ point a fetch outside the staging directory, and the store finds each host by th
 
 from __future__ import annotations
 
-import sys
+import importlib.util
 from pathlib import Path
 
 try:
     from disklab_host.common import hostnames as _hostnames
-except ImportError:  # the collection on its own (ansible-galaxy install): its src/ holds the package
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from disklab_host.common import hostnames as _hostnames
+except ImportError:
+    # The collection on its own (ansible-galaxy install), or beside an older disklab_host that has no
+    # hostnames module: the collection's own src/ holds it, and it imports only the standard library.
+    _path = Path(__file__).resolve().parents[2] / "src" / "disklab_host" / "common" / "hostnames.py"
+    _spec = importlib.util.spec_from_file_location("_disklab_lab_hostnames", _path)
+    _hostnames = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_hostnames)
 
 
 def host_file(host) -> str:
