@@ -32,6 +32,7 @@ HOSTILE = [
     "100%",
     "index.md",
     "..",
+    "math$\\foo$text",  # mathtext to matplotlib: the fleet plots must show it, not raise
 ]
 FAILURE_ONLY = "gone|<script>y</script>/../x"
 
@@ -118,7 +119,7 @@ def test_markdown_escaping_leaves_no_markup_and_no_extra_cell():
 # --- the real store and render path ----------------------------------------------------------------
 
 
-def _hostile_doc(doc: dict, host: str, run_id: str) -> dict:
+def _hostile_doc(doc: dict, host: str, run_id: str, fail_fsync: bool = True) -> dict:
     doc = copy.deepcopy(doc)
     doc["host"], doc["run_id"] = host, run_id
     wb = doc["facts"]["workbench"]
@@ -128,11 +129,15 @@ def _hostile_doc(doc: dict, host: str, run_id: str) -> dict:
         wb["device"]["name"] = "sda|<b>"
     doc["facts"]["host"]["kernel"] = "6.1|<script>k</script>"
     fs = doc["experiments"]["fsync_bench"]
-    doc["experiments"]["fsync_bench"] = {
-        "status": "failed",
-        "error": "boom|<script>e</script>\n| x | y |",
-        "step_wall_s": fs.get("step_wall_s", 0.1),
-    }
+    doc["experiments"]["fsync_bench"] = (
+        fs
+        if not fail_fsync
+        else {
+            "status": "failed",
+            "error": "boom|<script>e</script>\n| x | y |",
+            "step_wall_s": fs.get("step_wall_s", 0.1),
+        }
+    )
     return doc
 
 
@@ -149,8 +154,8 @@ def test_hostile_names_and_strings_stay_inside_the_reports_dir_and_out_of_the_ma
     before = _files(tmp_path)
     run_id = "20261129T100000Z"
     outcomes = {}
-    for host in HOSTILE:
-        _stage(reports, run_id, host, _hostile_doc(linux_doc, host, run_id))
+    for i, host in enumerate(HOSTILE):  # half of them with a durable sync figure: the fleet plot names them
+        _stage(reports, run_id, host, _hostile_doc(linux_doc, host, run_id, fail_fsync=i % 2 == 0))
         outcomes[host] = HostOutcome(host=host)
     # the name inside a stored file is not where it goes: the file's (encoded) name is
     _stage(reports, run_id, "plain", {**_hostile_doc(linux_doc, "../../../../redirect", run_id)})
@@ -160,8 +165,10 @@ def test_hostile_names_and_strings_stay_inside_the_reports_dir_and_out_of_the_ma
     outcomes[FAILURE_ONLY] = failed
     status = store.store_fetched(reports, run_id, "runs", outcomes)
     assert status[FAILURE_ONLY] == "unreachable" and status["plain"] == "partial"
+    assert status["math$\\foo$text"] == "ok"
     written, errors = report.render_all(reports, force=True)
     assert errors == []
+    assert (reports / "fleet-plots").is_dir() and any((reports / "fleet-plots").glob("*.png"))
 
     # nothing outside the reports directory was written, nor changed
     assert {p for p in _files(tmp_path) if reports not in p.parents} == before

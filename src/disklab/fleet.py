@@ -331,7 +331,7 @@ def _plot_load(cols: list, keys: list):
             ]
             if pts:
                 xs, ys = zip(*pts, strict=True)
-                ax.plot(xs, ys, "o", color=f"C{i % 10}" if legend else "C0", alpha=0.7, label=host)
+                ax.plot(xs, ys, "o", color=f"C{i % 10}" if legend else "C0", alpha=0.7, label=_plain(host))
         _log_x(ax)
         ax.set_xlabel("seconds from the load call (log scale)")
         ax.set_title(f"{cache}, {STAGE}: median per host")
@@ -344,10 +344,16 @@ def _plot_load(cols: list, keys: list):
     return fig
 
 
+def _plain(text: str) -> str:
+    """A host's string as matplotlib text shown as it is: a ``$`` would start mathtext, which raises on
+    an unknown symbol (a host named ``a$\\x$`` stopped the fleet page)."""
+    return str(text).replace("$", r"\$")
+
+
 def _plot_sync(syncs: list):
     """Durable sync p50 per host (log µs); past MAX_BARS hosts, sorted points without names."""
     named = len(syncs) <= MAX_BARS
-    labels = [f"{h} ({call})" for h, _, call in syncs] if named else []
+    labels = [_plain(f"{h} ({call})") for h, _, call in syncs] if named else []
     fig = plotting.figure(7, 0.35 * len(syncs) + 1.2 if named else 4)
     ax = fig.subplots()
     if named:

@@ -7,6 +7,7 @@ big_write.py and crash.py import it, so each fact is read from the results in on
 
 from __future__ import annotations
 
+from disklab.markup import code, md
 from disklab.units import ibytes, pct
 
 MIB = 1 << 20
@@ -72,11 +73,11 @@ def fsync_reading(p50_us: float | None, facts: dict) -> str | None:
     if p50_us is None:
         return None
     wc = facts["write_cache"]
-    dev = facts["name"] or "the workbench device"
+    dev = md(facts["name"]) if facts["name"] else "the workbench device"  # the host's strings, escaped
     if wc is None:
         return (
-            f"The write-cache mode of {dev} is unknown ({facts['write_cache_why']}), so this p50 cannot be "
-            "read against it."
+            f"The write-cache mode of {dev} is unknown ({md(facts['write_cache_why'])}), so this p50 "
+            "cannot be read against it."
         )
     if wc == "write through":
         return (
@@ -97,7 +98,7 @@ def fsync_reading(p50_us: float | None, facts: dict) -> str | None:
             f"{dev} reports a volatile write cache (`write back`): each sync includes a cache flush, and a "
             f"p50 of {p50_us:,.0f} µs is plausible for a write that reached stable media."
         )
-    return f"{dev} reports write_cache `{wc}`."
+    return f"{dev} reports write_cache {code(wc)}."
 
 
 def io_bytes(record: object) -> dict:

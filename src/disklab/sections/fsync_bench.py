@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from disklab import plotting
+from disklab.markup import md
 from disklab.sections import evidence, status_note
 from disklab.units import ibytes, ratio, secs, us
 
@@ -156,12 +157,12 @@ def _fallback_line(mode: str, fb: dict) -> str:
     name = CALL_NAMES.get(mode, mode)
     if fb.get("kind", "refusal") == "refusal":
         return (
-            f"{name} was refused with {fb['errno']} after {fb['after_calls']} calls on this volume; "
+            f"{name} was refused with {md(fb['errno'])} after {fb['after_calls']} calls on this volume; "
             f"the {mode} figures are {fb['to']}'s."
         )
     line = (
-        f"{name} failed with {fb['errno']} ({fb['error']}) after {fb['after_calls']} calls, not one of "
-        f"the errnos that say the volume cannot do it ({', '.join(REFUSALS)}); "
+        f"{name} failed with {md(fb['errno'])} ({md(fb['error'])}) after {fb['after_calls']} calls, "
+        f"not one of the errnos that say the volume cannot do it ({', '.join(REFUSALS)}); "
         f"the {mode} figures are {fb['to']}'s"
     )
     if fb["errno"] == "EIO":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab import plotting
+from disklab import markup, plotting
 from disklab.sections import evidence
 from disklab.units import ibytes, pct
 from disklab_host.cache.pagecache import WILLNEED_HINTS
@@ -302,7 +302,7 @@ def device_summary(section: dict) -> dict | None:
     shares, total = dev["shares_memory_with_cpu"], dev["total_memory_bytes"]
     out.update(
         backend=dev["backend"],
-        name=fact(dev["name"]),
+        name=markup.md(fact(dev["name"])),  # the host's GPU name, escaped for the report
         name_known=not isinstance(dev["name"], dict),
         total_memory_bytes=None if isinstance(total, dict) else total,
         total_memory_reason=fact(total) if isinstance(total, dict) else None,
