@@ -10,7 +10,7 @@ import jinja2
 import jsonschema
 import pytest
 
-from disklab import units
+from disklab import markup, units
 from disklab.sections import crash as section_mod
 from disklab_host.steps import crash
 
@@ -30,6 +30,7 @@ def _render(s: dict, x: dict, results: dict) -> str:
         loader=jinja2.FileSystemLoader(str(SRC / "templates")), undefined=jinja2.StrictUndefined
     )
     env.filters.update(units.FILTERS)
+    env.filters.update(markup.FILTERS)  # the report's escaping (disklab.report.environment)
     return env.get_template("sections/crash.md.j2").render(s=s, x=x, results=results)
 
 

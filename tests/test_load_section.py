@@ -14,6 +14,7 @@ import jinja2
 import jsonschema
 import pytest
 
+from disklab import markup
 from disklab.sections import load as section_mod
 from disklab.units import FILTERS
 from disklab_host.loadlab import proof
@@ -192,6 +193,7 @@ def render(section: dict, tmp_path: Path) -> tuple[dict, str]:
     x = section_mod.build(section, {"experiments": {"load": section}}, tmp_path / "plots")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined)
     env.filters.update(FILTERS)
+    env.filters.update(markup.FILTERS)  # the report's escaping (disklab.report.environment)
     md = env.get_template("sections/load.md.j2").render(s=section, x=x, results={})
     return x, md
 
@@ -435,6 +437,7 @@ def test_the_rendered_table_says_a_cache_below_served_bytes_faster_than_the_ceil
     x = section_mod.build(section, {"experiments": {"ceiling": _ceiling(100.0, 90.0, 110.0)}}, tmp_path)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined)
     env.filters.update(FILTERS)
+    env.filters.update(markup.FILTERS)  # the report's escaping (disklab.report.environment)
     md = env.get_template("sections/load.md.j2").render(s=section, x=x, results={})
     assert "cache below this OS" in md and "This run's cold ceiling" in md
     assert "| torch.load, big_pt | cold | 1.000 s | 256.00 MiB | 256.00 MiB | 256 MiB/s |" in md

@@ -19,6 +19,7 @@ import pytest
 import torch
 from jsonschema import Draft202012Validator
 
+from disklab import markup
 from disklab.sections import pickle_safety as section_mod
 from disklab.units import FILTERS
 from disklab_host.steps import pickle_safety
@@ -41,6 +42,7 @@ def _render(section: dict) -> tuple[dict, str]:
         undefined=jinja2.StrictUndefined,
     )
     env.filters.update(FILTERS)
+    env.filters.update(markup.FILTERS)  # the report's escaping (disklab.report.environment)
     text = env.get_template("sections/pickle_safety.md.j2").render(s=section, x=x, results={"host": "h1"})
     return x, text
 

@@ -21,6 +21,7 @@ import jinja2
 import pytest
 from jsonschema import Draft202012Validator
 
+from disklab import markup
 from disklab.units import FILTERS, ibytes, ns, ratio, secs, us
 from disklab_host.steps import big_write, fsync_bench, write_buffering
 
@@ -44,6 +45,7 @@ def _render(name: str, section: dict, plot_dir: Path, results: dict | None = Non
         undefined=jinja2.StrictUndefined,
     )
     env.filters.update(FILTERS)
+    env.filters.update(markup.FILTERS)  # the report's escaping (disklab.report.environment)
     text = env.get_template(f"sections/{name}.md.j2").render(s=section, x=x, results=results)
     return x, text
 
