@@ -196,7 +196,7 @@ def test_hostile_names_and_strings_stay_inside_the_reports_dir_and_out_of_the_ma
         assert f"]({markup.link(hostnames.encode(host) + '/report.md')})" in row
         assert (reports / hostnames.encode(host) / "report.md").is_file()
     assert "**unreachable** at" in _row(index, FAILURE_ONLY)
-    assert "(failure record `20261129T100000Z`)" in _row(index, FAILURE_ONLY)
+    assert "| failure record `20261129T100000Z` |" in _row(index, FAILURE_ONLY)
     heading = (
         (reports / hostnames.encode("evil|<script>x</script>") / "report.md").read_text().splitlines()[0]
     )
@@ -252,13 +252,16 @@ def test_every_host_with_a_stored_file_keeps_its_row_with_its_latest_status(tmp_
     _, errors = report.render_all(reports, force=True)
     assert len(errors) == 1 and "brokenbox" in errors[0] and str(broken) in errors[0]
     index = (reports / "index.md").read_text()
-    assert "ok (run `20261129T100000Z`)" in _row(index, "goodbox")
+    assert "| ok |" in _row(index, "goodbox") and "| run `20261129T100000Z` |" in _row(index, "goodbox")
     row = _row(index, "brokenbox")
-    assert "**failed** at" in row and "(failure record `20261129T110000Z`)" in row and "unreadable" in row
+    assert (
+        "**failed** at" in row
+        and "| failure record `20261129T110000Z`; 1 newest stored file(s) unreadable |" in row
+    )
     assert "**unreachable** at" in _row(index, "failonly")
-    assert "(failure record `20261129T100000Z`)" in _row(index, "failonly")
+    assert "| failure record `20261129T100000Z` |" in _row(index, "failonly")
     row = _row(index, "cameback")
-    assert "unreachable" not in row and "ok (audit `20261129T120000Z`)" in row
+    assert "unreachable" not in row and "| ok |" in row and "| audit `20261129T120000Z` |" in row
     assert "**unreachable** at" in _row(index, "wentaway")
     text = (reports / "brokenbox" / "report.md").read_text()
     assert str(broken) in text and "cannot be read" in text
@@ -292,4 +295,4 @@ def test_a_real_audit_of_a_host_named_like_a_path_writes_only_inside_the_reports
     assert len(audits) == 1 and stored.read(audits[0], "audit")["host"] == host
     assert store.hosts(reports) == [host]
     index = (reports / "index.md").read_text()
-    assert re.search(r"^\| \.\./\.\./\.\./\.\./victim \| ok \(audit `", index, re.M), index
+    assert re.search(r"^\| \.\./\.\./\.\./\.\./victim \| ok \| .* \| audit `", index, re.M), index

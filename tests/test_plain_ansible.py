@@ -83,7 +83,8 @@ def test_plain_audit_with_defaults_stores_and_renders_under_the_current_director
     assert doc["run_id"] == run_id and doc["facts"]["workbench"]["requested_path"] == str(tmp_path / "wb")
     record = stored.read(reports / ".runs" / f"{run_id}.json", "run_record")
     assert record["hosts"] == {"localhost": "ok"} and record["run_kind"] == "audits"
-    assert "| localhost | ok |" in (reports / "index.md").read_text()
+    index = (reports / "index.md").read_text()
+    assert "| localhost | ok |" in index and f"| audit `{run_id}` |" in index  # its status, and from what
     assert (reports / "localhost" / "report.md").is_file()
     assert not (reports / ".incoming").exists()
     assert f"audit {run_id}: fleet index in" in proc.stdout
