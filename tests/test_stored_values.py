@@ -133,12 +133,14 @@ def test_a_run_with_a_senseless_value_is_refused_in_one_line_and_the_other_host_
     proc, peak, errors = _report_force(reports)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
-    assert errors == [f"disklab report: {BAD_HOST}: not rendered: {message}"]
+    assert errors == [f"disklab report: {BAD_HOST}: {message}"]
     good = (reports / GOOD_HOST / "report.md").read_text()
     assert "fsync p50 is" in good and "nan" not in good.lower()
-    assert not (reports / BAD_HOST / "report.md").exists()
+    # the refused run is named on the host's page and its row (issue 26, finding 9), and none of its figures
+    bad_page = (reports / BAD_HOST / "report.md").read_text()
+    assert "cannot be read" in bad_page and "fsync p50 is" not in bad_page
     index = (reports / "index.md").read_text()
-    assert f"| {GOOD_HOST} |" in index and BAD_HOST not in index
+    assert f"| {GOOD_HOST} |" in index and f"| {BAD_HOST} | **unreadable**: " in index
     assert (reports / fleet.PLOT_DIR / fleet.SYNC_PLOT).read_bytes().startswith(b"\x89PNG")
     print(f"{case}: peak RSS of disklab report --force {peak / (1 << 20):.0f} MiB")
     if case == "fifty_mb_string":  # refused before it is held more than the three times reading takes
