@@ -195,7 +195,7 @@ def become_owned(real: str, argv: list[str]) -> None:
 def ancestor_playbook(start: int | None = None) -> int | None:
     """The pid of the nearest ancestor process that is ansible-playbook (for plain ansible-playbook runs)."""
     pid = os.getppid() if start is None else start
-    for _ in range(64):
+    for _hop in range(64):  # a chain of ancestors ends at init long before this
         if pid <= 1:
             return None
         if _name(pid) == "ansible-playbook":

@@ -306,7 +306,7 @@ def host_status(doc, doc_path, audit, audit_path, failure, failure_path, unreada
     ]
     if not found:
         return {"status": "unreadable", "source": "unreadable", "run_id": None, "why": "; ".join(unreadable)}
-    _, source, newest = max(found, key=lambda t: (t[0], t[1] == "failure record"))
+    _when, source, newest = max(found, key=lambda t: (t[0], t[1] == "failure record"))
     status = newest["status"] if source == "failure record" else "ok"
     return {"status": status, "source": source, "run_id": newest["run_id"], "why": None}
 

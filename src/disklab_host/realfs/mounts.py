@@ -218,8 +218,8 @@ class Resources:
                     run(["btrfs", "device", "scan", "--forget", dev])
             run(["losetup", "-d", dev])
 
-        return self.add(dev, detach, {"kind": "loop", "dev": dev, "backing": str(Path(image).resolve()),
-                                      "btrfs": btrfs})  # fmt: skip
+        record = {"kind": "loop", "dev": dev, "backing": str(Path(image).resolve()), "btrfs": btrfs}
+        return self.add(dev, detach, record)
 
     def mount(self, dev: str, target: Path, fstype: str, options: str = "") -> str:
         """Mount ``dev`` at ``target``; unmounted on close (only while ``target`` still holds ``dev``)."""
@@ -247,8 +247,8 @@ class Resources:
                     proc.kill()
                     proc.wait()
 
-        return self.add(f"{name} pid {proc.pid}", end, {"kind": "process", "pid": proc.pid, "name": name,
-                                                          "start": _start_time(proc.pid)})  # fmt: skip
+        record = {"kind": "process", "pid": proc.pid, "name": name, "start": _start_time(proc.pid)}
+        return self.add(f"{name} pid {proc.pid}", end, record)
 
     def fuse(self, what: str, target: Path, source: str, undo: Callable[[], None]) -> str:
         """A FUSE mount at ``target`` (its server a registered process); ``undo`` unmounts it on close."""
