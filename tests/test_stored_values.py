@@ -88,13 +88,19 @@ def _bad_run(reports: Path, doc: dict, change) -> Path:
     return _write_raw(reports, BAD_HOST, _with(doc, *change))
 
 
-# The CLI in a fresh process, printing its own peak RSS last (getrusage: KiB on Linux, bytes on macOS).
+# The CLI in a fresh process, printing its own peak RSS last: on Linux the VmHWM of its own address space
+# (getrusage's ru_maxrss would also hold the RSS of the pytest process it was forked from, which exec keeps);
+# on macOS getrusage, in bytes.
 PEAK = (
     "import resource, sys\n"
     "from disklab import cli\n"
     "rc = cli.main(sys.argv[1:])\n"
-    "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-    "print(f'peak_rss_bytes {peak if sys.platform == \"darwin\" else peak * 1024}', file=sys.stderr)\n"
+    "if sys.platform == 'darwin':\n"
+    "    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+    "else:\n"
+    "    hwm = [ln for ln in open('/proc/self/status') if ln.startswith('VmHWM:')][0]\n"
+    "    peak = int(hwm.split()[1]) * 1024\n"
+    "print(f'peak_rss_bytes {peak}', file=sys.stderr)\n"
     "sys.exit(rc)\n"
 )
 

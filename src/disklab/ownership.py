@@ -161,11 +161,9 @@ def launcher(directory: Path, real: str) -> Path:
     """
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "ansible-playbook"
-    src = Path(__file__).resolve().parents[1]  # the directory holding this package
-    path.write_text(
+    path.write_text(  # run by this interpreter, which imports disklab as this process does
         f"#!{sys.executable}\n"
-        "import os, sys\n"
-        f"sys.path.insert(0, {str(src)!r})\n"
+        "import sys\n"
         "from disklab import ownership\n"
         f"ownership.become_owned({real!r}, sys.argv[1:])\n"
     )
