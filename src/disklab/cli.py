@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import signal
 import sys
 from pathlib import Path
@@ -37,7 +36,6 @@ from disklab_host.common.result import emit as emit_result
 from disklab_host.stage import ARTIFACT_NAME
 
 DEFAULT_INVENTORY = ansible_path("inventory", "local.yml")
-RUN_ID = re.compile(r"^\d{8}T\d{6}Z(-\d+)?$")  # disklab.store.new_run_id's
 # Under the current directory, never inside the installed package; DISKLAB_REPORTS names another (an AWX job's
 # working directory is discarded when the job ends: docs/fleet.md).
 DEFAULT_REPORTS = Path(os.environ.get("DISKLAB_REPORTS") or "reports")
@@ -105,7 +103,7 @@ def _playbook(args, playbook: str, kind: str) -> int:
                 "--fetch runs only the fetch (--tags fetch); leave out --tags, --skip-tags, --check and "
                 "--retry-failed"
             )
-        if not RUN_ID.match(fetch):
+        if not store.RUN_ID.match(fetch):
             raise UsageError(f"--fetch {fetch}: not a run id (a UTC timestamp like 20261203T061500Z)")
         if (reports / ".runs" / f"{fetch}.json").exists():
             raise UsageError(f"--fetch {fetch}: run {fetch} is stored already (reports/.runs/{fetch}.json)")
@@ -116,17 +114,20 @@ def _playbook(args, playbook: str, kind: str) -> int:
     run_id = fetch or store.new_run_id(reports)
     try:
         with RunLock(reports / ".lock", run_id, what=f"the reports directory {reports}") as lock:
-            live = ownership.live_runs(reports)
-            if live:
-                raise UsageError(
-                    f"refused: {ownership.describe_live(*live[0])}; wait for it to finish, or stop it"
-                )
+            _refuse_a_live_run(reports)
             if lock.took_over:
                 print(f"disklab: {lock.took_over}", file=sys.stderr)
             _recover_leftovers(reports, inventory, but=run_id)
             return _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, limit)
     except LockHeld as exc:
         raise UsageError(f"refused: {exc}") from None
+
+
+def _refuse_a_live_run(reports: Path, but: str | None = None) -> None:
+    """UsageError naming another run of ``reports`` that a live process still owns (disklab.ownership)."""
+    live = ownership.live_runs(reports, but=but)
+    if live:
+        raise UsageError(f"refused: {ownership.describe_live(*live[0])}; wait for it to finish, or stop it")
 
 
 def _recover_leftovers(reports: Path, inventory: Path, but: str) -> None:
@@ -302,11 +303,7 @@ def cmd_playbook_begin(args) -> int:
     reports.mkdir(parents=True, exist_ok=True)
     try:
         with RunLock(reports / ".lock", "ansible-playbook", what=f"the reports directory {reports}"):
-            live = ownership.live_runs(reports, but=args.run_id)
-            if live:
-                raise UsageError(
-                    f"refused: {ownership.describe_live(*live[0])}; wait for it to finish, or stop it"
-                )
+            _refuse_a_live_run(reports, but=args.run_id)
             run_id = args.run_id or store.new_run_id(reports)
             incoming = store.incoming_dir(reports, run_id)
             incoming.mkdir(parents=True, exist_ok=bool(args.run_id))

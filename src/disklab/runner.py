@@ -174,7 +174,6 @@ def run_playbook(
     cancel: Callable[[], bool] | None = None,
     artifact_dir: Path | None = None,
     cmdline: list[str] | None = None,
-    verbosity: int | None = None,
     ansible: ansible_env.AnsibleEnv | None = None,
     passwords: dict[str, str] | None = None,
     owner_file: Path | None = None,
@@ -230,7 +229,6 @@ def run_playbook(
                 cancel_callback=cancel,
                 **_artifact_options(artifact_dir, playbook),
                 cmdline=" ".join(shlex.quote(a) for a in cmdline) if cmdline else None,
-                verbosity=verbosity,
             )
         stats = r.stats or {}
         try:

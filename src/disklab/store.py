@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 import shutil
 import sys
 from pathlib import Path
 
 from disklab import hostnames, ownership, stored
 from disklab.runner import HostOutcome
+
+# What new_run_id makes: a UTC timestamp, with -N when that second was taken already.
+RUN_ID = re.compile(r"^\d{8}T\d{6}Z(-\d+)?$")
 
 
 def new_run_id(reports: Path, now: dt.datetime | None = None) -> str:
