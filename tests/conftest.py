@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -89,4 +90,31 @@ def run_disklab(*args: str, reports: Path, timeout: int = 900):
         text=True,
         timeout=timeout,
         cwd=REPO,
+    )
+
+
+# Where the suite's time goes (printed after pytest's slowest-tests listing): the whole run, and each shared
+# set-up, a fixture of module or session scope, by name and the module that defines it.
+_SUITE_START = time.monotonic()
+_SHARED_SETUPS: dict[str, float] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    start = time.monotonic()
+    yield
+    if fixturedef.scope != "function":
+        where = Path(fixturedef.baseid.split("::")[0]).stem or "conftest"
+        key = f"{where}::{fixturedef.argname}"
+        _SHARED_SETUPS[key] = _SHARED_SETUPS.get(key, 0.0) + time.monotonic() - start
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter):
+    total = time.monotonic() - _SUITE_START
+    shared = sorted(_SHARED_SETUPS.items(), key=lambda kv: -kv[1])
+    top = ", ".join(f"{name} {secs:.0f} s" for name, secs in shared[:8] if secs >= 1)
+    terminalreporter.write_line(
+        f"suite time: {total:.0f} s in all; shared set-ups {sum(s for _, s in shared):.0f} s"
+        + (f" (slowest: {top})" if top else "")
     )
