@@ -169,6 +169,8 @@ def _render_timed(work: Path, hosts: int, repeats: int, reports: Path, timeout_s
     target = {"op": "<", "value": 2.0}
     # the first render's target is for 500 hosts (issue 14): 60 s, scaled by the host count
     first_target = {"op": "<=", "value": round(60.0 * hosts / 500, 3)}
+    first_met = target_met(first_render_s, first_target)
+    repeat_met = target_met(side["median_s"], target)
     return {
         "status": "ok",
         "title": "report rendering",
@@ -178,11 +180,13 @@ def _render_timed(work: Path, hosts: int, repeats: int, reports: Path, timeout_s
         "first_render_s": first_render_s,
         "force_render_s": force_render_s,
         "first_render_target": first_target,
-        "first_render_met": target_met(first_render_s, first_target),
+        "first_render_met": first_met,
         "unit": "s",
         "value": side,
         "target": target,
-        "met": target_met(side["median_s"], target),
+        "repeat_render_met": repeat_met,
+        # the part is met only when both of its targets are: the first render's and the repeated render's
+        "met": first_met and repeat_met,
         "hosts": hosts,
         "repeats_stopped_early": stopped,
         "host_reports_rendered": rendered,
