@@ -14,9 +14,7 @@ themselves call two more commands when run by plain ``ansible-playbook``:
 ``playbook-begin`` (a run id and its staging directory) and ``playbook-store``
 (store what was fetched and render the reports), the same code ``disklab run`` uses.
 
-Exit status: 0 when every host succeeded, 1 when a host failed, 2 on bad input. compare
---fail-on-change exits 1 when a figure changed beyond noise; export exits 1 when a stored run
-could not be read (the others are exported).
+Exit statuses: ``_EXIT_STATUSES`` below, which ``disklab --help`` prints.
 """
 
 from __future__ import annotations
@@ -27,6 +25,8 @@ import os
 import signal
 import sys
 from pathlib import Path
+
+import shtab
 
 from disklab import __version__, ownership, passthrough, ship, store
 from disklab.runner import HostOutcome, ansible_path
@@ -513,17 +513,42 @@ _PASSTHROUGH_EPILOG = (
 )
 
 
+_EXIT_STATUSES = """exit status:
+  0    every host succeeded, every stored file rendered
+  1    run, audit: a host failed, was unreachable or partial (a step, or a part of one, failed);
+       report: a stored file could not be rendered (named; the others are); compare --fail-on-change: a
+       figure changed beyond noise; export: a stored run could not be read (the others are exported)
+  2    bad input: a refused option, inventory value or setting, named in one line
+  130  run, audit interrupted (Ctrl-C or SIGTERM): the lab is stopped on every host, nothing of it stored
+
+shell completion: disklab --print-completion bash > ~/.local/share/bash-completion/completions/disklab
+(or zsh, tcsh, fish)"""
+
+# The commands `disklab --help` lists; playbook-begin and playbook-store are the playbooks' own (they
+# run them under plain ansible-playbook) and are left out of it.
+_PUBLIC_COMMANDS = ("run", "audit", "report", "compare", "export", "powercut")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="disklab", description="A reproducible storage lab for a fleet of hosts."
+        prog="disklab",
+        description="A reproducible storage lab for a fleet of hosts.",
+        epilog=_EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument(
-        "--reports", default=str(DEFAULT_REPORTS), help="reports directory (default: %(default)s)"
-    )
+    reports_help = "reports directory (default: ./reports, or $DISKLAB_REPORTS)"
+    ap.add_argument("--reports", default=str(DEFAULT_REPORTS), help=reports_help)
     ap.add_argument("--version", action="version", version=f"disklab {__version__}")
-    sub = ap.add_subparsers(dest="command", required=True)
+    shtab.add_argument_to(ap, ["--print-completion"], help="print a shell completion script for this shell")
+    # --reports after the command too (`disklab report --reports DIR`); it wins over one given before it
+    reports_after = argparse.ArgumentParser(add_help=False)
+    reports_after.add_argument("--reports", default=argparse.SUPPRESS, help=reports_help)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{" + ",".join(_PUBLIC_COMMANDS) + "}")
 
-    run = sub.add_parser(
+    def command(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[reports_after], **kwargs)
+
+    run = command(
         "run",
         help="provision, audit and run the lab on every host, then render reports",
         epilog=_PASSTHROUGH_EPILOG,
@@ -541,7 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ansible_options(run)
     run.set_defaults(func=lambda a: _playbook(a, "site.yml", "runs"))
 
-    audit = sub.add_parser(
+    audit = command(
         "audit",
         help="facts only: filesystem, mount, device and writeback settings per host",
         epilog=_PASSTHROUGH_EPILOG,
@@ -550,11 +575,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ansible_options(audit)
     audit.set_defaults(func=lambda a: _playbook(a, "audit.yml", "audits"))
 
-    rep = sub.add_parser("report", help="re-render the reports from stored runs, touching no host")
+    rep = command("report", help="re-render the reports from stored runs, touching no host")
     rep.add_argument("--force", action="store_true", help="render every host, even those already up to date")
     rep.set_defaults(func=cmd_report)
 
-    cmp = sub.add_parser("compare", help="what changed between a host's last two runs (or two run files)")
+    cmp = command("compare", help="what changed between a host's last two runs (or two run files)")
     cmp.add_argument(
         "targets",
         nargs="+",
@@ -571,20 +596,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cmp.set_defaults(func=cmd_compare)
 
-    exp = sub.add_parser("export", help="every figure of every stored run, one row per host, run and figure")
+    exp = command("export", help="every figure of every stored run, one row per host, run and figure")
     exp.add_argument("--format", choices=("csv", "json"), default="csv", help="default: %(default)s")
     exp.add_argument("--out", metavar="FILE", help="write here (atomically) instead of to stdout")
     exp.add_argument("--host", action="append", metavar="HOST", help="only this host (repeatable)")
     exp.set_defaults(func=cmd_export)
-    begin = sub.add_parser(
-        "playbook-begin", help="(run by the playbooks under plain ansible-playbook) a run id"
+    begin = command(
+        "playbook-begin", description="(run by the playbooks under plain ansible-playbook) a run id"
     )
     begin.add_argument("--run-id", help="use this run id (its finished results are fetched later)")
     begin.add_argument("--kind", choices=("runs", "audits"), default="runs")
     begin.add_argument("--inventory", default=str(DEFAULT_INVENTORY))
     begin.set_defaults(func=cmd_playbook_begin)
-    st = sub.add_parser(
-        "playbook-store", help="(run by the playbooks under plain ansible-playbook) store and render"
+    st = command(
+        "playbook-store", description="(run by the playbooks under plain ansible-playbook) store and render"
     )
     st.add_argument("--run-id", required=True)
     st.add_argument("--kind", choices=("runs", "audits"), required=True)
