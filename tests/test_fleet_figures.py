@@ -151,6 +151,9 @@ def test_compare_json_has_load_cells_and_fails_on_a_moved_load(tmp_path, capsys,
     )
     assert rc == 1 and "changed beyond noise (--fail-on-change)" in err
     cmp = json.loads(out)
+    assert (cmp["kind"], cmp["schema_version"]) == ("compare", 1)
+    assert schemas.first_error("compare", cmp) is None
+    assert cmp["results_schema_version"] == stored.VERSIONS["results"]
     torch_was = lab_doc["facts"]["versions"]["torch"]
     assert {"path": "facts.versions.torch", "old": torch_was, "new": "2.14.0"} in cmp["fact_changes"]
     assert any(c["path"] == "facts.host.kernel" and c["new"] == "6.19.0-test" for c in cmp["fact_changes"])
@@ -193,6 +196,7 @@ def test_an_upgrade_that_moved_no_load_exits_zero(tmp_path, capsys, lab_doc):
     )
     rc, out, _ = _compare_cli(capsys, "compare", "--json", "--fail-on-change", str(old), str(new))
     cmp = json.loads(out)
+    assert schemas.first_error("compare", cmp) is None
     assert rc == 0 and cmp["counts"]["changed"] == 0 and cmp["counts"]["verdicts_changed"] == 0
     assert any(f["path"] == COLD_TL.format(stage="all_touched") for f in cmp["figures"])
     assert {v["name"]: v["changed"] for v in cmp["verdicts"]}[
@@ -385,6 +389,8 @@ def test_export_csv_and_json_round_trip_every_figure(tmp_path, capsys, lab_doc):
     )
     data = json.loads(text)
     assert rc == 0 and data["columns"] == list(export.COLUMNS)
+    assert (data["kind"], data["schema_version"]) == ("export", 1)
+    assert schemas.first_error("export", data) is None
     assert [(r["key"], r["samples"]) for r in data["rows"]] == [
         (f.key, list(f.samples)) for f in figures.extract(docs["dgx1"])
     ]
@@ -392,3 +398,25 @@ def test_export_csv_and_json_round_trip_every_figure(tmp_path, capsys, lab_doc):
     assert verdict["value"] == "unsafe" and verdict["n"] == 12
     rc, _, err = _compare_cli(capsys, "--reports", str(reports), "export", "--host", "nope")
     assert rc == 2 and "--host nope" in err
+    # JSON Lines: the json document's rows, one per line, each with its own kind and schema version
+    rc, text, _ = _compare_cli(
+        capsys, "--reports", str(reports), "export", "--format", "jsonl", "--host", "dgx1"
+    )
+    lines = [json.loads(x) for x in text.splitlines()]
+    assert rc == 0 and len(lines) == len(data["rows"]) and text.endswith("\n")
+    for line, row in zip(lines, data["rows"], strict=True):
+        assert (line.pop("kind"), line.pop("schema_version")) == ("export_row", 1) and line == row
+    assert all(schemas.first_error("export_row", json.loads(x)) is None for x in text.splitlines())
+
+
+def test_the_output_schemas_refuse_what_a_consumer_could_not_read(lab_doc):
+    # each shipped output schema can fail: a row without its unit, a document of another kind or version
+    (row,) = export.rows_of(lab_doc, "h")[:1]
+    assert schemas.first_error("export_row", row) is None
+    assert "unit" in schemas.first_error("export_row", {k: v for k, v in row.items() if k != "unit"})
+    doc = json.loads(export.to_json([row]))
+    assert "kind" in schemas.first_error("export", {**doc, "kind": "compare"})
+    assert "schema_version" in schemas.first_error("export", {**doc, "schema_version": 2})
+    cmp = json.loads(compare.to_json(compare.compare_runs(lab_doc, lab_doc)))
+    assert schemas.first_error("compare", cmp) is None
+    assert "counts" in schemas.first_error("compare", {k: v for k, v in cmp.items() if k != "counts"})

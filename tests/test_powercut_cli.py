@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from disklab import powercut_cli
+from disklab import powercut_cli, schemas
 from disklab_host.common.child import child_env
 from disklab_host.powercut import record as pc_record
 
@@ -66,6 +66,8 @@ def test_safe_user_function_exits_0(capfd, tmp_path):
     out = capfd.readouterr().out
     assert "verdict under power-cut: safe" in out
     result = json.loads(out_json.read_text())
+    assert (result["kind"], result["schema_version"]) == ("powercut", 1)
+    assert schemas.first_error("powercut", result) is None
     assert result["models"]["power_cut"]["counts"]["corrupt"] == 0
     assert result["models"]["power_cut"]["counts"]["new_ok"] > 0
 

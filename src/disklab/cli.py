@@ -4,7 +4,7 @@
     disklab audit [-i INVENTORY] [ANSIBLE OPTIONS] [-- ...]
     disklab report
     disklab compare [--json] [--fail-on-change] HOST | RUN_A.json RUN_B.json
-    disklab export [--format csv|json] [--out FILE] [--host HOST]
+    disklab export [--format csv|json|jsonl] [--out FILE] [--host HOST]
     disklab powercut MODULE.py:FUNCTION
 
 ansible-playbook's options pass through (disklab.passthrough), and the user's
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import shtab
 
-from disklab import __version__, ownership, passthrough, ship, store
+from disklab import __version__, export, ownership, passthrough, ship, store
 from disklab.runner import HostOutcome, ansible_path
 from disklab_host import registry
 from disklab_host.common.lock import LockHeld, RunLock
@@ -451,7 +451,6 @@ def cmd_compare(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from disklab import export
     from disklab.fsio import atomic_write_text
 
     reports = Path(args.reports)
@@ -597,7 +596,12 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.set_defaults(func=cmd_compare)
 
     exp = command("export", help="every figure of every stored run, one row per host, run and figure")
-    exp.add_argument("--format", choices=("csv", "json"), default="csv", help="default: %(default)s")
+    exp.add_argument(
+        "--format",
+        choices=export.FORMATS,
+        default="csv",
+        help="csv, json (one document) or jsonl (one row per line); default: %(default)s (docs/outputs.md)",
+    )
     exp.add_argument("--out", metavar="FILE", help="write here (atomically) instead of to stdout")
     exp.add_argument("--host", action="append", metavar="HOST", help="only this host (repeatable)")
     exp.set_defaults(func=cmd_export)

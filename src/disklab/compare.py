@@ -45,6 +45,7 @@ from disklab.figures import (  # noqa: F401  (re-exported: compare's figures are
     sample_stats,
     unit_of,
 )
+from disklab_host.common.formats import output
 from disklab_host.common.stats import percentile
 
 __all__ = [  # compare's own, and the figures it re-exports (compare's figures are figures.py's)
@@ -338,7 +339,7 @@ def compare_runs(old: dict, new: dict) -> dict:
 
     Returns::
 
-        {"old_run_id", "new_run_id", "old_host", "new_host", "schema_version",
+        {"old_run_id", "new_run_id", "old_host", "new_host", "results_schema_version",
          "rule": NOISE_RULE, "min_samples": MIN_SAMPLES,
          "rank_test_min_samples": RANK_TEST_MIN_SAMPLES, "alpha": ALPHA, "min_effect": MIN_EFFECT,
          "fact_changes": [{"path", "old", "new"}],
@@ -378,7 +379,7 @@ def compare_runs(old: dict, new: dict) -> dict:
         "new_run_id": new.get("run_id"),
         "old_host": old.get("host"),
         "new_host": new.get("host"),
-        "schema_version": new["schema_version"],
+        "results_schema_version": new["schema_version"],
         "rule": NOISE_RULE,
         "min_samples": MIN_SAMPLES,
         "rank_test_min_samples": RANK_TEST_MIN_SAMPLES,
@@ -404,8 +405,9 @@ def compare_runs(old: dict, new: dict) -> dict:
 
 
 def to_json(cmp: dict) -> str:
-    """:func:`compare_runs`'s result as JSON text (``disklab compare --json``), with its noise rule."""
-    return json.dumps(cmp, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    """:func:`compare_runs`'s result as JSON text (``disklab compare --json``), with its noise rule: kind
+    "compare" and its schema_version first (disklab/schema/compare.schema.json)."""
+    return json.dumps(output("compare", cmp), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def _latency_us(x: float) -> str:

@@ -9,11 +9,16 @@ host, run_id, started_utc, experiment, figure (readable name), key (the same in
 every run and on every host), unit (``s``, ``ns``, ``bytes``, ``mib_s``, ...,
 ``verdict``), stage (readiness stage, load figures only), cache (cold, warm, or
 a failed proof: cold_unverified, cold_unproven, warm_unverified), proven,
-method, file, populate, kind (samples, value or verdict), n (samples, or crash
+method, file, populate, figure_kind (samples, value or verdict), n (samples, or crash
 states for a verdict), median, min, max, p90, p99 (latency units), value (a
 verdict, or a value stored without samples). Values are in the figure's own
 unit, never converted. Empty cells in CSV are fields that do not apply; in
 JSON they are null. JSON adds each figure's raw ``samples``.
+
+Formats: ``csv``; ``json``, one document ``{kind: "export", schema_version,
+columns, rows}``; ``jsonl``, one row per line, each ``{kind: "export_row",
+schema_version, ...}``. Their JSON Schemas ship in disklab/schema
+(``export.schema.json``, ``export_row.schema.json``); docs/outputs.md has the columns.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import json
 from pathlib import Path
 
 from disklab import figures, hostnames, store, stored
+from disklab_host.common.formats import output
 
 COLUMNS = (
     "host",
@@ -39,7 +45,7 @@ COLUMNS = (
     "method",
     "file",
     "populate",
-    "kind",
+    "figure_kind",
     "n",
     "median",
     "min",
@@ -48,7 +54,7 @@ COLUMNS = (
     "p99",
     "value",
 )
-FORMATS = ("csv", "json")
+FORMATS = ("csv", "json", "jsonl")
 
 
 def rows_of(doc: dict, host: str) -> list[dict]:
@@ -70,7 +76,7 @@ def rows_of(doc: dict, host: str) -> list[dict]:
                 "method": f.method,
                 "file": f.file,
                 "populate": f.populate,
-                "kind": f.kind,
+                "figure_kind": f.kind,
                 **{k: f.summary.get(k) for k in ("n", "median", "min", "max", "p90", "p99")},
                 "value": f.value if f.kind == figures.VERDICT else None,
                 "samples": list(f.samples),
@@ -114,15 +120,21 @@ def to_csv(rows: list[dict]) -> str:
 
 
 def to_json(rows: list[dict]) -> str:
-    """JSON text: ``{"columns": [...], "rows": [{column: value, ..., "samples": [...]}]}``."""
-    return (
-        json.dumps({"columns": list(COLUMNS), "rows": rows}, indent=1, ensure_ascii=False, allow_nan=False)
-        + "\n"
+    """JSON text: ``{"kind": "export", "schema_version", "columns": [...], "rows": [{column: value, ...,
+    "samples": [...]}]}``."""
+    doc = output("export", {"columns": list(COLUMNS), "rows": rows})
+    return json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def to_jsonl(rows: list[dict]) -> str:
+    """JSON Lines text: one row per line, ``{"kind": "export_row", "schema_version", column: value, ...}``."""
+    return "".join(
+        json.dumps(output("export_row", r), ensure_ascii=False, allow_nan=False) + "\n" for r in rows
     )
 
 
 def render(rows: list[dict], fmt: str) -> str:
-    """Rows as ``csv`` or ``json`` text. Raises ValueError naming ``--format`` for any other."""
+    """Rows as ``csv``, ``json`` or ``jsonl`` text. Raises ValueError naming ``--format`` for any other."""
     if fmt not in FORMATS:
         raise ValueError(f"--format must be one of {list(FORMATS)}, got {fmt!r}")
-    return to_csv(rows) if fmt == "csv" else to_json(rows)
+    return {"csv": to_csv, "json": to_json, "jsonl": to_jsonl}[fmt](rows)

@@ -71,3 +71,25 @@ def stamp(kind: str, doc: dict) -> dict:
         raise ValueError(f"file kind must be one of {sorted(VERSIONS)}, got {kind!r}")
     rest = {k: v for k, v in doc.items() if k not in ("file_kind", "schema_version")}
     return {"file_kind": kind, "schema_version": VERSIONS[kind], **rest}
+
+
+# What disklab prints or exports for other programs (not stored files): each JSON carries ``kind`` and
+# ``schema_version``, and a JSON Schema ``<kind>.schema.json`` ships in the controller package
+# (disklab/schema; docs/outputs.md). A change a consumer must handle raises the number.
+#   export 1: {columns, rows} of `disklab export --format json`; export_row 1: one row, and each line of
+#   --format jsonl; compare 1: `disklab compare --json` (results_schema_version: the runs' own);
+#   powercut 1: `disklab powercut --json OUT`.
+OUTPUT_VERSIONS: dict[str, int] = {
+    "export": 1,
+    "export_row": 1,
+    "compare": 1,
+    "powercut": 1,
+}
+
+
+def output(kind: str, body: dict) -> dict:
+    """``body`` with ``kind`` and its ``schema_version`` (:data:`OUTPUT_VERSIONS`) first."""
+    if kind not in OUTPUT_VERSIONS:
+        raise ValueError(f"output kind must be one of {sorted(OUTPUT_VERSIONS)}, got {kind!r}")
+    rest = {k: v for k, v in body.items() if k not in ("kind", "schema_version")}
+    return {"kind": kind, "schema_version": OUTPUT_VERSIONS[kind], **rest}

@@ -36,6 +36,7 @@ import warnings
 from pathlib import Path
 
 from ..common.child import child_env, module_argv
+from ..common.formats import output
 from ..common.fsio import atomic_write_json, fsync_tree
 from ..common.interrupts import in_main_thread, interrupt_once
 from ..common.units import MIB, ibytes
@@ -649,7 +650,7 @@ def _check(args) -> int:
         print(render(result, args.spec))
         real = _real_fs(args, result, base) if args.real_fs else []
         if args.json:
-            atomic_write_json(args.json, result)
+            atomic_write_json(args.json, output("powercut", result))
         chosen = result["models"][MODEL_KEYS[args.model]]
         judged = result["recording"]["judged_on"]
         note = "" if not result["recording"]["unplaced_calls"] else f" (judged on {judged}; see above)"
