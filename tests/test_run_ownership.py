@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_disklab, write_local_inventory
-from disklab import report, store, stored
+from disklab import ownership, report, store, stored
 from disklab.runner import HostOutcome
 from disklab_host import lab, preflight, registry, stop
 from disklab_host.common import result as result_line
@@ -334,3 +334,39 @@ def test_a_misspelled_inventory_wide_setting_is_refused(tmp_path):
     assert proc.returncode == 1
     assert "unknown setting(s) disklab_workbnch" in proc.stdout
     assert not (tmp_path / "root").exists()  # refused before any work
+
+
+def test_a_plain_playbook_owns_its_run_after_its_begin_task_ends(tmp_path):
+    # Ansible runs each task in a forked worker (also named ansible-playbook) that exits when the task
+    # ends: the run's owner must be the main ansible-playbook, or the run looks dead seconds after it began
+    reports = tmp_path / "reports"
+    inv = write_local_inventory(tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb")
+    begin = [sys.executable, "-m", "disklab.cli", "--reports", str(reports), "playbook-begin"]
+    begin += ["--inventory", str(inv)]
+    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"name": "begin", "command": {"argv": begin, "chdir": str(REPO)}},
+        {"name": "the lab", "command": "sleep 30"},
+    ]}]  # fmt: skip
+    (tmp_path / "play.yml").write_text(json.dumps(play))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    playbook = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), str(tmp_path / "play.yml")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not list(reports.glob(f".incoming/*/{ownership.OWNER}")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(5)  # the begin task's worker has exited by now; the play is in its sleep
+        assert playbook.poll() is None, playbook.stdout.read()
+        live = ownership.live_runs(reports)
+        assert len(live) == 1 and [e["pid"] for e in live[0][1]] == [playbook.pid], live
+        proc = run_disklab("run", "-i", str(inv), "--tags", "never", reports=reports, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert (
+            f"refused: run {live[0][0]} is still running: ansible-playbook (pid {playbook.pid})"
+            in proc.stderr
+        )
+    finally:
+        playbook.kill()
+        playbook.wait()

@@ -191,16 +191,24 @@ def become_owned(real: str, argv: list[str]) -> None:
 
 
 def ancestor_playbook(start: int | None = None) -> int | None:
-    """The pid of the nearest ancestor process that is ansible-playbook (for plain ansible-playbook runs)."""
+    """The pid of the ansible-playbook that runs this process (for plain ansible-playbook runs), or None.
+
+    A task's command runs under one of ansible-playbook's forked workers, itself an ansible-playbook
+    process that exits when its task ends; the run's owner is the main process above it. So this is the
+    outermost of the nearest unbroken chain of ansible-playbook ancestors.
+    """
     pid = os.getppid() if start is None else start
+    found = None
     for _hop in range(64):  # a chain of ancestors ends at init long before this
         if pid <= 1:
-            return None
+            return found
         if _name(pid) == "ansible-playbook":
-            return pid
+            found = pid
+        elif found is not None:
+            return found
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
-            return None
+            return found
         pid = int(stat.rsplit(")", 1)[-1].split()[1])
-    return None
+    return found
