@@ -446,6 +446,20 @@ def test_figures_are_read_against_the_runs_own_workbench_and_a_split_is_named(tm
     assert "| ext4 |" in row and "rw,relatime,errors=remount-ro" in row
     kept = stored.read(reports / "linuxbox" / "runs" / f"{doc['run_id']}.json", "results")
     assert kept["facts"] == linux_doc["facts"]  # the audit's facts stay in the stored run as they were
+    # a newer audit of the host's own workbench: the index's facts come from it, but its filesystem
+    # columns still show the run's workbench, and the row says so (it read "facts from audit" alone)
+    audit_id = "20991231T000000Z"
+    audit_doc = {"run_id": audit_id, "host": "linuxbox", "facts": copy.deepcopy(linux_doc["facts"])}
+    stored.write(reports / "linuxbox" / "audits" / f"{audit_id}.json", "audit", audit_doc)
+    report.render_all(reports, force=True)
+    index = (reports / "index.md").read_text()
+    row = next(
+        line for line in index.split("## Filesystem audit")[1].splitlines() if line.startswith("| linuxbox")
+    )
+    assert (
+        f"| audit `{audit_id}`; workbench (fs type to read-ahead) from run `{doc['run_id']}`, which " in row
+    )
+    assert f"another filesystem than the audit's {audit_wb['fstype']} on {audit_wb['source']} | ext4 |" in row
 
 
 def test_the_same_filesystem_and_an_older_run_say_nothing_of_a_split(tmp_path, linux_doc):

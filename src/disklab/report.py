@@ -321,6 +321,8 @@ def index_row(ctx: dict) -> dict:
         "unreadable": ctx["unreadable_latest"],
         "facts": ctx.get("facts"),
         "facts_from": ctx.get("facts_from"),
+        "workbench_from": ctx.get("workbench_from"),
+        "workbench_split": ctx.get("workbench_split"),
         "audit_run_id": ctx["audit"]["run_id"] if ctx.get("audit") else None,
         "run_id": doc["run_id"] if doc else None,
         "durable_sync": durable_sync(doc),
