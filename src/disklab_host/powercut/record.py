@@ -526,8 +526,11 @@ class _Translator:
         if ret < 0 and name != "lseek":
             return  # a failed call changes nothing
         if name in ("chdir", "fchdir") and self.recording:
+            said = self.text(name, args, ret)  # paths in the checkpoint's directory are shown relative to it
+            if said.startswith("chdir('.')"):
+                said += ", the checkpoint's own directory"
             raise RecordError(
-                f"the save changed its working directory ({name}({', '.join(args)})): the recorder "
+                f"the save changed its working directory ({said}): the recorder "
                 "follows paths from one working directory, so its later relative paths cannot be placed; "
                 "save without chdir (use absolute paths, or paths relative to the checkpoint's own path)"
             )
