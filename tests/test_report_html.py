@@ -232,6 +232,9 @@ def test_link_targets_turn_to_html_only_for_relative_markdown_pages():
     body, title = htmlpage.body("# t <b>x</b>\n\n<script>y</script>\n\n![p](https://e.invalid/p.png)\n")
     assert title == "t <b>x</b>" and "<b>" not in body and "<script" not in body and "<img" not in body
     assert "&lt;script&gt;y&lt;/script&gt;" in body
+    # a link named by its own target names the page it now links to; other link text stays as it is
+    assert '<a href="fleet.html">fleet.html</a>' in htmlpage.body("see [fleet.md](fleet.md)")[0]
+    assert '<a href="a/report.html">report.md</a>' in htmlpage.body("[report.md](a/report.md)")[0]
 
 
 def test_markdown_it_is_a_declared_dependency_and_part_of_the_renderer_stamp(monkeypatch):

@@ -39,7 +39,8 @@ CSP = (
 # Readable tables and plots that fit the window; system fonts only.
 CSS = """\
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; line-height: 1.45;
-       max-width: 1400px; margin: 1.5em auto; padding: 0 1.5em; color: #1b1b1b; background: #fff; }
+       max-width: 1400px; margin: 1.5em auto; padding: 0 1.5em; color: #1b1b1b; background: #fff;
+       overflow-wrap: break-word; }
 nav { font-size: 0.9em; margin-bottom: 1em; padding-bottom: 0.5em; border-bottom: 1px solid #ddd; }
 nav a { margin-right: 1.2em; }
 h1 { font-size: 1.6em; } h2 { font-size: 1.3em; margin-top: 1.8em; border-bottom: 1px solid #eee; }
@@ -49,7 +50,7 @@ th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertic
 th { background: #f3f3f3; }
 tr:nth-child(even) td { background: #fafafa; }
 code { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 0.92em;
-       background: #f3f3f3; padding: 0 0.2em; overflow-wrap: anywhere; }
+       background: #f3f3f3; padding: 0 0.2em; }
 pre { background: #f3f3f3; padding: 0.6em; overflow-x: auto; }
 pre code { padding: 0; }
 img { max-width: 100%; height: auto; }
@@ -99,9 +100,16 @@ def _plain(token: Token | None) -> str:
 def body(markdown: str) -> tuple[str, str]:
     """(the page's HTML body, its title: the text of its first heading), from rendered markdown."""
     tokens = _MD.parse(markdown)
+    shown_as: dict[str, str] = {}  # a link whose text is its own target (``[fleet.md](fleet.md)``)
     for token in _walk(tokens):
         if token.type == "link_open":
-            token.attrSet("href", html_target(str(token.attrGet("href") or "")))
+            href = str(token.attrGet("href") or "")
+            token.attrSet("href", html_target(href))
+            shown_as = {href: html_target(href)}
+        elif token.type == "text" and token.content in shown_as:
+            token.content = shown_as[token.content]  # ... names the page it now links to
+        elif token.type == "link_close":
+            shown_as = {}
         elif token.type == "image" and not _relative(str(token.attrGet("src") or "")):
             token.type, token.tag, token.attrs = "text", "", {}
             token.content = token.content or "(image left out: not a relative path)"
