@@ -6,8 +6,8 @@ shows: its first section, a table, each plot's ``naturalWidth`` once the page ha
 not load has 0), the links it follows, and every request it made (only ``file:`` ones: the pages read
 offline). Each opened page leaves a screenshot.
 
-Marked ``browser``. Without chromium the tests skip, saying so; with DISKLAB_FLEET_REQUIRED=1 (.ci/run, which
-installs chromium) they fail instead.
+The browser test is marked ``browser``. Without chromium it skips, saying so; with DISKLAB_FLEET_REQUIRED=1
+(.ci/run, which installs chromium) it fails instead.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ import pytest
 
 from disklab import report
 from test_report import _store, linux_doc  # noqa: F401  (the fixture: a real run measured here, at tiny sizes)
-
-pytestmark = pytest.mark.browser
 
 # .ci/run sets it after installing every tool, chromium among them (tests/fleet/fleet.py's REQUIRED_ENV).
 REQUIRED_ENV = "DISKLAB_FLEET_REQUIRED"
@@ -224,6 +222,7 @@ def browser(tmp_path):
         b.close()
 
 
+@pytest.mark.browser
 def test_a_host_report_and_the_index_show_their_sections_tables_and_plots(tmp_path, linux_doc, browser):  # noqa: F811
     reports = tmp_path / "reports"
     _store(reports, linux_doc)
@@ -270,3 +269,13 @@ def test_a_host_report_and_the_index_show_their_sections_tables_and_plots(tmp_pa
     asked = browser.requests()
     assert asked and all(url.startswith("file://") for url in asked), asked  # nothing from a network
     assert any(url.endswith("/plots/fsync_bench_latency.png") for url in asked)
+
+
+def test_without_chromium_the_browser_test_skips_but_fails_where_it_is_required(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv(REQUIRED_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="chromium is not installed"):
+        chromium()
+    monkeypatch.setenv(REQUIRED_ENV, "1")  # .ci/run
+    with pytest.raises(pytest.fail.Exception, match="must run"):
+        chromium()
