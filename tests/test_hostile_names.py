@@ -92,7 +92,8 @@ def test_encoded_names_are_unique_and_plain_names_stay_as_they_are():
 def test_the_reports_directorys_own_names_are_reserved():
     from disklab import fleet
 
-    assert {fleet.FLEET_PAGE, fleet.PLOT_DIR, "index.md"} <= set(hostnames.RESERVED)
+    own = {fleet.FLEET_PAGE, fleet.PLOT_DIR, "index.md", "index.html", "fleet.html"}  # and the HTML twins
+    assert own <= set(hostnames.RESERVED)
 
 
 @pytest.mark.parametrize("bad", ["", None])
@@ -190,6 +191,13 @@ def test_hostile_names_and_strings_stay_inside_the_reports_dir_and_out_of_the_ma
         assert "<script" not in text and "<b>" not in text, page
         for table in _tables(text):
             assert len({_cells(line) for line in table}) == 1, (page, table)
+    # the HTML twins: every page parsed, no element, handler or URL from a host (tests/test_report_html.py)
+    from test_report_html import check_page
+
+    html_pages = [p for p in reports.rglob("*.html") if p.is_file()]
+    assert len(html_pages) == len(pages) and all(p.with_suffix(".md").is_file() for p in html_pages)
+    for page in html_pages:
+        check_page(page, reports)
     index = (reports / "index.md").read_text()
     for host in all_hosts:
         row = _row(index, host)

@@ -1,5 +1,8 @@
 """Render reports from stored runs: one markdown report per host, and the fleet index.
 
+Each markdown page gets its HTML twin beside it (``report.html``, ``index.html``, ``fleet.html``), built
+from the rendered markdown by disklab.htmlpage whenever the markdown is written, or when it is missing.
+
 Reports are a pure function of the files under reports/: `disklab report`
 re-renders them all without touching a host. Templates use Jinja with
 StrictUndefined, so a missing field fails loudly instead of printing nothing.
@@ -18,7 +21,7 @@ from pathlib import Path
 
 import jinja2
 
-from disklab import __version__, compare, fleet, hostnames, markup, store, stored
+from disklab import __version__, compare, fleet, hostnames, htmlpage, markup, store, stored
 from disklab.fsio import atomic_write_text
 from disklab.units import FILTERS
 from disklab_host import registry
@@ -337,12 +340,12 @@ def renderer_stamp() -> str:
 
     Any change to a template, a section module, the host package's modules the
     controller renders with (the registry's section order, common/'s units and
-    formats) or disklab's version makes every host report stale, so
-    `disklab report` renders it again.
+    formats), disklab's version or markdown-it-py's (the HTML pages) makes every
+    host report stale, so `disklab report` renders it again.
     """
     pkg = Path(__file__).parent
     host = Path(registry.__file__).parent
-    digest = hashlib.sha256(__version__.encode())
+    digest = hashlib.sha256(f"{__version__}\0markdown-it-py {htmlpage.version()}".encode())
     own = [*pkg.glob("*.py"), *pkg.glob("sections/*.py"), *pkg.glob("templates/**/*.j2")]
     shared = [host / "registry.py", *host.glob("common/*.py")]
     for base, paths in ((pkg.parent, sorted(own)), (host.parent, sorted(shared))):
@@ -387,11 +390,12 @@ def tidy_markdown(text: str) -> str:
 
 
 def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: bool = False) -> dict | None:
-    """Write ``<host_dir>/report.md`` from the host's stored files; return its index row.
+    """Write ``<host_dir>/report.md`` and ``report.html`` from the host's stored files; return its index row.
 
     A host whose stored files and renderer are unchanged since its last render
     (``.rendered.json`` holds the stamp and the index row) is not rendered
-    again unless ``force``: the report is a pure function of those inputs.
+    again unless ``force``: the report is a pure function of those inputs. Its
+    ``report.html``, when missing, is then written from the ``report.md`` there.
     Returns None for a directory without any stored file.
     """
     stamp_path = host_dir / STAMP_FILE
@@ -402,6 +406,9 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
         except stored.StoredFileError:
             cached = {}  # an unreadable stamp only means: render again
         if cached.get("stamp") == stamp:
+            report_md = host_dir / "report.md"
+            if not htmlpage.html_path(report_md).is_file():  # the markdown is up to date, its HTML missing
+                htmlpage.write(report_md, report_md.read_text(), htmlpage.HOST_NAV)
             return cached["index_row"]
     valid_path = host_dir / VALID_FILE
     try:
@@ -417,14 +424,17 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
     text = env.get_template("host_report.md.j2").render(
         disklab_version=__version__, schema_version=VERSIONS["results"], **ctx
     )
-    atomic_write_text(host_dir / "report.md", tidy_markdown(text))
+    text = tidy_markdown(text)
+    atomic_write_text(host_dir / "report.md", text)
+    htmlpage.write(host_dir / "report.md", text, htmlpage.HOST_NAV)  # before the stamp: a crash renders again
     row = index_row(ctx)
     stored.write(stamp_path, "render_stamp", {"stamp": stamp, "index_row": row}, overwrite=True)
     return row
 
 
 def render_index(reports: Path, rows: list[dict], env: jinja2.Environment) -> Path:
-    """Write ``reports/index.md`` (one row per host) and beside it ``reports/fleet.md`` (disklab.fleet).
+    """Write ``reports/index.md`` (one row per host) and beside it ``reports/fleet.md`` (disklab.fleet), each
+    with its HTML twin (``index.html``, ``fleet.html``).
 
     A row cached by an older renderer may lack its fleet column; such a host has
     none on the fleet page until it is rendered again.
@@ -439,22 +449,28 @@ def render_index(reports: Path, rows: list[dict], env: jinja2.Environment) -> Pa
         columns=len(hosts) <= fleet.MAX_COLUMNS,
         max_columns=fleet.MAX_COLUMNS,
     )
-    atomic_write_text(reports / fleet.FLEET_PAGE, tidy_markdown(text))
+    text = tidy_markdown(text)
+    atomic_write_text(reports / fleet.FLEET_PAGE, text)
+    htmlpage.write(reports / fleet.FLEET_PAGE, text, htmlpage.FLEET_NAV)
     text = env.get_template("index.md.j2").render(
         disklab_version=__version__,
         schema_version=VERSIONS["results"],
         rows=rows,
         fleet_page=fleet.FLEET_PAGE,
     )
-    return atomic_write_text(reports / "index.md", tidy_markdown(text))
+    text = tidy_markdown(text)
+    written = atomic_write_text(reports / "index.md", text)
+    htmlpage.write(reports / "index.md", text, htmlpage.INDEX_NAV)
+    return written
 
 
 def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str]]:
     """Render every host report that is out of date, then the index, from stored files only.
 
-    Returns (the reports written this time and the index, one line per host
-    that could not be rendered). A host whose stored files cannot be read is
-    left out of the index and named in the errors; the other hosts render.
+    Returns (the markdown reports written this time and the index, each with its
+    HTML twin beside it, and one line per host that could not be rendered). A
+    host whose stored files cannot be read is left out of the index and named in
+    the errors; the other hosts render.
     Out-of-date hosts are rendered in a pool of processes, one per CPU (see _render_workers).
     """
     env = environment()

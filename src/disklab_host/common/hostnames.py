@@ -19,7 +19,7 @@ import string
 # Characters kept as they are: a conservative set that means nothing to a shell, a filesystem or markdown.
 SAFE = frozenset(string.ascii_letters + string.digits + "-_.")
 # Names at the top of the reports directory that are not hosts (disklab.report, disklab.fleet).
-RESERVED = ("index.md", "fleet.md", "fleet-plots")
+RESERVED = ("index.md", "fleet.md", "fleet-plots", "index.html", "fleet.html")
 # The longest encoded name: a file name is at most 255 bytes, and ``<encoded>.json`` and temp names add some.
 MAX_ENCODED_BYTES = 200
 
