@@ -12,10 +12,13 @@ disklab.markup (``md``, ``code``); the lines are markdown, each linking to its s
 
 from __future__ import annotations
 
+import re
+
 from disklab import figures
 from disklab.markup import code, md
 from disklab.sections import evidence
 from disklab.units import ibytes, ns, pct, ratio, secs, us
+from disklab_host import registry
 
 # At most this many lines: the answers have to fit the top of the page.
 MAX_LINES = 15
@@ -25,6 +28,13 @@ WARM_MIN = "at least 99 % resident just before the call"
 PART_NAMES = {"residency": "residency", "device_reads": "device reads", "major_faults": "major faults"}
 # Cold samples whose proof failed: the verdict (results 3) or, before it, the cache_state.
 UNPROVEN = ("cold_unproven", "cold_unverified")
+
+
+def anchor(name: str) -> str:
+    """The id of a section's anchor in the host report (``step-fsync_bench``): a step of the registry by
+    its name, any other name from a host with every character but letters, digits, ``-`` and ``_`` as
+    ``-`` (an id is no place for a host's markup)."""
+    return "step-" + (name if name in registry.STEP_NAMES else "x-" + re.sub(r"[^A-Za-z0-9_-]", "-", name))
 
 
 def _short(text: object) -> str:
@@ -376,22 +386,20 @@ def host_answers(sections: list[dict], sync: dict, runs: list[dict]) -> dict:
     the fsync_bench section is from; ``runs`` is disklab.report.mixed_runs. ``text`` is markdown with every
     host string escaped. At most :data:`MAX_LINES` lines, the mixed-runs note included.
     """
-    from disklab.report import anchor as anchor_of  # the report's anchors (report imports this module)
-
     by = {sec["name"]: sec for sec in sections}
     lines: list[dict] = []
     for name, label, answer in QUESTIONS:
         sec = by.get(name)
-        anchor = anchor_of(name)
+        aid = anchor(name)
         missing = _why_missing(name, sec)
         if name == "load" and not missing:
-            lines += _load_lines(sec, anchor)
+            lines += _load_lines(sec, aid)
             continue
         if missing:
-            lines.append(_line(label, anchor, missing))
+            lines.append(_line(label, aid, missing))
         elif name == "fsync_bench":
-            lines.append(_line(label, anchor, _fsync(sec, sync)))
+            lines.append(_line(label, aid, _fsync(sec, sync)))
         else:
-            lines.append(_line(label, anchor, answer(sec)))
+            lines.append(_line(label, aid, answer(sec)))
     room = MAX_LINES - (1 if len(runs) > 1 else 0)
     return {"lines": lines[:room], "runs": runs, "mixed": len(runs) > 1}

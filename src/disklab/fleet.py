@@ -464,7 +464,8 @@ def answers(rows: list[dict]) -> list[str]:
         slow, fast = ordered[-1], ordered[0]
         median = units.us_short(_median([r["durable_sync"]["p50_us"] for r in synced]))
         lines.append(
-            f"Slowest durable sync p50: {_host_link(slow, 'step-fsync_bench')}, {_sync_text(slow['durable_sync'])}, "
+            f"Slowest durable sync p50: {_host_link(slow, 'step-fsync_bench')}, "
+            f"{_sync_text(slow['durable_sync'])}, "
             f"of {len(synced)} hosts with a figure (fastest: {_host_link(fast, 'step-fsync_bench')}, "
             f"{_sync_text(fast['durable_sync'])}; median {median})."
         )

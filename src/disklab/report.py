@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import importlib
 import os
-import re
 import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
@@ -142,11 +141,7 @@ def workbench_split(audit_wb: object, run_wb: dict | None) -> dict | None:
     return {"audit": audit_wb, "run": run_wb, "differ": differ} if differ else None
 
 
-def anchor(name: str) -> str:
-    """The id of a section's anchor in the host report (``step-fsync_bench``): a step of the registry by
-    its name, any other name from a host with every character but letters, digits, ``-`` and ``_`` as ``-``
-    (an id is no place for a host's markup)."""
-    return "step-" + (name if name in SECTION_ORDER else "x-" + re.sub(r"[^A-Za-z0-9_-]", "-", name))
+anchor = answers.anchor  # a section's anchor in the host report (``step-fsync_bench``)
 
 
 def run_of(doc: dict, latest: bool) -> dict:
