@@ -18,7 +18,9 @@ import yaml
 from conftest import run_disklab
 from disklab import hostnames, markup, report, store, stored
 from disklab.runner import HostOutcome
+from test_fleet_figures import powercut_section
 from test_report import linux_doc  # noqa: F401  (the fixture: a real run measured here, at tiny sizes)
+from test_report_answers import answer, answers_block, section
 
 HOSTILE = [
     "../../../../victim",
@@ -209,6 +211,46 @@ def test_hostile_names_and_strings_stay_inside_the_reports_dir_and_out_of_the_ma
         (reports / hostnames.encode("evil|<script>x</script>") / "report.md").read_text().splitlines()[0]
     )
     assert heading == "# disklab report: evil\\|&lt;script&gt;x&lt;/script&gt;"
+
+
+def test_the_answers_at_the_top_escape_every_host_string(tmp_path, linux_doc):  # noqa: F811
+    host = "evil|<script>x</script>"
+    doc = _hostile_doc(linux_doc, host, "20261129T100000Z", fail_fsync=False)
+    device = "sda|<b>\nx"
+    wb = copy.deepcopy(doc["facts"]["workbench"])
+    if not isinstance(wb.get("device"), dict) or "unavailable" in wb["device"]:
+        wb["device"] = {"name": device, "disk": "sda", "partition": False, "rotational": False,
+                        "scheduler": {"unavailable": "test"}, "read_ahead_kb": 128}  # fmt: skip
+    wb["device"].update(name=device, write_cache="write back")
+    doc["workbench"] = wb  # the run's own workbench facts (results 4): what the answers read
+    doc["facts"]["versions"]["torch"] = "2.0|<script>t</script>"
+    pc = powercut_section()
+    pc["recipes"][0]["title"] = "naive | <script>r</script> [x](http://e)"
+    doc["experiments"]["powercut"] = pc
+    doc["experiments"]["crash"] = {
+        "status": "failed",
+        "error": "boom|<script>c</script>\n| x |",
+        "step_wall_s": 0.1,
+    }
+    doc["experiments"]["load"] = {"status": "not_run", "reason": "no <b>torch</b>|here", "step_wall_s": 0.0}
+    reports = tmp_path / "reports"
+    stored.write(hostnames.host_dir(reports, host) / "runs" / "20261129T100000Z.json", "results", doc)
+    _, errors = report.render_all(reports)
+    assert errors == []
+    text = (hostnames.host_dir(reports, host) / "report.md").read_text()
+    lines = answers_block(text)
+    block = "\n".join(lines)
+    assert "<script" not in block and "<b>" not in block and "](http" not in block
+    assert all(line.startswith("- [") for line in lines)  # no host string started a line of its own
+    assert markup.md(device) in answer(lines, "A durable sync")
+    assert markup.md(pc["recipes"][0]["title"]) in answer(lines, "A power cut")
+    assert markup.md("boom|<script>c</script>\n| x |") in answer(lines, "A kill during a save")
+    assert markup.md("no <b>torch</b>|here") in answer(lines, "Loading weights")
+    run_line = section(text, "step-fsync_bench").splitlines()[4]
+    assert (
+        run_line.startswith("From run `20261129T100000Z`") and markup.md("6.1|<script>k</script>") in run_line
+    )
+    assert markup.md("2.0|<script>t</script>") in run_line and "<script" not in text
 
 
 def test_a_fetched_file_whose_name_the_rule_never_makes_is_left_alone(tmp_path, linux_doc):  # noqa: F811

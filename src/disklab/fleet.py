@@ -414,3 +414,112 @@ def plots(reports: Path, index_rows: list[dict]) -> dict[str, dict]:
         plotting.draw_once(reports / PLOT_DIR / name, data, draw, __file__)
         out[table]["path"] = f"{PLOT_DIR}/{name}"
     return out
+
+
+# --- the fleet's answers, at the top of the index ----------------------------------------------------
+
+
+def _host_link(row: dict, anchor: str = "") -> str:
+    """The host's name, linked to its report (at ``anchor``) when it has one; escaped."""
+    name = markup.md(row["host"])
+    if not row.get("has_report", True):
+        return name
+    return f"[{name}]({markup.link(row['host_link'] + '/report.md')}{'#' + anchor if anchor else ''})"
+
+
+def _sync_text(d: dict) -> str:
+    return f"{units.us_short(d['p50_us'])} ({d['call']})"
+
+
+def _flags_set(row: dict) -> list[str]:
+    f = row.get("facts")
+    if not f:
+        return []
+    flags = sorted((f["workbench"].get("flags") or {}).items())
+    flags.append(("cpu_only_torch_on_gpu_host", (f.get("gpu") or {}).get("cpu_only_torch_on_gpu_host") or {}))
+    return [name for name, flag in flags if isinstance(flag, dict) and flag.get("state") == "set"]
+
+
+def answers(rows: list[dict]) -> list[str]:
+    """The index's first lines, markdown with every host string escaped: which hosts stand out.
+
+    The slowest durable sync p50 (with its call, and the fastest for scale), the hosts whose cold load
+    figures failed their cache proof (their load section's samples), the hosts with a flag set, and
+    the hosts that are not ok (failed, unreachable, partial, unreadable); each host linked to its report.
+    A fleet of one host says so: one host stands out from nothing.
+    """
+    lines = []
+    synced = [r for r in rows if (r.get("durable_sync") or {}).get("p50_us") is not None]
+    if len(rows) == 1:
+        r = rows[0]
+        d = r.get("durable_sync") or {}
+        said = (
+            f"Its durable sync p50 is {_sync_text(d)}."
+            if d.get("p50_us") is not None
+            else f"It has no durable sync figure: {markup.md(d.get('why') or 'no lab run stored')}."
+        )
+        lines.append(f"This fleet has one host, {_host_link(r)}: nothing to compare it with. {said}")
+    elif len(synced) >= 2:
+        ordered = sorted(synced, key=lambda r: r["durable_sync"]["p50_us"])
+        slow, fast = ordered[-1], ordered[0]
+        median = units.us_short(_median([r["durable_sync"]["p50_us"] for r in synced]))
+        lines.append(
+            f"Slowest durable sync p50: {_host_link(slow, 'step-fsync_bench')}, "
+            f"{_sync_text(slow['durable_sync'])}, "
+            f"of {len(synced)} hosts with a figure (fastest: {_host_link(fast, 'step-fsync_bench')}, "
+            f"{_sync_text(fast['durable_sync'])}; median {median})."
+        )
+    elif synced:
+        lines.append(
+            f"Durable sync p50: only {_host_link(synced[0], 'step-fsync_bench')} has a figure, "
+            f"{_sync_text(synced[0]['durable_sync'])}; nothing to compare it with."
+        )
+    else:
+        lines.append("Durable sync p50: no host has a figure (each row below says why).")
+    loaded = [r for r in rows if r.get("cold_unproven")]
+    unproven = [r for r in loaded if r["cold_unproven"]["samples"]]
+    if unproven:
+        parts = [
+            f"{_host_link(r, 'step-load')} ({r['cold_unproven']['samples']} cold sample(s): "
+            f"{markup.md('; '.join(r['cold_unproven']['cells']))}; failed: "
+            f"{markup.md(', '.join(r['cold_unproven']['failed']) or 'residency')})"
+            for r in unproven
+        ]
+        lines.append("Cold load figures that failed their proof: " + "; ".join(parts) + ".")
+    elif loaded:
+        lines.append(
+            f"Cold load figures that failed their proof: none; every cold sample of the {len(loaded)} "
+            f"host(s) with a load step passed its proof."
+        )
+    else:
+        lines.append("Cold load figures that failed their proof: no host has a load step that ran.")
+    flagged = [(r, names) for r in rows if (names := _flags_set(r))]
+    if flagged:
+        lines.append(
+            "Flags set: "
+            + "; ".join(
+                f"{_host_link(r)}: {', '.join(markup.md(n.replace('_', ' ')) for n in names)}"
+                for r, names in flagged
+            )
+            + " (see Flags below)."
+        )
+    else:
+        lines.append("Flags set: none.")
+    bad = [r for r in rows if (r.get("status") or {}).get("status", "ok") != "ok" or r.get("failure")]
+    if bad:
+        parts = []
+        for r in bad:
+            st = r.get("failure") or {}
+            word = st.get("status") or (r.get("status") or {}).get("status")
+            where = f' at "{markup.md(st["task"])}"' if st.get("task") else ""
+            parts.append(f"{_host_link(r)}: **{markup.md(word)}**{where}")
+        lines.append(f"Not ok: {'; '.join(parts)}.")
+    else:
+        lines.append("Every host is ok.")
+    return lines
+
+
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import jinja2
 
-from disklab import __version__, compare, fleet, hostnames, htmlpage, markup, store, stored
+from disklab import __version__, answers, compare, fleet, hostnames, htmlpage, markup, store, stored
 from disklab.fsio import atomic_write_text
 from disklab.units import FILTERS
 from disklab_host import registry
@@ -144,6 +144,36 @@ def workbench_split(audit_wb: object, run_wb: dict | None) -> dict | None:
     return {"audit": audit_wb, "run": run_wb, "differ": differ} if differ else None
 
 
+anchor = answers.anchor  # a section's anchor in the host report (``step-fsync_bench``)
+
+
+def run_of(doc: dict, latest: bool) -> dict:
+    """What a section's heading names of the run it is from: ``{"run_id", "started_utc", "kernel",
+    "torch", "latest"}`` (kernel and torch from that run's own facts; a missing one is ``None``);
+    ``latest``: it is the newest readable run of the host."""
+    facts = doc.get("facts") or {}
+    return {
+        "run_id": doc["run_id"],
+        "started_utc": doc.get("started_utc"),
+        "kernel": (facts.get("host") or {}).get("kernel"),
+        "torch": (facts.get("versions") or {}).get("torch"),
+        "latest": latest,
+    }
+
+
+def mixed_runs(sections: list[dict]) -> list[dict]:
+    """The runs the sections come from, newest first: ``[{"run_id", "latest", "sections": [(name,
+    anchor)]}]``; more than one when a run of fewer steps followed a fuller one."""
+    by_run: dict[str, dict] = {}
+    for sec in sections:
+        entry = by_run.setdefault(
+            sec["run"]["run_id"],
+            {"run_id": sec["run"]["run_id"], "latest": sec["run"]["latest"], "sections": []},
+        )
+        entry["sections"].append((sec["name"], sec["anchor"]))
+    return sorted(by_run.values(), key=lambda r: store.run_key(Path(r["run_id"])), reverse=True)
+
+
 def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | None:
     """Everything the host template needs, from the host's stored files; None without any.
 
@@ -192,31 +222,43 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
     status = host_status(doc, doc_path, audit, audit_path, failure, failure_path, unreadable_latest)
     n_runs = len(run_files)
     run_files = run_files[: run_files.index(doc_path) + 1] if doc_path else []  # up to the one shown
-    measured = measured_doc(doc)  # the figures, read against the facts of the workbench that made them
-    sections = []
-    if doc:
-        for name in SECTION_ORDER + sorted(set(doc["experiments"]) - set(SECTION_ORDER)):
-            if name in doc["experiments"]:
-                s = doc["experiments"][name]
-                x = build_section(name, s, measured, host_dir / "plots")
-                sections.append({"name": name, "s": s, "x": x})
-    # the newest facts: an audit made after the last run shows the host as it is now
-    audit_newer = audit is not None and (not doc or store.run_key(audit_path) > store.run_key(run_files[-1]))
-    # experiments an earlier run had and this one did not (a run with fewer lab_run_steps)
-    # an older run that cannot be read costs only what needed it (the comparison), never the report
+    # older runs, newest first, read only as far as needed: the previous run (the comparison), the
+    # five before the shown one (experiments they had), and every run back to the newest that holds
+    # each step the shown run lacks. One that cannot be read costs only itself, never the report.
     older: dict[Path, dict | None] = {}
     unreadable: list[str] = []
-    for path in reversed(run_files[-6:-1]) if doc else []:
-        try:
-            older[path] = stored.read(path, "results", known_valid=kv)
-        except stored.StoredFileError as exc:
-            older[path] = None
-            unreadable.append(str(exc))
-    not_in_latest: dict[str, str] = {}
-    for path, old in older.items():
-        for name in old["experiments"] if old else ():
-            if name not in doc["experiments"]:
-                not_in_latest.setdefault(name, path.stem)
+    sources: dict[str, tuple[Path, dict]] = {}
+    if doc:
+        sources = {name: (doc_path, doc) for name in doc["experiments"]}
+        wanted = set(SECTION_ORDER) - set(sources)
+        for n, path in enumerate(reversed(run_files[:-1])):
+            if n >= 5 and not wanted:
+                break
+            try:
+                old = stored.read(path, "results", known_valid=kv)
+            except stored.StoredFileError as exc:
+                older[path] = None
+                unreadable.append(str(exc))
+                continue
+            older[path] = old
+            for name in old["experiments"]:
+                if name not in sources:
+                    sources[name] = (path, old)
+                    wanted.discard(name)
+    sections = []
+    for name in SECTION_ORDER + sorted(set(sources) - set(SECTION_ORDER)):
+        if name not in sources:
+            continue
+        path, source = sources[name]
+        measured_source = measured_doc(source)  # read against the workbench of the run that made them
+        s = source["experiments"][name]
+        x = build_section(name, s, measured_source, host_dir / "plots")
+        run = run_of(source, latest=path == doc_path)
+        sections.append(
+            {"name": name, "anchor": anchor(name), "s": s, "x": x, "doc": measured_source, "run": run}
+        )
+    # the newest facts: an audit made after the last run shows the host as it is now
+    audit_newer = audit is not None and (not doc or store.run_key(audit_path) > store.run_key(run_files[-1]))
     since = None
     if len(run_files) >= 2 and older.get(run_files[-2]):
         since = compare.compare_runs(older[run_files[-2]], doc)
@@ -225,6 +267,12 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
     split = workbench_split((facts or {}).get("workbench"), run_wb)
     if facts and run_wb is not None:
         facts = {**facts, "workbench": run_wb}
+    runs_used = mixed_runs(sections)
+    fsync = next((sec for sec in sections if sec["name"] == "fsync_bench"), None)
+    sync = durable_sync(fsync["doc"] if fsync else doc)
+    if doc and fsync is None:
+        sync = {**sync, "why": "no stored run of this host holds fsync_bench"}
+    measured = measured_doc(doc)
     return {
         "host": hostnames.host_of(host_dir),
         "host_link": host_dir.name,
@@ -240,7 +288,10 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         "sections": sections,
         "since": since,
         "n_runs": n_runs,
-        "not_in_latest": not_in_latest,
+        "runs_used": runs_used,
+        "absent": [(n, anchor(n)) for n in SECTION_ORDER if doc and n not in sources],
+        "durable_sync": {**sync, "run_id": fsync["run"]["run_id"] if fsync else None},
+        "answers": answers.host_answers(sections, sync, runs_used),
         "unreadable_runs": unreadable,
     }
 
@@ -328,7 +379,8 @@ def index_row(ctx: dict) -> dict:
         "workbench_split": ctx.get("workbench_split"),
         "audit_run_id": ctx["audit"]["run_id"] if ctx.get("audit") else None,
         "run_id": doc["run_id"] if doc else None,
-        "durable_sync": durable_sync(doc),
+        "durable_sync": ctx["durable_sync"],
+        "cold_unproven": answers.cold_unproven(ctx["sections"]),
         "failure": ctx.get("failure"),
         "has_report": True,
         "fleet": fleet.host_column(doc),
@@ -439,7 +491,10 @@ def render_index(reports: Path, rows: list[dict], env: jinja2.Environment) -> Pa
     A row cached by an older renderer may lack its fleet column; such a host has
     none on the fleet page until it is rendered again.
     """
-    rows = [{"fleet": None, "host_link": hostnames.encode(r["host"]), "status": None, **r} for r in rows]
+    rows = [
+        {"fleet": None, "host_link": hostnames.encode(r["host"]), "status": None, "cold_unproven": None, **r}
+        for r in rows
+    ]
     hosts, tables = fleet.tables(rows)
     text = env.get_template(fleet.TEMPLATE).render(
         disklab_version=__version__,
@@ -456,6 +511,7 @@ def render_index(reports: Path, rows: list[dict], env: jinja2.Environment) -> Pa
         disklab_version=__version__,
         schema_version=VERSIONS["results"],
         rows=rows,
+        answers=fleet.answers(rows),
         fleet_page=fleet.FLEET_PAGE,
     )
     text = tidy_markdown(text)
@@ -587,7 +643,8 @@ def _render_one(job: tuple, env: jinja2.Environment | None = None) -> tuple[str,
             "facts_from": None,
             "audit_run_id": None,
             "run_id": None,
-            "durable_sync": durable_sync(None),
+            "durable_sync": {**durable_sync(None), "run_id": None},
+            "cold_unproven": None,
             "failure": None,
             "has_report": False,
             "fleet": None,
