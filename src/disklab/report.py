@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jinja2
 
-from disklab import __version__, compare, fleet, hostnames, markup, store, stored
+from disklab import __version__, compare, fleet, history, hostnames, markup, store, stored
 from disklab.fsio import atomic_write_text
 from disklab.units import FILTERS
 from disklab_host import registry
@@ -239,6 +239,7 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         "n_runs": n_runs,
         "not_in_latest": not_in_latest,
         "unreadable_runs": unreadable,
+        "history": history.section(host_dir, known_valid=kv),  # every run's key figures (disklab.history)
     }
 
 
