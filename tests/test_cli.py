@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PUBLIC = ("run", "audit", "report", "compare", "export", "powercut")
+PUBLIC = ("run", "audit", "report", "compare", "history", "runs", "export", "powercut")
 INTERNAL = ("playbook-begin", "playbook-store")  # the playbooks' own, under plain ansible-playbook
 
 
@@ -58,3 +58,14 @@ def test_bash_completion_is_valid_bash_and_offers_the_users_commands(tmp_path):
     )
     offered = subprocess.run(["bash", "-c", probe], capture_output=True, text=True).stdout.split()
     assert set(PUBLIC) <= set(offered) and not set(INTERNAL) & set(offered), offered
+
+
+def test_history_runs_and_compare_baseline_say_their_arguments_in_help():
+    for name, words in (
+        ("history", ("HOST", "FIGURE", "--json")),
+        ("runs", ("HOST", "--json")),
+        ("compare", ("--baseline RUN_ID",)),
+    ):
+        proc = _disklab(name, "--help")
+        assert proc.returncode == 0 and all(w in proc.stdout for w in words), proc.stdout
+        assert "--reports" in proc.stdout  # taken after the command too

@@ -1,9 +1,11 @@
-"""disklab's command line: run | audit | report | compare | export | powercut.
+"""disklab's command line: run | audit | report | compare | history | runs | export | powercut.
 
     disklab run [-i INVENTORY] [--profile quick|full] [-l HOSTS] [--retry-failed] [ANSIBLE OPTIONS] [-- ...]
     disklab audit [-i INVENTORY] [ANSIBLE OPTIONS] [-- ...]
     disklab report
-    disklab compare [--json] [--fail-on-change] HOST | RUN_A.json RUN_B.json
+    disklab compare [--json] [--fail-on-change] [--baseline RUN_ID] HOST | RUN_A.json RUN_B.json
+    disklab history [--json] HOST [FIGURE]
+    disklab runs [--json] [HOST]
     disklab export [--format csv|json|jsonl] [--out FILE] [--host HOST]
     disklab powercut MODULE.py:FUNCTION
 
@@ -413,19 +415,31 @@ def cmd_compare(args) -> int:
     from disklab import compare, stored
 
     if len(args.targets) == 1:
-        from disklab import hostnames
-
-        try:
-            host_dir = hostnames.host_dir(Path(args.reports), args.targets[0])
-        except ValueError as exc:
-            raise UsageError(f"compare: {exc}") from None
+        host = args.targets[0]
+        host_dir = _host_dir(args, "compare", host)
         runs = store.files(host_dir, "runs")
-        if len(runs) < 2:
+        if args.baseline:
+            old = host_dir / "runs" / f"{args.baseline}.json"
+            if old not in runs:
+                ids = ", ".join(p.stem for p in runs) or "none"
+                raise UsageError(
+                    f"compare --baseline {args.baseline}: no such run of {host}; its runs: {ids}"
+                )
+            if old == runs[-1]:
+                raise UsageError(
+                    f"compare --baseline {args.baseline}: it is {host}'s latest run; nothing newer"
+                )
+        elif len(runs) < 2:
             raise UsageError(
-                f"compare {args.targets[0]}: needs two stored runs under {host_dir / 'runs'}, "
-                f"found {len(runs)}"
+                f"compare {host}: needs two stored runs under {host_dir / 'runs'}, found {len(runs)}"
             )
-        old, new = runs[-2], runs[-1]
+        else:
+            old = runs[-2]
+        new = runs[-1]
+    elif args.baseline:
+        raise UsageError(
+            "compare --baseline RUN_ID takes a HOST (its latest run against RUN_ID), not two files"
+        )
     elif len(args.targets) == 2:
         old, new = (Path(t) for t in args.targets)
     else:
@@ -448,6 +462,49 @@ def cmd_compare(args) -> int:
         )
         return 1
     return 0
+
+
+def _host_dir(args, command: str, host: str) -> Path:
+    """The host's directory under --reports (disklab.hostnames), or a UsageError for a name it refuses."""
+    from disklab import hostnames
+
+    try:
+        return hostnames.host_dir(Path(args.reports), host)
+    except ValueError as exc:
+        raise UsageError(f"{command}: {exc}") from None
+
+
+def cmd_history(args) -> int:
+    from disklab import history
+
+    host_dir = _host_dir(args, "history", args.host)
+    if not store.files(host_dir, "runs"):
+        raise UsageError(f"history {args.host}: no stored runs under {host_dir / 'runs'}")
+    try:
+        hist = history.build(args.host, host_dir, args.figure)
+    except history.UnknownFigure as exc:
+        raise UsageError(f"history {args.host}: {exc}") from None
+    sys.stdout.write(history.to_json(hist) if args.json else history.render_text(hist))
+    for line in hist["unreadable"]:
+        print(f"disklab history: left out: {line}", file=sys.stderr)
+    return 1 if hist["unreadable"] else 0
+
+
+def cmd_runs(args) -> int:
+    from disklab import history
+
+    reports = Path(args.reports)
+    if args.host:
+        host_dir = _host_dir(args, "runs", args.host)
+        if not store.files(host_dir, "runs"):
+            raise UsageError(f"runs {args.host}: no stored runs under {host_dir / 'runs'}")
+    elif not reports.is_dir():
+        raise UsageError(f"no reports directory at {reports}: run `disklab run` first")
+    listed = history.list_runs(reports, args.host)
+    sys.stdout.write(history.to_json(listed) if args.json else history.render_runs_text(listed))
+    for line in listed["unreadable"]:
+        print(f"disklab runs: left out: {line}", file=sys.stderr)
+    return 1 if listed["unreadable"] else 0
 
 
 def cmd_export(args) -> int:
@@ -516,7 +573,8 @@ _EXIT_STATUSES = """exit status:
   0    every host succeeded, every stored file rendered
   1    run, audit: a host failed, was unreachable or partial (a step, or a part of one, failed);
        report: a stored file could not be rendered (named; the others are); compare --fail-on-change: a
-       figure changed beyond noise; export: a stored run could not be read (the others are exported)
+       figure changed beyond noise; export, history, runs: a stored run could not be read (named; the
+       others are shown)
   2    bad input: a refused option, inventory value or setting, named in one line
   130  run, audit interrupted (Ctrl-C or SIGTERM): the lab is stopped on every host, nothing of it stored
 
@@ -525,7 +583,7 @@ shell completion: disklab --print-completion bash > ~/.local/share/bash-completi
 
 # The commands `disklab --help` lists; playbook-begin and playbook-store are the playbooks' own (they
 # run them under plain ansible-playbook) and are left out of it.
-_PUBLIC_COMMANDS = ("run", "audit", "report", "compare", "export", "powercut")
+_PUBLIC_COMMANDS = ("run", "audit", "report", "compare", "history", "runs", "export", "powercut")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -586,6 +644,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a host under --reports (its last two runs), or two run files",
     )
     cmp.add_argument(
+        "--baseline",
+        metavar="RUN_ID",
+        help="compare the host's latest run against this stored run of it, not the one before",
+    )
+    cmp.add_argument(
         "--json", action="store_true", help="print the comparison as JSON (see disklab.compare.compare_runs)"
     )
     cmp.add_argument(
@@ -594,6 +657,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 when any figure changed beyond noise or a power-cut verdict changed (for CI)",
     )
     cmp.set_defaults(func=cmd_compare)
+
+    hist = command("history", help="a host's key figures (or one figure) over every stored run, oldest first")
+    hist.add_argument("host", metavar="HOST", help="a host under --reports")
+    hist.add_argument(
+        "figure",
+        nargs="?",
+        metavar="FIGURE",
+        help="a figure's key, or part of a key figure's key or name (default: every key figure)",
+    )
+    hist.add_argument("--json", action="store_true", help="print it as JSON (see disklab.history.build)")
+    hist.set_defaults(func=cmd_history)
+
+    rl = command(
+        "runs", help="every stored run, one line each: host, run id, started, steps, versions, status"
+    )
+    rl.add_argument("host", nargs="?", metavar="HOST", help="only this host's runs")
+    rl.add_argument("--json", action="store_true", help="print them as JSON (see disklab.history.list_runs)")
+    rl.set_defaults(func=cmd_runs)
 
     exp = command("export", help="every figure of every stored run, one row per host, run and figure")
     exp.add_argument(

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import jinja2
 
-from disklab import __version__, answers, compare, fleet, hostnames, htmlpage, markup, store, stored
+from disklab import __version__, answers, compare, fleet, history, hostnames, htmlpage, markup, store, stored
 from disklab.fsio import atomic_write_text
 from disklab.units import FILTERS
 from disklab_host import registry
@@ -293,6 +293,7 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         "durable_sync": {**sync, "run_id": fsync["run"]["run_id"] if fsync else None},
         "answers": answers.host_answers(sections, sync, runs_used),
         "unreadable_runs": unreadable,
+        "history": history.section(host_dir, known_valid=kv),  # every run's key figures (disklab.history)
     }
 
 
