@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from disklab import cli, compare, figures, history, hostnames, report, stored
+from disklab import cli, compare, figures, history, hostnames, report, schemas, stored
 from test_fleet_figures import ceiling_section
 from test_load_section import make_section
 from test_report import linux_doc  # noqa: F401  (the fixture: a results document measured here)
@@ -69,7 +69,8 @@ def test_history_marks_exactly_the_torch_upgrade_and_shows_each_runs_medians(tmp
     rc, out, err = _cli(capsys, reports, "history", "--json", HOST)
     assert rc == 0, err
     hist = json.loads(out)
-    assert (hist["kind"], hist["schema_version"], hist["host"]) == ("disklab.history", 1, HOST)
+    assert (hist["kind"], hist["schema_version"], hist["host"]) == ("history", 1, HOST)
+    assert schemas.first_error("history", hist) is None
     assert [r["run_id"] for r in hist["runs"]] == list(RUN_IDS)  # oldest first
     assert [r["changed"] for r in hist["runs"]] == [[], [], ["torch"]]
     was = three_runs[0]["facts"]["versions"]["torch"]
@@ -133,7 +134,8 @@ def test_runs_lists_every_stored_run_one_line_each(tmp_path, capsys, three_runs)
     assert "2026-12-01 09:00" in lines[1] and "big_write,ceiling,fsync_bench,load,write_buffering" in lines[1]
     rc, out, _ = _cli(capsys, reports, "runs", "--json", HOST)
     listed = json.loads(out)
-    assert (listed["kind"], listed["schema_version"]) == ("disklab.runs", 1)
+    assert (listed["kind"], listed["schema_version"]) == ("runs", 1)
+    assert schemas.first_error("runs", listed) is None
     assert [(r["run_id"], r["status"], r["profile"]) for r in listed["runs"]] == [
         (run_id, "ok", "quick") for run_id in RUN_IDS
     ]

@@ -37,11 +37,7 @@ import re
 from pathlib import Path
 
 from disklab import compare, figures, hostnames, plotting, store, stored
-
-KIND = "disklab.history"
-RUNS_KIND = "disklab.runs"
-# Version 1: the first shape (build()'s and list_runs()'s docstrings).
-SCHEMA_VERSION = 1
+from disklab_host.common.formats import output
 
 # What can change between two runs, in the order it is said.
 CHANGES = ("kernel", "torch", "lab")
@@ -258,7 +254,7 @@ def _point(doc: dict, by_key: dict[str, figures.Figure], f: figures.Figure) -> d
 def build(host: str, host_dir: Path, figure: str | None = None, known_valid: set[str] | None = None) -> dict:
     """The history of ``host`` (its directory ``host_dir``), as ``disklab history --json`` prints it::
 
-        {"kind": "disklab.history", "schema_version": 1, "host", "figure": FIGURE | None,
+        {"kind": "history", "schema_version": 1, "host", "figure": FIGURE | None,
          "key_figures": bool (FIGURE not given),
          "runs": [{"run_id", "started_utc", "profile", "kernel", "torch", "lab_code", "cache_proof",
                    "changed": ["kernel" | "torch" | "lab"], "changes": {...}}],      # oldest first
@@ -276,30 +272,31 @@ def build(host: str, host_dir: Path, figure: str | None = None, known_valid: set
     chosen = select(seen, system, figure) if docs else []
     by_run = [figures.by_key(found) for found in per_run]
     runs = [run_row(doc, docs[i - 1] if i else None) for i, doc in enumerate(docs)]
-    return {
-        "kind": KIND,
-        "schema_version": SCHEMA_VERSION,
-        "host": host,
-        "figure": figure,
-        "key_figures": figure is None,
-        "runs": runs,
-        "figures": [
-            {
-                "key": f.key,
-                "name": f.name,
-                "experiment": f.experiment,
-                "unit": f.unit,
-                "stage": f.stage,
-                "cache": f.cache,
-                "method": f.method,
-                "file": f.file,
-                "populate": f.populate,
-                "points": [_point(doc, by_key, f) for doc, by_key in zip(docs, by_run, strict=True)],
-            }
-            for f in chosen
-        ],
-        "unreadable": unreadable,
-    }
+    return output(
+        "history",
+        {
+            "host": host,
+            "figure": figure,
+            "key_figures": figure is None,
+            "runs": runs,
+            "figures": [
+                {
+                    "key": f.key,
+                    "name": f.name,
+                    "experiment": f.experiment,
+                    "unit": f.unit,
+                    "stage": f.stage,
+                    "cache": f.cache,
+                    "method": f.method,
+                    "file": f.file,
+                    "populate": f.populate,
+                    "points": [_point(doc, by_key, f) for doc, by_key in zip(docs, by_run, strict=True)],
+                }
+                for f in chosen
+            ],
+            "unreadable": unreadable,
+        },
+    )
 
 
 def to_json(doc: dict) -> str:
@@ -411,7 +408,7 @@ def render_text(hist: dict) -> str:
 def list_runs(reports: Path, host: str | None = None) -> dict:
     """Every stored run (of ``host``, or of every host), as ``disklab runs --json`` prints it::
 
-        {"kind": "disklab.runs", "schema_version": 1,
+        {"kind": "runs", "schema_version": 1,
          "runs": [{"host", "run_id", "started_utc", "finished_utc", "profile", "steps": [name],
                    "kernel", "torch", "status": "ok" | "partial", "failed_steps": [name]}],
          "unreadable": [line]}
@@ -442,7 +439,7 @@ def list_runs(reports: Path, host: str | None = None) -> dict:
                     "failed_steps": failed,
                 }
             )
-    return {"kind": RUNS_KIND, "schema_version": SCHEMA_VERSION, "runs": out, "unreadable": unreadable}
+    return output("runs", {"runs": out, "unreadable": unreadable})
 
 
 def render_runs_text(listed: dict) -> str:

@@ -78,12 +78,15 @@ def stamp(kind: str, doc: dict) -> dict:
 # (disklab/schema; docs/outputs.md). A change a consumer must handle raises the number.
 #   export 1: {columns, rows} of `disklab export --format json`; export_row 1: one row, and each line of
 #   --format jsonl; compare 1: `disklab compare --json` (results_schema_version: the runs' own);
-#   powercut 1: `disklab powercut --json OUT`.
+#   powercut 1: `disklab powercut --json OUT`; history 1: `disklab history --json`; runs 1: `disklab runs
+#   --json`.
 OUTPUT_VERSIONS: dict[str, int] = {
     "export": 1,
     "export_row": 1,
     "compare": 1,
     "powercut": 1,
+    "history": 1,
+    "runs": 1,
 }
 
 
