@@ -232,7 +232,7 @@ def test_a_host_report_and_the_index_show_their_sections_tables_and_plots(tmp_pa
     shown = browser.load(host_page.as_uri())
     shot = browser.screenshot(tmp_path / "report-html.png")
     assert shown["title"] == "disklab report: linuxbox" and shown["h1"] == "disklab report: linuxbox"
-    assert shown["first_section"] == "Host" and shown["first_section_height"] > 0
+    assert shown["first_section"] == "On this host" and shown["first_section_height"] > 0
     assert shown["tables"] >= 4 and shown["first_table_rows"] > 5 and shown["first_table_width"] > 200
     plots = {img["src"]: img for img in shown["images"]}
     assert "plots/fsync_bench_latency.png" in plots, shown["images"]
@@ -248,16 +248,16 @@ def test_a_host_report_and_the_index_show_their_sections_tables_and_plots(tmp_pa
 
     index = browser.load(next(link["url"] for link in shown["links"] if link["href"] == "../index.html"))
     browser.screenshot(tmp_path / "index-html.png")
-    assert index["title"] == "disklab fleet index" and index["first_section"] == "Runs"
+    assert index["title"] == "disklab fleet index" and index["first_section"] == "The fleet's answers"
     assert index["tables"] >= 2 and index["first_table_rows"] == 2  # the header and linuxbox
     to_report = [link["url"] for link in index["links"] if link["href"] == "linuxbox/report.html"]
-    assert to_report == [host_page.as_uri()]
+    assert to_report and set(to_report) == {host_page.as_uri()}  # from the answers and the runs table
     fleet_url = next(link["url"] for link in index["links"] if link["href"] == "fleet.html")
     fleet = browser.load(fleet_url)  # the index's link to the fleet page, followed
     assert fleet["title"] == "disklab fleet, side by side" and fleet["tables"] >= 1
     assert all(img["natural_width"] > 0 for img in fleet["images"]) and fleet["images"]
     back = browser.load(to_report[0])  # and the index's link to the host report
-    assert back["first_section"] == "Host"
+    assert back["first_section"] == "On this host"
 
     # the page's Content-Security-Policy runs no script, even one that got into the page
     injected = host_page.with_name("injected.html")
