@@ -23,9 +23,10 @@ from test_report_answers import _store, full_doc  # noqa: F401  (the fixture: ev
 
 FSYNC = "experiments.fsync_bench.modes.fsync.samples_ns"
 RATE = "experiments.big_write.write_rate_samples_mib_s"
-COLD = "experiments.load.samples[file=big_pt][method=torch.load][cache=cold].stages.all_touched.time_s"
-RSS = "experiments.load.samples[file=big_pt][method=torch.load][cache=cold].stages.all_touched.peak_rss_bytes"
-WARM_MMAP = "experiments.load.samples[file=big_pt][method=torch.load-mmap][cache=warm].stages.all_touched.time_s"
+LOAD = "experiments.load.samples[file=big_pt]"
+COLD = f"{LOAD}[method=torch.load][cache=cold].stages.all_touched.time_s"
+RSS = f"{LOAD}[method=torch.load][cache=cold].stages.all_touched.peak_rss_bytes"
+WARM_MMAP = f"{LOAD}[method=torch.load-mmap][cache=warm].stages.all_touched.time_s"
 HEADING = "### Your predictions"
 
 
@@ -157,7 +158,10 @@ def test_a_prediction_whose_figure_this_host_lacks_says_why(fleet):
     # a Linux run has no F_FULLFSYNC figure: the mode's own record says why
     full = _rows((fleet / "linuxbox" / "report.md").read_text())
     cells = next(c for c in full.values() if "f_fullfsync" in c[0])
-    assert cells[2].startswith("no figure: "), cells
+    mode = _stored(fleet)["experiments"]["fsync_bench"]["modes"]["f_fullfsync"]
+    assert mode["status"] != "ok"
+    assert cells[2].startswith(f"no figure: f_fullfsync was {mode['status']} in run `"), cells
+    assert "F\\_FULLFSYNC" in cells[2] or "F_FULLFSYNC" in cells[2], cells
 
 
 def test_without_a_predictions_file_there_is_no_table(fleet):
@@ -178,7 +182,10 @@ BAD = [
     ({"all": {FSYNC: ".inf us"}}, f"all: {FSYNC}: value must be a finite number, got inf"),
     ({"all": {FSYNC: 50}}, f"all: {FSYNC}: no unit"),
     ({"all": {FSYNC: "-3 us"}}, f"all: {FSYNC}: value must be > 0"),
-    ({"hosts": {"linuxbox": {COLD: {"value": 1, "unit": "s", "who": "x"}}}}, f"hosts: linuxbox: {COLD}: unknown"),
+    (
+        {"hosts": {"linuxbox": {COLD: {"value": 1, "unit": "s", "who": "x"}}}},
+        f"hosts: linuxbox: {COLD}: unknown field(s) who",
+    ),
     ({"everyone": {}}, "everyone: unknown top-level key"),
     ("all: [unclosed", "not valid YAML at line 1"),
 ]
@@ -204,7 +211,8 @@ def test_disklab_report_prints_the_refusal_and_exits_1(fleet):
     _write(fleet, {"all": {FSYNC: "5 furlongs"}})
     done = run_disklab("report", reports=fleet, timeout=300)
     assert done.returncode == 1, done.stderr
-    assert f"disklab report: predictions not used: {fleet / 'predictions.yml'}: all: {FSYNC}: unit" in done.stderr
+    line = f"disklab report: predictions not used: {fleet / 'predictions.yml'}: all: {FSYNC}: unit 'furlongs'"
+    assert line in done.stderr
     _write(fleet, {"all": {FSYNC: "5 us"}})
     done = run_disklab("report", reports=fleet, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -238,7 +246,8 @@ def test_editing_the_predictions_file_renders_the_reports_again_without_force(fl
 
 def test_every_string_from_the_file_is_escaped(fleet):
     hostile = "<script>alert(1)</script> | [x](javascript:y) *b* `c`\nnext"
-    _write(fleet, {"who": hostile, "note": hostile, "all": {FSYNC: {"value": 5, "unit": "us", "note": hostile}}})
+    entry = {"value": 5, "unit": "us", "note": hostile}
+    _write(fleet, {"who": hostile, "note": hostile, "all": {FSYNC: entry}})
     assert report.render_all(fleet)[1] == []
     for host in ("linuxbox", "bare"):
         text = (fleet / host / "report.md").read_text()

@@ -131,7 +131,7 @@ def _entry(raw: object, key: str, err) -> dict:
         err(f"unit must be text, got {given_unit!r}")
     folded = given_unit.strip().casefold()
     if _AMBIGUOUS.match(folded):
-        err(f"unit {given_unit!r} is ambiguous (decimal or binary?): figures here are binary, write {SHOWN[unit]}")
+        err(f"unit {given_unit!r} is ambiguous (decimal or binary?): figures here are binary: {SHOWN[unit]}")
     factor = UNITS[unit].get(folded)
     if factor is None:
         err(f"unit {given_unit!r} does not fit this figure, {WHAT[unit]}: write {SHOWN[unit]}")
@@ -228,7 +228,9 @@ def verdict(r: float, unit: str) -> str:
     if 1 / WITHIN <= r <= WITHIN:
         return f"within {WITHIN:g}×"
     more, less = MORE_LESS[unit]
-    return f"{units.ratio(r)} {more} than predicted" if r > 1 else f"{units.ratio(1 / r)} {less} than predicted"
+    if r > 1:
+        return f"{units.ratio(r)} {more} than predicted"
+    return f"{units.ratio(1 / r)} {less} than predicted"
 
 
 def _alias(key: str) -> str | None:
