@@ -11,6 +11,7 @@ import copy
 import json
 import os
 import statistics
+from pathlib import Path
 
 import pytest
 import yaml
@@ -258,3 +259,17 @@ def test_every_string_from_the_file_is_escaped(fleet):
         assert rows and all(_cells(line) == 7 for line in rows), rows
         html = (fleet / host / "report.html").read_text()
         assert "<script>alert" not in html
+
+
+def test_the_documented_example_file_is_a_good_predictions_file(tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    example = Path(__file__).resolve().parent.parent / "docs" / "predictions.example.yml"
+    (reports / "predictions.yml").write_text(example.read_text(encoding="utf-8"), encoding="utf-8")
+    loaded = predictions.load(reports)
+    raw = yaml.safe_load(example.read_text(encoding="utf-8"))
+    assert set(loaded["all"]) == set(raw["all"]) and len(loaded["all"]) >= 10
+    fsync = loaded["hosts"]["spark-1"]["experiments.fsync_bench.modes.fsync.samples_ns"]
+    assert fsync["value"] == 40 * 1000 and fsync["unit"] == "ns"  # 40 µs, in the figure's ns
+    rate = loaded["all"]["experiments.big_write.write_rate_samples_mib_s"]
+    assert rate["value"] == 2 * 1024  # 2 GiB/s in MiB/s

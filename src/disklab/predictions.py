@@ -44,10 +44,11 @@ ENTRY_KEYS = ("value", "unit", "note")
 WITHIN = 2.0
 # Per figure unit: each accepted unit (casefolded) and how many of the figure's unit one of it is.
 _TIME_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
+_TIME_NS = {"ns": 1, "us": 1e3, "µs": 1e3, "μs": 1e3, "ms": 1e6, "s": 1e9, "sec": 1e9}
 _RATE = {"kib/s": 1 / 1024, "mib/s": 1.0, "mib_s": 1.0, "gib/s": 1024.0}
 _SIZE = {"b": 1, "bytes": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3}
 UNITS = {
-    "ns": {u: f / 1e-9 for u, f in _TIME_S.items()},
+    "ns": _TIME_NS,
     "s": dict(_TIME_S),
     "mib_s": _RATE,
     "bytes": _SIZE,
