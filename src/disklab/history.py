@@ -167,6 +167,51 @@ def is_key(f: figures.Figure, system: str | None = None) -> bool:
     return f.unit == "s" or (f.unit == "bytes" and f.cache == "cold")
 
 
+# A load figure's key (figures.load_key): file, method, populate mode, cache state, stage and field.
+_LOAD_KEY = re.compile(
+    r"^experiments\.load\.samples\[file=(?P<file>[^\]]+)\]\[method=(?P<method>[^\]]+)\]"
+    r"(?:\[populate=(?P<populate>[^\]]+)\])?\[cache=(?P<cache>[^\]]+)\]"
+    r"\.stages\.(?P<stage>[a-z_]+)\.(?P<field>time_s|peak_rss_bytes)$"
+)
+
+
+def key_figure_unit(key: str) -> str | None:
+    """The unit of the key figure whose stable key is ``key`` (``ns``, ``s``, ``mib_s``, ``bytes``), on a
+    host of either OS, or None when ``key`` names no key figure (the module docstring's list), whatever
+    the stored runs hold: the predictions file (disklab.predictions) is checked against it."""
+    if key in _KEY_ORDER:
+        return figures.unit_of(key) or ("mib_s" if key.endswith("_mib_s") else None)
+    m = _LOAD_KEY.match(key)
+    if not m:
+        return None
+    unit = "s" if m["field"] == "time_s" else "bytes"
+    f = figures.Figure(
+        key=key,
+        experiment="load",
+        name=key,
+        unit=unit,
+        stage=m["stage"],
+        cache=m["cache"],
+        method=m["method"],
+        file=m["file"],
+        populate=m["populate"],
+    )
+    return unit if is_key(f) else None
+
+
+def key_figure_keys() -> list[str]:
+    """Every key figure's key a run of the registry's load cells can have, in the key figures' order: the
+    candidates :func:`near_matches` names for a key that is none."""
+    from disklab_host.steps import load  # the host step's cells (its module imports no torch)
+
+    keys = list(_KEY_ORDER)
+    for fld in ("time_s", "peak_rss_bytes"):
+        for file, method in (*load.BIG_CELLS, *load.USER_CELLS):
+            for cache in ("cold", "warm") if fld == "time_s" else ("cold",):
+                keys.append(figures.load_key(file, method, None, cache, LOAD_STAGE, fld))
+    return keys
+
+
 def _order(f: figures.Figure) -> tuple:
     if f.key in _KEY_ORDER:
         return (0, _KEY_ORDER.index(f.key))

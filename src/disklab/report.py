@@ -21,7 +21,19 @@ from pathlib import Path
 
 import jinja2
 
-from disklab import __version__, answers, compare, fleet, history, hostnames, htmlpage, markup, store, stored
+from disklab import (
+    __version__,
+    answers,
+    compare,
+    fleet,
+    history,
+    hostnames,
+    htmlpage,
+    markup,
+    predictions,
+    store,
+    stored,
+)
 from disklab.fsio import atomic_write_text
 from disklab.units import FILTERS
 from disklab_host import registry
@@ -294,6 +306,8 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         "answers": answers.host_answers(sections, sync, runs_used),
         "unreadable_runs": unreadable,
         "history": history.section(host_dir, known_valid=kv),  # every run's key figures (disklab.history)
+        # the fleet's predictions beside this host's figures (disklab.predictions), None without the file
+        "predictions": predictions.host_table(host_dir.parent, hostnames.host_of(host_dir), sections),
     }
 
 
@@ -408,8 +422,10 @@ def renderer_stamp() -> str:
 
 
 def input_stamp(host_dir: Path, renderer: str) -> str:
-    """A digest of a host's stored runs, audits and failures (name, size, mtime) and the renderer."""
+    """A digest of a host's stored runs, audits and failures (name, size, mtime), the fleet's predictions
+    file (its bytes: disklab.predictions.stamp) and the renderer."""
     digest = hashlib.sha256(renderer.encode())
+    digest.update(predictions.stamp(host_dir.parent).encode() + b"\n")
     for kind in ("runs", "audits", "failures"):
         for path in store.files(host_dir, kind):
             st = path.stat()
@@ -546,6 +562,9 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     else:
         done = [_render_one((str(reports), h, renderer, force), env) for h in hosts]
     rows, written, errors = [], [], []
+    bad_predictions = predictions.error(reports)  # each report says so too; the reports still render
+    if bad_predictions:
+        errors.append(bad_predictions)
     for path in store.foreign_dirs(reports):
         errors.append(f"{path}: not rendered: not a host directory disklab writes (see disklab.hostnames)")
     for host, row, error in done:
