@@ -483,3 +483,26 @@ def test_the_same_filesystem_and_an_older_run_say_nothing_of_a_split(tmp_path, l
     assert "recorded by the lab runner itself" not in (reports / "oldbox" / "report.md").read_text()
     upgraded = stored.read(reports / "oldbox" / "runs" / f"{old['run_id']}.json", "results")
     assert upgraded["workbench"] == {"unavailable": stored.NO_RUN_WORKBENCH}
+
+
+def test_a_workbench_with_no_block_device_renders_its_ceiling_and_says_why(tmp_path, linux_doc):
+    """Issue 27: a workbench on sshfs (FUSE, no block device behind it) ended `disklab run` in a template
+    error ('dict object' has no attribute 'vendor') and no report was written."""
+    from test_fleet_figures import ceiling_section
+
+    doc = copy.deepcopy(linux_doc)
+    doc["experiments"]["ceiling"] = ceiling_section(tmp_path / "ceiling")
+    why = "no block device: the workbench is on fuse.sshfs <remote>"
+    for wb in (doc["facts"]["workbench"], doc.get("workbench")):
+        if isinstance(wb, dict):
+            wb["device"] = {"unavailable": why}
+    reports = tmp_path / "reports"
+    _store(reports, doc)
+    _, errors = report.render_all(reports)
+    assert errors == []
+    text = (reports / "linuxbox" / "report.md").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("Device facts that bound durability"))
+    assert (
+        "device n/a (no block device: the workbench is on fuse.sshfs &lt;remote&gt;); write cache unknown"
+        in line
+    )

@@ -53,7 +53,9 @@ def device_facts(results: dict) -> dict:
     device = ((results.get("facts") or {}).get("workbench") or {}).get("device")
     if not isinstance(device, dict) or _unavailable(device):
         why = _unavailable(device) or "no device in the facts"
-        return {"name": None, "write_cache": None, "write_cache_why": why, "model": None, "rotational": None}
+        # a workbench with no block device behind it (a network or FUSE filesystem): every key, all unknown
+        return {"name": None, "write_cache": None, "write_cache_why": why, "model": None, "vendor": None,
+                "rotational": None, "fua": None, "pcie_link": None}  # fmt: skip
     wc = device.get("write_cache")
     model = device.get("model")
     return {
