@@ -459,9 +459,7 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
         except stored.StoredFileError:
             cached = {}  # an unreadable stamp only means: render again
         if cached.get("stamp") == stamp:
-            report_md = host_dir / "report.md"
-            if not htmlpage.html_path(report_md).is_file():  # the markdown is up to date, its HTML missing
-                htmlpage.write(report_md, report_md.read_text(), htmlpage.HOST_NAV)
+            _html_twin(host_dir)  # the markdown is up to date; its HTML is written when missing
             return cached["index_row"]
     valid_path = host_dir / VALID_FILE
     try:
@@ -534,17 +532,25 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     renderer = renderer_stamp()
     hosts = store.hosts(reports)
     before = {h: _mtime(hostnames.host_dir(reports, h) / "report.md") for h in hosts}
-    stale = [h for h in hosts if force or _cached_row(hostnames.host_dir(reports, h), renderer) is None]
+    # an up-to-date host's row comes from its stamp, read once here; only the others are rendered
+    cached = {} if force else {h: _cached_row(hostnames.host_dir(reports, h), renderer) for h in hosts}
+    for host, row in cached.items():
+        if row is not None:
+            _html_twin(hostnames.host_dir(reports, host))
+    stale = [h for h in hosts if cached.get(h) is None]
+    rendered: dict[str, tuple] = {}
     workers = _render_workers(len(stale))
     if workers > 1:
-        jobs = [(str(reports), h, renderer, force) for h in hosts]
+        jobs = [(str(reports), h, renderer, force) for h in stale]
         context = _mp_context()
         if context.get_start_method() == "fork":  # the workers inherit the compiled templates
             _preload(env)
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            done = list(pool.map(_render_one, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
+            for result in pool.map(_render_one, jobs, chunksize=_chunksize(len(jobs), workers)):
+                rendered[result[0]] = result
     else:
-        done = [_render_one((str(reports), h, renderer, force), env) for h in hosts]
+        rendered = {h: _render_one((str(reports), h, renderer, force), env) for h in stale}
+    done = [rendered.get(h) or (h, cached[h], None) for h in hosts]
     rows, written, errors = [], [], []
     for path in store.foreign_dirs(reports):
         errors.append(f"{path}: not rendered: not a host directory disklab writes (see disklab.hostnames)")
@@ -560,6 +566,24 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
             written.append(report_md)
     written.append(render_index(reports, rows, env))
     return written, errors
+
+
+# Hosts a pool worker takes at a time, at most: small chunks keep both workers busy to the end (a chunk
+# of 60 hosts left to one worker kept the other idle for ten seconds and more), and a chunk's round trip
+# costs far less than one host's render.
+CHUNK_MAX = 4
+
+
+def _chunksize(jobs: int, workers: int) -> int:
+    """Hosts per pool task: a quarter of each worker's share, at most CHUNK_MAX, at least 1."""
+    return max(1, min(CHUNK_MAX, jobs // (4 * workers)))
+
+
+def _html_twin(host_dir: Path) -> None:
+    """Write an up-to-date host's ``report.html`` from its ``report.md`` when the HTML is missing."""
+    report_md = host_dir / "report.md"
+    if not htmlpage.html_path(report_md).is_file():
+        htmlpage.write(report_md, report_md.read_text(), htmlpage.HOST_NAV)
 
 
 def _mtime(path: Path) -> int | None:
