@@ -43,25 +43,26 @@ REUSE = True
 _figures: dict[tuple[float, float], object] = {}
 
 
-def figure(width_in: float, height_in: float):
+def figure(width_in: float, height_in: float, *, shared: bool = True):
     """A ``matplotlib.figure.Figure`` of that size on an Agg canvas, at :data:`DPI`, with nothing on it.
 
     The figure of a size is made once per process and cleared (axes, legends, texts, and the subplot
     parameters back to the defaults) for the next caller who asks for that size: a figure is the
     caller's only until the next ``figure()`` of the same size, so draw and :func:`save` it first.
+    ``shared=False``: a new figure, never handed out again (for a caller that keeps its own).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure, SubplotParams
 
     key = (float(width_in), float(height_in))
-    fig = _figures.get(key) if REUSE else None
+    fig = _figures.get(key) if REUSE and shared else None
     if fig is not None:
         fig.clear()
         fig.subplotpars = SubplotParams()  # clear() keeps them: margins() of the last plot
         return fig
     fig = Figure(figsize=key, dpi=DPI)
     FigureCanvasAgg(fig)
-    if REUSE:
+    if REUSE and shared:
         if len(_figures) >= REUSE_MAX:
             _figures.clear()
         _figures[key] = fig
