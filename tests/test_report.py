@@ -589,3 +589,34 @@ def test_an_up_to_date_host_is_not_rendered_again_and_its_stamp_is_read_once(
 def test_pool_chunks_stay_small():
     assert report._chunksize(500, 2) == report.CHUNK_MAX
     assert report._chunksize(5, 2) == 1
+
+
+def test_the_index_pages_are_rendered_again_only_when_their_inputs_change(tmp_path, linux_doc):
+    """index.md, fleet.md and their HTML are left alone when the renderer, the rows and the fleet plots are
+    those they were rendered from (.index.sha256); a missing page, or a changed host, renders them again,
+    and what is written equals what a render from scratch writes."""
+    reports = tmp_path / "reports"
+    _store(reports, linux_doc)
+    report.render_all(reports)
+    pages = [reports / name for name in report.INDEX_PAGES]
+    first = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in pages}
+    assert report.render_all(reports)[0] == [reports / "index.md"]
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in pages} == first  # not written again
+    (reports / "fleet.html").unlink()
+    report.render_all(reports)
+    assert {p: p.read_bytes() for p in pages} == {p: b for p, (b, _) in first.items()}
+    other = {**copy.deepcopy(linux_doc), "host": "otherbox"}
+    _store(reports, other)
+    report.render_all(reports)
+    assert (
+        "otherbox" in (reports / "index.md").read_text()
+        and "otherbox" in (reports / "fleet.html").read_text()
+    )
+    scratch = tmp_path / "scratch"
+    shutil.copytree(
+        reports, scratch, ignore=shutil.ignore_patterns("*.md", "*.html", ".*.sha256", ".rendered.json")
+    )
+    report.render_all(scratch)
+    assert {p.name: p.read_bytes() for p in pages} == {
+        n: (scratch / n).read_bytes() for n in report.INDEX_PAGES
+    }
