@@ -506,3 +506,140 @@ def test_a_workbench_with_no_block_device_renders_its_ceiling_and_says_why(tmp_p
         "device n/a (no block device: the workbench is on fuse.sshfs &lt;remote&gt;); write cache unknown"
         in line
     )
+
+
+def _fsync_variants(linux_doc) -> list[dict]:
+    """fsync_bench sections whose plots differ: other samples, a mode that failed, a wider range."""
+    base = linux_doc["experiments"]["fsync_bench"]
+    variants = [copy.deepcopy(base) for _ in range(4)]
+    variants[1]["modes"]["fsync"]["samples_ns"] = [v * 40 for v in base["modes"]["fsync"]["samples_ns"]]
+    variants[2]["modes"]["fdatasync"] = {"status": "unsupported", "reason": "not on this test host"}
+    variants[3]["modes"]["none"]["samples_ns"] = [v // 100 + 1 for v in base["modes"]["none"]["samples_ns"]]
+    return [variants[0], variants[1], variants[2], variants[3], variants[0]]
+
+
+def test_a_reused_figure_draws_the_same_png_bytes_as_a_new_one(tmp_path, linux_doc, monkeypatch):
+    """The fsync plot's figure (disklab.sections.fsync_bench._axes) and plotting.figure's are reused per
+    process; every plot drawn on them is byte for byte the one a new figure draws, whatever came before."""
+    from disklab import plotting
+    from disklab.sections import fsync_bench as section
+
+    def draw_all(reuse: bool, out) -> list[bytes]:
+        monkeypatch.setattr(plotting, "REUSE", reuse)
+        pngs = []
+        for n, sec in enumerate(_fsync_variants(linux_doc)):
+            path, _notes = section._plot(sec, out / str(n))
+            pngs.append((out / path).read_bytes())
+        return pngs
+
+    monkeypatch.setattr(section, "_FIGURE", [])
+    reused = draw_all(True, tmp_path / "reused" / "plots")
+    assert section._FIGURE, "the figure was kept for the next host"
+    fresh = draw_all(False, tmp_path / "fresh" / "plots")
+    assert reused == fresh
+    assert reused[0] == reused[4] and len(set(reused)) == 4  # the same data draws the same bytes
+    monkeypatch.setattr(plotting, "REUSE", True)
+    first = plotting.figure(3, 2)
+    first.subplots().plot([1, 2], [3, 4])
+    plotting.margins(first, left=0.5, right=0.1, bottom=0.4, top=0.2)
+    again = plotting.figure(3, 2)
+    assert (
+        again is first and not again.axes and again.subplotpars.left == plotting.figure(3, 2).subplotpars.left
+    )
+    assert plotting.figure(3, 2, shared=False) is not first
+
+
+def test_pages_rendered_with_reused_figures_equal_those_without(tmp_path, linux_doc, monkeypatch):
+    """A whole render with the figures reused writes the same pages and plots as one without."""
+    from disklab import plotting
+    from disklab.sections import fsync_bench as section
+
+    trees = {}
+    for reuse in (True, False):
+        monkeypatch.setattr(plotting, "REUSE", reuse)
+        monkeypatch.setattr(section, "_FIGURE", [])
+        reports = tmp_path / f"reports-{reuse}"
+        for n, sec in enumerate(_fsync_variants(linux_doc)[:4]):
+            doc = copy.deepcopy(linux_doc)
+            doc["host"] = f"host{n}"
+            doc["experiments"]["fsync_bench"] = sec
+            _store(reports, doc)
+        monkeypatch.setenv("DISKLAB_RENDER_WORKERS", "1")
+        assert report.render_all(reports)[1] == []
+        trees[reuse] = {
+            p.relative_to(reports): p.read_bytes()
+            for p in reports.rglob("*")
+            if p.is_file() and p.suffix in (".md", ".html", ".png")
+        }
+    assert trees[True] == trees[False] and len(trees[True]) >= 4 * 3
+
+
+def test_an_up_to_date_host_is_not_rendered_again_and_its_stamp_is_read_once(
+    tmp_path, linux_doc, monkeypatch
+):
+    """render_all takes an up-to-date host's index row from the stamp it read to find it current (no
+    second read, no pool job); a missing report.html is still written; a changed input renders again."""
+    reports = tmp_path / "reports"
+    for host in ("linuxbox", "otherbox"):
+        _store(reports, {**copy.deepcopy(linux_doc), "host": host})
+    report.render_all(reports)
+    index = (reports / "index.md").read_text()
+    html = (reports / "otherbox" / "report.html").read_bytes()
+    (reports / "otherbox" / "report.html").unlink()
+    reads = []
+    real_read = stored.read
+    monkeypatch.setattr(
+        stored, "read", lambda path, kind, **kw: (reads.append((path, kind)), real_read(path, kind, **kw))[1]
+    )
+    rendered = []
+    real_render = report.render_host
+    monkeypatch.setattr(
+        report, "render_host", lambda h, *a, **kw: (rendered.append(h.name), real_render(h, *a, **kw))[1]
+    )
+    written, errors = report.render_all(reports)
+    assert errors == [] and written == [reports / "index.md"] and rendered == []
+    assert sorted(p.parent.name for p, kind in reads if kind == "render_stamp") == ["linuxbox", "otherbox"]
+    assert (reports / "otherbox" / "report.html").read_bytes() == html
+    assert (reports / "index.md").read_text() == index
+    second = copy.deepcopy(linux_doc)
+    second["run_id"] = "20261129T110000Z"
+    _store(reports, second)
+    written, errors = report.render_all(reports)
+    assert errors == [] and rendered == ["linuxbox"] and written[0] == reports / "linuxbox" / "report.md"
+    assert "Run `20261129T110000Z`" in (reports / "linuxbox" / "report.md").read_text()
+
+
+def test_pool_chunks_stay_small():
+    assert report._chunksize(500, 2) == report.CHUNK_MAX
+    assert report._chunksize(5, 2) == 1
+
+
+def test_the_index_pages_are_rendered_again_only_when_their_inputs_change(tmp_path, linux_doc):
+    """index.md, fleet.md and their HTML are left alone when the renderer, the rows and the fleet plots are
+    those they were rendered from (.index.sha256); a missing page, or a changed host, renders them again,
+    and what is written equals what a render from scratch writes."""
+    reports = tmp_path / "reports"
+    _store(reports, linux_doc)
+    report.render_all(reports)
+    pages = [reports / name for name in report.INDEX_PAGES]
+    first = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in pages}
+    assert report.render_all(reports)[0] == [reports / "index.md"]
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in pages} == first  # not written again
+    (reports / "fleet.html").unlink()
+    report.render_all(reports)
+    assert {p: p.read_bytes() for p in pages} == {p: b for p, (b, _) in first.items()}
+    other = {**copy.deepcopy(linux_doc), "host": "otherbox"}
+    _store(reports, other)
+    report.render_all(reports)
+    assert (
+        "otherbox" in (reports / "index.md").read_text()
+        and "otherbox" in (reports / "fleet.html").read_text()
+    )
+    scratch = tmp_path / "scratch"
+    shutil.copytree(
+        reports, scratch, ignore=shutil.ignore_patterns("*.md", "*.html", ".*.sha256", ".rendered.json")
+    )
+    report.render_all(scratch)
+    assert {p.name: p.read_bytes() for p in pages} == {
+        n: (scratch / n).read_bytes() for n in report.INDEX_PAGES
+    }

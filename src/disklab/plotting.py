@@ -3,7 +3,11 @@
 A report's plots are most of the cost of rendering it, so:
 
 * :func:`figure` makes a matplotlib ``Figure`` on the Agg canvas without pyplot
-  (no figure manager, no pyplot import, nothing to close);
+  (no figure manager, no pyplot import, nothing to close), and hands the same one back, cleared, for the
+  next figure of that size in this process: its canvas keeps its renderer, so matplotlib's cache of text
+  layouts (tick labels, axis labels: the same strings host after host) is not thrown away each time;
+* :func:`save` encodes the PNG at zlib level :data:`PNG_COMPRESS_LEVEL`: the same pixels as the default
+  level 6 in about half the encoding time, for files about a tenth larger;
 * :func:`save` writes one PNG at :data:`DPI` through the atomic write, in one
   draw: the margins are set in inches by the caller (:func:`margins`, with
   :func:`text_width_in` for labels whose length varies) instead of
@@ -29,15 +33,39 @@ from pathlib import Path
 from disklab.fsio import atomic_write_bytes, atomic_write_text
 
 DPI = 110
+# zlib level of the PNGs: 1 encodes a report's plot in about half the time of Pillow's default 6 (about
+# 12 ms against 22 ms for the fsync plot), the file about 10 % larger; the decoded pixels are the same.
+PNG_COMPRESS_LEVEL = 1
+# Figures kept for reuse, one per size (in inches), at most this many per process.
+REUSE_MAX = 8
+# False: a new Figure every time (the reuse's tests compare both ways).
+REUSE = True
+_figures: dict[tuple[float, float], object] = {}
 
 
-def figure(width_in: float, height_in: float):
-    """A ``matplotlib.figure.Figure`` of that size on an Agg canvas, at :data:`DPI`."""
+def figure(width_in: float, height_in: float, *, shared: bool = True):
+    """A ``matplotlib.figure.Figure`` of that size on an Agg canvas, at :data:`DPI`, with nothing on it.
+
+    The figure of a size is made once per process and cleared (axes, legends, texts, and the subplot
+    parameters back to the defaults) for the next caller who asks for that size: a figure is the
+    caller's only until the next ``figure()`` of the same size, so draw and :func:`save` it first.
+    ``shared=False``: a new figure, never handed out again (for a caller that keeps its own).
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure, SubplotParams
 
-    fig = Figure(figsize=(width_in, height_in), dpi=DPI)
+    key = (float(width_in), float(height_in))
+    fig = _figures.get(key) if REUSE and shared else None
+    if fig is not None:
+        fig.clear()
+        fig.subplotpars = SubplotParams()  # clear() keeps them: margins() of the last plot
+        return fig
+    fig = Figure(figsize=key, dpi=DPI)
     FigureCanvasAgg(fig)
+    if REUSE and shared:
+        if len(_figures) >= REUSE_MAX:
+            _figures.clear()
+        _figures[key] = fig
     return fig
 
 
@@ -87,9 +115,10 @@ def plain_number(value: float, _pos: object = None) -> str:
 
 
 def save(fig, path: str | Path) -> Path:
-    """Write ``fig`` as PNG at :data:`DPI` through :func:`disklab.fsio.atomic_write_bytes` (one draw)."""
+    """Write ``fig`` as PNG at :data:`DPI` through :func:`disklab.fsio.atomic_write_bytes` (one draw), at
+    zlib level :data:`PNG_COMPRESS_LEVEL`."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
+    fig.savefig(buf, format="png", dpi=DPI, pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
     return atomic_write_bytes(path, buf.getvalue())
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import json
 import os
 import sys
 import threading
@@ -475,9 +476,7 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
         except stored.StoredFileError:
             cached = {}  # an unreadable stamp only means: render again
         if cached.get("stamp") == stamp:
-            report_md = host_dir / "report.md"
-            if not htmlpage.html_path(report_md).is_file():  # the markdown is up to date, its HTML missing
-                htmlpage.write(report_md, report_md.read_text(), htmlpage.HOST_NAV)
+            _html_twin(host_dir)  # the markdown is up to date; its HTML is written when missing
             return cached["index_row"]
     valid_path = host_dir / VALID_FILE
     try:
@@ -501,10 +500,21 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
     return row
 
 
-def render_index(reports: Path, rows: list[dict], env: jinja2.Environment) -> Path:
-    """Write ``reports/index.md`` (one row per host) and beside it ``reports/fleet.md`` (disklab.fleet), each
-    with its HTML twin (``index.html``, ``fleet.html``).
+# Beside the index: the digest of what the index and fleet pages were last rendered from (see render_index).
+INDEX_STAMP_FILE = ".index.sha256"
+INDEX_PAGES = ("index.md", "index.html", fleet.FLEET_PAGE, "fleet.html")
 
+
+def render_index(
+    reports: Path, rows: list[dict], env: jinja2.Environment, renderer: str | None = None
+) -> Path:
+    """Write ``reports/index.md`` (one row per host) and beside it ``reports/fleet.md`` (disklab.fleet), each
+    with its HTML twin (``index.html``, ``fleet.html``); returns the path of ``index.md``.
+
+    With ``renderer`` (:func:`renderer_stamp`), the four pages are left as they are when they exist and
+    ``.index.sha256`` holds the digest of that renderer, the rows and the fleet plots: they are a pure
+    function of those, so they would be written again byte for byte (rendering them took about a second
+    at 500 hosts, most of a re-render with nothing changed).
     A row cached by an older renderer may lack its fleet column; such a host has
     none on the fleet page until it is rendered again.
     """
@@ -512,12 +522,22 @@ def render_index(reports: Path, rows: list[dict], env: jinja2.Environment) -> Pa
         {"fleet": None, "host_link": hostnames.encode(r["host"]), "status": None, "cold_unproven": None, **r}
         for r in rows
     ]
+    plots = fleet.plots(reports, rows)  # a missing plot is drawn again either way
+    stamp_path, key = reports / INDEX_STAMP_FILE, None
+    if renderer is not None:
+        inputs = json.dumps([renderer, rows, plots], sort_keys=True, default=str)
+        key = hashlib.sha256(inputs.encode()).hexdigest()
+        with contextlib.suppress(OSError):
+            if stamp_path.read_text().strip() == key and all((reports / p).is_file() for p in INDEX_PAGES):
+                return reports / "index.md"
+    with contextlib.suppress(OSError):  # the pages change below: until the new digest is written, stale
+        stamp_path.unlink()
     hosts, tables = fleet.tables(rows)
     text = env.get_template(fleet.TEMPLATE).render(
         disklab_version=__version__,
         schema_version=VERSIONS["results"],
         tables=tables,
-        plots=fleet.plots(reports, rows),
+        plots=plots,
         columns=len(hosts) <= fleet.MAX_COLUMNS,
         max_columns=fleet.MAX_COLUMNS,
     )
@@ -534,6 +554,8 @@ def render_index(reports: Path, rows: list[dict], env: jinja2.Environment) -> Pa
     text = tidy_markdown(text)
     written = atomic_write_text(reports / "index.md", text)
     htmlpage.write(reports / "index.md", text, htmlpage.INDEX_NAV)
+    if key is not None:
+        atomic_write_text(stamp_path, key + "\n")
     return written
 
 
@@ -550,17 +572,25 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     renderer = renderer_stamp()
     hosts = store.hosts(reports)
     before = {h: _mtime(hostnames.host_dir(reports, h) / "report.md") for h in hosts}
-    stale = [h for h in hosts if force or _cached_row(hostnames.host_dir(reports, h), renderer) is None]
+    # an up-to-date host's row comes from its stamp, read once here; only the others are rendered
+    cached = {} if force else {h: _cached_row(hostnames.host_dir(reports, h), renderer) for h in hosts}
+    for host, row in cached.items():
+        if row is not None:
+            _html_twin(hostnames.host_dir(reports, host))
+    stale = [h for h in hosts if cached.get(h) is None]
+    rendered: dict[str, tuple] = {}
     workers = _render_workers(len(stale))
     if workers > 1:
-        jobs = [(str(reports), h, renderer, force) for h in hosts]
+        jobs = [(str(reports), h, renderer, force) for h in stale]
         context = _mp_context()
         if context.get_start_method() == "fork":  # the workers inherit the compiled templates
             _preload(env)
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            done = list(pool.map(_render_one, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
+            for result in pool.map(_render_one, jobs, chunksize=_chunksize(len(jobs), workers)):
+                rendered[result[0]] = result
     else:
-        done = [_render_one((str(reports), h, renderer, force), env) for h in hosts]
+        rendered = {h: _render_one((str(reports), h, renderer, force), env) for h in stale}
+    done = [rendered.get(h) or (h, cached[h], None) for h in hosts]
     rows, written, errors = [], [], []
     bad_predictions = predictions.error(reports)  # each report says so too; the reports still render
     if bad_predictions:
@@ -577,8 +607,26 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
         report_md = hostnames.host_dir(reports, host) / "report.md"
         if _mtime(report_md) != before[host]:
             written.append(report_md)
-    written.append(render_index(reports, rows, env))
+    written.append(render_index(reports, rows, env, renderer))
     return written, errors
+
+
+# Hosts a pool worker takes at a time, at most: small chunks keep both workers busy to the end (a chunk
+# of 60 hosts left to one worker kept the other idle for ten seconds and more), and a chunk's round trip
+# costs far less than one host's render.
+CHUNK_MAX = 4
+
+
+def _chunksize(jobs: int, workers: int) -> int:
+    """Hosts per pool task: a quarter of each worker's share, at most CHUNK_MAX, at least 1."""
+    return max(1, min(CHUNK_MAX, jobs // (4 * workers)))
+
+
+def _html_twin(host_dir: Path) -> None:
+    """Write an up-to-date host's ``report.html`` from its ``report.md`` when the HTML is missing."""
+    report_md = host_dir / "report.md"
+    if not htmlpage.html_path(report_md).is_file():
+        htmlpage.write(report_md, report_md.read_text(), htmlpage.HOST_NAV)
 
 
 def _mtime(path: Path) -> int | None:

@@ -22,6 +22,7 @@ The rules, one place for every kind of stored file, whatever its schema says or 
 
 from __future__ import annotations
 
+import functools
 import math
 
 # Stored runs at the tests' tiny sizes are about 0.25 MB; the full profile's raw samples (1,000 fsync
@@ -57,6 +58,8 @@ class NotANumber:
         self.literal = literal
 
 
+# A file's keys repeat (every sample list, every mode, every host's stamp): the answer is kept per key.
+@functools.lru_cache(maxsize=4096)
 def _unit(key: str) -> tuple[str, str] | None:
     """``("time", suffix)`` or ``("nonnegative", suffix)`` for a key that names a unit, ``("any", "")`` for
     one of :data:`POINTS_IN_TIME` or :data:`SIGNED`, else None (the unit of the key above holds)."""
