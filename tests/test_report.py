@@ -643,3 +643,16 @@ def test_the_index_pages_are_rendered_again_only_when_their_inputs_change(tmp_pa
     assert {p.name: p.read_bytes() for p in pages} == {
         n: (scratch / n).read_bytes() for n in report.INDEX_PAGES
     }
+
+
+def test_a_run_file_of_another_name_shape_is_sorted_not_raised(tmp_path, linux_doc):
+    """A copy a user made beside a stored run (``<id>-a1.json``) made store.run_key raise ValueError inside a
+    render worker, which ended the whole `disklab report`."""
+    reports = tmp_path / "reports"
+    _store(reports, linux_doc)
+    path = reports / "linuxbox" / "runs" / f"{linux_doc['run_id']}.json"
+    shutil.copyfile(path, path.with_name(f"{path.stem}-a1.json"))
+    names = [p.name for p in store.files(path.parent.parent, "runs")]
+    assert names == [path.name, f"{path.stem}-a1.json"]
+    _, errors = report.render_all(reports)
+    assert (reports / "linuxbox" / "report.md").is_file() and all("Traceback" not in e for e in errors)

@@ -181,10 +181,11 @@ def _is_encoded(name: str) -> bool:
     return True
 
 
-def run_key(path: Path) -> tuple[str, int]:
-    """Sort key of a run file: its timestamp, then its ``-N`` suffix."""
+def run_key(path: Path) -> tuple[str, int, str]:
+    """Sort key of a run file: its timestamp, then its ``-N`` suffix; a name of another shape (a copy a
+    user made, ``<id>-a1.json``) sorts by its text and never raises."""
     base, _, n = path.stem.partition("-")
-    return base, int(n or 0)
+    return base, int(n) if n.isdigit() else 0, n
 
 
 def files(host_dir: Path, kind: str) -> list[Path]:
