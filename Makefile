@@ -4,9 +4,10 @@ VENV := .venv
 TEST_VENV := .venv-test
 PIP_FLAGS := --quiet --disable-pip-version-check
 
-.PHONY: lab test lint bench report clean collection ee
+.PHONY: lab test test-fast lint bench report clean collection ee
 
-# Controller venv: ansible-core, ansible-runner, jinja2, pyyaml, jsonschema, matplotlib, rich, disklab.
+# Controller venv: ansible-core, ansible-runner, jinja2, pyyaml, jsonschema, matplotlib, rich, markdown-it-py,
+# shtab, disklab.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install $(PIP_FLAGS) -e .
@@ -31,6 +32,14 @@ lint: $(TEST_VENV)/.installed
 
 test: lint
 	$(TEST_VENV)/bin/pytest
+
+# The edit-and-check loop: ruff, and the tests that need no root, no test fleet and no lab experiment (the
+# markers in pyproject.toml; tests/conftest.py marks heavy a test that shares a module or session set-up).
+# make test runs them all.
+FAST_TESTS := not slow and not fleet and not root and not heavy
+test-fast: $(TEST_VENV)/.installed
+	$(TEST_VENV)/bin/ruff check src tests bench roles plugins
+	$(TEST_VENV)/bin/pytest -q -m "$(FAST_TESTS)" --durations=10
 
 # fio is the reference the bench compares disklab with; the fleet part needs the test fleet's tools, several
 # of them in /usr/sbin or /sbin, which a non-root PATH lacks: the check and the bench itself run with them.

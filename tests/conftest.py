@@ -93,6 +93,17 @@ def run_disklab(*args: str, reports: Path, timeout: int = 900):
     )
 
 
+def pytest_collection_modifyitems(items):
+    """A test that shares a set-up of module or session scope is heavy (make test-fast leaves it out; make
+    test runs it): such a set-up is shared because it is costly (a lab root and its venv, a real lab step,
+    a measured results document)."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs if info is not None else {}
+        if any(d and d[-1].scope != "function" for d in defs.values()):
+            item.add_marker(pytest.mark.heavy)
+
+
 # Where the suite's time goes (printed after pytest's slowest-tests listing): the whole run, and each shared
 # set-up, a fixture of module or session scope, by name and the module that defines it.
 _SUITE_START = time.monotonic()

@@ -90,6 +90,7 @@ def real_facts(tmp_path_factory) -> tuple[Path, dict]:
     return wb, audit.collect_all(str(wb), VENV_PYTHON)
 
 
+@pytest.mark.heavy
 def test_real_filesystem_matches_df_and_findmnt(real_facts):
     wb, facts = real_facts
     w = facts["workbench"]

@@ -100,6 +100,7 @@ def tiny_run(tmp_path_factory):
     return doc, proc.stdout
 
 
+@pytest.mark.heavy
 def test_tiny_run_has_every_part_and_skips_the_slow_ones_with_a_reason(tiny_run):
     doc, _ = tiny_run
     assert doc["bench_schema_version"] == 1 and doc["tiny"] is True

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PUBLIC = ("run", "audit", "report", "compare", "history", "runs", "export", "powercut")
 INTERNAL = ("playbook-begin", "playbook-store")  # the playbooks' own, under plain ansible-playbook
 
@@ -16,6 +18,7 @@ def _disklab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.heavy
 def test_help_lists_the_users_commands_and_every_exit_status():
     proc = _disklab("--help")
     assert proc.returncode == 0, proc.stderr
@@ -27,12 +30,14 @@ def test_help_lists_the_users_commands_and_every_exit_status():
         assert f"\n  {code} " in "\n" + statuses, statuses
 
 
+@pytest.mark.heavy
 def test_the_internal_commands_still_parse_for_the_playbooks():
     for name in INTERNAL:
         proc = _disklab(name, "--help")
         assert proc.returncode == 0 and "plain ansible-playbook" in proc.stdout, proc.stderr
 
 
+@pytest.mark.heavy
 def test_reports_is_taken_after_the_command_and_wins_there(tmp_path):
     before, after = tmp_path / "before", tmp_path / "after"
     proc = _disklab("report", "--reports", str(after))
@@ -60,6 +65,7 @@ def test_bash_completion_is_valid_bash_and_offers_the_users_commands(tmp_path):
     assert set(PUBLIC) <= set(offered) and not set(INTERNAL) & set(offered), offered
 
 
+@pytest.mark.heavy
 def test_history_runs_and_compare_baseline_say_their_arguments_in_help():
     for name, words in (
         ("history", ("HOST", "FIGURE", "--json")),

@@ -66,6 +66,7 @@ def test_the_collection_and_the_python_package_have_one_version_and_one_ansible_
     assert lines == wanted
 
 
+@pytest.mark.heavy
 def test_the_tarball_holds_the_roles_plugins_playbooks_and_host_package_once(tarball):
     with tarfile.open(tarball) as tar:
         names = [m.name for m in tar.getmembers() if m.isfile()]
@@ -95,6 +96,7 @@ def test_the_sanity_ignores_name_files_that_exist_and_only_the_house_styles_exce
         assert check in ("pylint:disallowed-name", "validate-modules:missing-gplv3-license"), line
 
 
+@pytest.mark.heavy
 def test_a_users_own_playbook_runs_host_audit_by_its_full_name(installed, tmp_path):
     """From another directory, with only the installed collection: the role packs the host package itself."""
     (tmp_path / "inv.yml").write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
@@ -120,6 +122,7 @@ def test_a_users_own_playbook_runs_host_audit_by_its_full_name(installed, tmp_pa
     assert (tmp_path / "root" / "runs" / "standalone" / "host.json").is_file()
 
 
+@pytest.mark.heavy
 def test_ansible_playbook_runs_the_installed_collections_audit_playbook(installed, tmp_path):
     (tmp_path / "inv.yml").write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
@@ -144,6 +147,7 @@ def test_ansible_playbook_runs_the_installed_collections_audit_playbook(installe
     ]
 
 
+@pytest.mark.heavy
 def test_ansible_builder_makes_an_execution_environment_context_with_the_collection(
     tarball, installed, tmp_path
 ):

@@ -34,6 +34,7 @@ def _progress_run(server, mode, workbench, states, points):
     )
 
 
+@pytest.mark.heavy
 def test_naive_killed_at_half_fails_to_load_with_the_zip_error(server, states, workbench):
     m = _progress_run(server, "naive", workbench, states, (0.5,))
     (k,) = m["kills"]
@@ -49,6 +50,7 @@ def test_naive_killed_at_half_fails_to_load_with_the_zip_error(server, states, w
     assert k["new_written_bytes"] == min(final["size_bytes"], final["allocated_bytes"])
 
 
+@pytest.mark.heavy
 def test_atomic_leaves_a_loadable_checkpoint_at_every_point(server, states, workbench):
     m = _progress_run(server, "atomic", workbench, states, crash.PROGRESS_POINTS)
     assert len(m["kills"]) == 3
@@ -62,6 +64,7 @@ def test_atomic_leaves_a_loadable_checkpoint_at_every_point(server, states, work
     assert not (workbench / "atomic").exists()  # run_mode cleans up
 
 
+@pytest.mark.heavy
 def test_fsync_before_flush_passes_every_kill_test(server, states, workbench):
     m = _progress_run(server, "fsync_before_flush", workbench, states, crash.PROGRESS_POINTS)
     assert [k["outcome"] in ("old_ok", "new_ok") for k in m["kills"]] == [True] * 3
@@ -162,6 +165,7 @@ def test_time_delays_spread_inside_the_save_and_refuse_bad_settings():
         crash.time_delays(0.2, 0)
 
 
+@pytest.mark.heavy
 def test_saver_script_single_save_prints_ready_and_saves(workbench):
     path = workbench / "ckpt.pt"
     (workbench / "ckpt.pt.tmp").write_bytes(b"left by a killed save")
@@ -185,6 +189,7 @@ def test_make_state_and_savers_refuse_bad_input(workbench):
         saver.recover(workbench / "x.pt", fmt="zip")
 
 
+@pytest.mark.heavy
 def test_progress_kills_land_at_the_planned_write_beside_a_cpu_hog(states, workbench):
     """Two busy processes share the cores; every progress kill still stops at its planned write."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
@@ -202,6 +207,7 @@ def test_progress_kills_land_at_the_planned_write_beside_a_cpu_hog(states, workb
             h.wait()
 
 
+@pytest.mark.heavy
 def test_without_strace_progress_kills_watch_the_file_and_say_so(states, workbench, monkeypatch):
     monkeypatch.setattr(crash.killpoint, "unusable", lambda: "strace is not installed")
     with crash.SaverServer(STATE_MIB) as srv:
@@ -212,6 +218,7 @@ def test_without_strace_progress_kills_watch_the_file_and_say_so(states, workben
     assert k["outcome"] in ("old_ok", "new_ok")
 
 
+@pytest.mark.heavy
 def test_a_tracer_that_cannot_attach_falls_back_to_watching(states, workbench, monkeypatch):
     """strace refused (as ptrace is in some containers): the waiting saver is released and watched."""
     monkeypatch.setattr(crash.killpoint, "record_args", lambda out: ["--no-such-strace-option"])
@@ -222,6 +229,7 @@ def test_a_tracer_that_cannot_attach_falls_back_to_watching(states, workbench, m
     assert k["kill_method"] == "poll"
 
 
+@pytest.mark.heavy
 def test_the_stop_point_is_the_first_write_that_reaches_the_target():
     trace = "\n".join(
         [

@@ -9,6 +9,7 @@ from disklab_host.checkpoint import layers
 
 
 @pytest.mark.skipif(cache.cachestat_unavailable_reason() is not None, reason="no cachestat(2) here")
+@pytest.mark.heavy
 def test_dirty_pages_survive_the_kill_and_leave_at_the_fsync(workbench):
     got = layers.kill_after_naive_save(workbench, 8)
     assert got["status"] == "ok" and got["exit_signal"] == 9 and got["cachestat"] == "ok"
@@ -23,6 +24,7 @@ def test_dirty_pages_survive_the_kill_and_leave_at_the_fsync(workbench):
     assert list(workbench.iterdir()) == []  # the file is deleted afterwards
 
 
+@pytest.mark.heavy
 def test_state_size_is_capped_and_rounded_to_the_saver_rule(workbench):
     got = layers.kill_after_naive_save(workbench, 6)
     assert got["state_mib"] == 4

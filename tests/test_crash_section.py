@@ -34,6 +34,7 @@ def _render(s: dict, x: dict, results: dict) -> str:
     return env.get_template("sections/crash.md.j2").render(s=s, x=x, results=results)
 
 
+@pytest.mark.heavy
 def test_real_section_matches_the_schema(section):
     jsonschema.validate(section, SCHEMA)
     assert set(section["modes"]) == set(crash.KILL_MODES)
@@ -49,6 +50,7 @@ def test_schema_refuses_a_field_without_its_unit(section):
         jsonschema.validate(bad, SCHEMA)
 
 
+@pytest.mark.heavy
 def test_build_explains_from_this_runs_numbers(section, tmp_path):
     results = {"experiments": {"crash": section}}
     x = section_mod.build(section, results, tmp_path / "plots")
@@ -114,6 +116,7 @@ def test_failed_and_not_run_sections_render(s, tmp_path):
     assert (s.get("reason") or s.get("error")) in md
 
 
+@pytest.mark.heavy
 def test_the_report_says_how_the_progress_kills_were_placed(section, tmp_path):
     # strace is installed here (CI installs it): every progress kill is a stop at a named write
     assert section["progress_stop_unusable"] is None

@@ -53,6 +53,7 @@ def _runner_pid(run_dir, timeout_s=60.0):
             time.sleep(0.02)
 
 
+@pytest.mark.heavy
 def test_the_detached_runner_leaves_the_session_runs_and_records_its_exit(tmp_path):
     run_dir, started = _start(tmp_path, _cfg(tmp_path, "D1", write_buffering_calls=400_000))
     assert started["started"] is True and started["run_dir"] == str(run_dir)

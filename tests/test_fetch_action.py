@@ -11,6 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
 
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).parent / "ansible-playbook")
@@ -43,6 +45,7 @@ def _fetch(tmp_path: Path, src: str, dest: Path) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.heavy
 def test_fetch_brings_the_file_whole_and_expands_the_hosts_home(tmp_path):
     """A ~ in src is the login user's home on the host (Ansible asks the host's shell), as in ~/.disklab."""
     home = Path(f"~{getpass.getuser()}").expanduser()
@@ -61,6 +64,7 @@ def test_fetch_brings_the_file_whole_and_expands_the_hosts_home(tmp_path):
     assert [p.name for p in dest.parent.iterdir()] == ["localhost.json"]  # no temporary file left
 
 
+@pytest.mark.heavy
 def test_a_missing_file_fails_with_its_path_and_leaves_nothing(tmp_path):
     dest = tmp_path / "incoming" / "localhost.json"
     result = _fetch(tmp_path, str(tmp_path / "nowhere" / "results.json"), dest)

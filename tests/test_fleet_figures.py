@@ -139,6 +139,7 @@ def _compare_cli(capsys, *argv: str) -> tuple[int, str, str]:
 # --- compare, loads included ---------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_compare_json_has_load_cells_and_fails_on_a_moved_load(tmp_path, capsys, lab_doc):
     reports = tmp_path / "reports"
     _store(reports, lab_doc)
@@ -183,6 +184,7 @@ def test_compare_json_has_load_cells_and_fails_on_a_moved_load(tmp_path, capsys,
     assert "(2.0×)" in line and line.endswith("ranges do not overlap: changed, up")
 
 
+@pytest.mark.heavy
 def test_an_upgrade_that_moved_no_load_exits_zero(tmp_path, capsys, lab_doc):
     old = tmp_path / "a.json"
     new = tmp_path / "b.json"
@@ -268,6 +270,7 @@ def _two_host_fleet(tmp_path: Path, lab_doc: dict) -> Path:
     return reports
 
 
+@pytest.mark.heavy
 def test_a_two_host_fleet_renders_the_side_by_side_tables(tmp_path, lab_doc):
     reports = _two_host_fleet(tmp_path, lab_doc)
     written, errors = report.render_all(reports)
@@ -355,6 +358,7 @@ def test_a_big_fleet_turns_the_tables_round(lab_doc):
 # --- export ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_export_csv_and_json_round_trip_every_figure(tmp_path, capsys, lab_doc):
     reports = _two_host_fleet(tmp_path, lab_doc)
     out = tmp_path / "figures.csv"

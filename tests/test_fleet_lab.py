@@ -358,6 +358,7 @@ def test_compare_flags_the_changed_dirty_expire_and_keeps_identical_figures_with
     assert "Since the previous run" in (reports / "host0" / "report.md").read_text()
 
 
+@pytest.mark.heavy
 def test_example_inventory_gives_each_group_its_settings():
     """inventory/example-fleet.yml with inventory/group_vars: what each kind of host gets."""
     ansible_inventory = Path(sys.executable).parent / "ansible-inventory"

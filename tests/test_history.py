@@ -63,6 +63,7 @@ def _cli(capsys, reports: Path, *argv: str) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
+@pytest.mark.heavy
 def test_history_marks_exactly_the_torch_upgrade_and_shows_each_runs_medians(tmp_path, capsys, three_runs):
     reports = tmp_path / "reports"
     _store(reports, three_runs)
@@ -102,6 +103,7 @@ def test_history_marks_exactly_the_torch_upgrade_and_shows_each_runs_medians(tmp
     assert f"run {RUN_IDS[2]}: torch {was} -> {UPGRADED_TORCH}" in text
 
 
+@pytest.mark.heavy
 def test_a_figure_is_chosen_by_key_or_part_and_an_unknown_one_is_refused_with_near_matches(
     tmp_path, capsys, three_runs
 ):
@@ -122,6 +124,7 @@ def test_a_figure_is_chosen_by_key_or_part_and_an_unknown_one_is_refused_with_ne
     assert rc == 2 and "history nohost: no stored runs under" in err
 
 
+@pytest.mark.heavy
 def test_runs_lists_every_stored_run_one_line_each(tmp_path, capsys, three_runs):
     reports = tmp_path / "reports"
     _store(reports, three_runs)
@@ -141,6 +144,7 @@ def test_runs_lists_every_stored_run_one_line_each(tmp_path, capsys, three_runs)
     ]
 
 
+@pytest.mark.heavy
 def test_compare_baseline_compares_the_latest_run_against_the_pinned_one(tmp_path, capsys, three_runs):
     reports = tmp_path / "reports"
     _store(reports, three_runs)
@@ -164,6 +168,7 @@ def _history_section(text: str) -> str | None:
     return text.split("\n## History\n", 1)[1] if "\n## History\n" in text else None
 
 
+@pytest.mark.heavy
 def test_the_report_has_a_history_and_its_plot_only_from_two_runs(tmp_path, three_runs):
     reports = tmp_path / "reports"
     host_dir = reports / HOST
@@ -187,6 +192,7 @@ def test_the_report_has_a_history_and_its_plot_only_from_two_runs(tmp_path, thre
     assert cold.endswith("| 1.000 s (3) | 1.500 s (3) | 1.000 s (3) |")
 
 
+@pytest.mark.heavy
 def test_an_unreadable_run_is_named_and_left_out(tmp_path, capsys, three_runs):
     reports = tmp_path / "reports"
     _store(reports, three_runs)
@@ -199,6 +205,7 @@ def test_an_unreadable_run_is_named_and_left_out(tmp_path, capsys, three_runs):
     assert rc == 1 and str(bad) in err and len(out.splitlines()) == 4
 
 
+@pytest.mark.heavy
 def test_host_strings_in_the_history_are_escaped(tmp_path, three_runs):
     reports = tmp_path / "reports"
     host = "web|1"

@@ -68,6 +68,7 @@ def _audit(tmp_path, name: str, staged: bool, **host_vars) -> dict:
 
 
 @pytest.mark.parametrize("staged", [False, True], ids=["script", "staged"])
+@pytest.mark.heavy
 def test_the_role_creates_the_workbench_when_lab_run_workbench_create_is_true(tmp_path, staged):
     wb = tmp_path / "scratch" / "workbench"
     facts = _audit(tmp_path, "create", staged, disklab_workbench=str(wb), lab_run_workbench_create=True)
@@ -76,6 +77,7 @@ def test_the_role_creates_the_workbench_when_lab_run_workbench_create_is_true(tm
 
 
 @pytest.mark.parametrize("staged", [False, True], ids=["script", "staged"])
+@pytest.mark.heavy
 def test_the_role_audits_the_parent_of_a_missing_workbench_by_default(tmp_path, staged):
     wb = tmp_path / "scratch" / "workbench"
     facts = _audit(tmp_path, "parent", staged, disklab_workbench=str(wb))

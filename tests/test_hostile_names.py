@@ -150,6 +150,7 @@ def _stage(reports, run_id: str, host: str, doc: dict) -> None:
     (staging / f"{hostnames.encode(host)}.json").write_text(json.dumps(doc))
 
 
+@pytest.mark.heavy
 def test_hostile_names_and_strings_stay_inside_the_reports_dir_and_out_of_the_markup(tmp_path, linux_doc):  # noqa: F811
     reports = tmp_path / "deep" / "a" / "b" / "reports"  # ../../../../victim from here is tmp_path/victim
     reports.mkdir(parents=True)
@@ -274,6 +275,7 @@ def _failure(reports, host: str, run_id: str, status: str = "unreachable", kind:
     )  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_every_host_with_a_stored_file_keeps_its_row_with_its_latest_status(tmp_path, linux_doc):  # noqa: F811
     reports = tmp_path / "reports"
     good = copy.deepcopy(linux_doc)

@@ -33,6 +33,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.heavy
 def test_a_dead_runs_fetched_results_are_stored_on_the_next_start(tmp_path):
     """An audit killed between its fetch and its store: the next start stores the fetched facts."""
     reports = tmp_path / "reports"
@@ -54,6 +55,7 @@ def test_a_dead_runs_fetched_results_are_stored_on_the_next_start(tmp_path):
     assert not (reports / ".incoming").exists()  # nothing left behind, the audit's own staging included
 
 
+@pytest.mark.heavy
 def test_a_dead_run_with_nothing_fetched_names_the_command_that_fetches_it(tmp_path):
     reports = tmp_path / "reports"
     _stage(reports, "20261201T000000Z", [_dead_pid()])
@@ -68,6 +70,7 @@ def test_a_dead_run_with_nothing_fetched_names_the_command_that_fetches_it(tmp_p
     assert not (reports / ".incoming").exists()
 
 
+@pytest.mark.heavy
 def test_a_live_run_is_never_taken_over(tmp_path):
     """The controller's lock is free (its holder died) but the run's ansible-playbook lives on: refused."""
     reports = tmp_path / "reports"

@@ -82,6 +82,7 @@ def section(env):
     )
 
 
+@pytest.mark.heavy
 def test_section_matches_schema(section):
     schema = json.loads(SCHEMA.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -279,6 +280,7 @@ def test_two_workers_recorded(section):
             assert w["private_bytes"] + w["shared_bytes"] == w["rss_bytes"]
 
 
+@pytest.mark.heavy
 def test_two_workers_private_copies_against_shared_pages(tmp_path):
     """128 MiB, so the payload stands well above the few MiB the allocator varies by."""
     path = tmp_path / "workers.pt"
@@ -317,6 +319,7 @@ def test_parse_smaps_rollup_kib_to_bytes():
         workers.parse_smaps_rollup("Rss: 1 kB\n")
 
 
+@pytest.mark.heavy
 def test_cold_unverified_when_eviction_is_skipped(env):
     root, manifest = env
     path = manifest["files"]["big_safetensors"]["path"]
@@ -331,6 +334,7 @@ def test_cold_unverified_when_eviction_is_skipped(env):
     assert [c["cache_state"] for c in cells] == ["cold_unverified"]
 
 
+@pytest.mark.heavy
 def test_warm_unverified_when_the_file_left_the_cache_after_the_warm_up(env, monkeypatch):
     """Other work dropped the file between the warm-up read and the load: never reported as warm."""
     root, manifest = env
@@ -352,6 +356,7 @@ def test_willneed_hint_names_the_call(env):
     assert load_one.willneed_hint(path) == "posix_fadvise(POSIX_FADV_WILLNEED)"
 
 
+@pytest.mark.heavy
 def test_unknown_method_and_state_are_refused(env):
     root, manifest = env
     with pytest.raises(ValueError, match="METHOD must be one of"):
@@ -423,6 +428,7 @@ def test_ru_maxrss_unknown_os_refused():
         peak_rss_bytes(1, "Plan9")
 
 
+@pytest.mark.heavy
 def test_child_peak_rss_is_its_own_not_the_callers(env):
     """ru_maxrss survives exec: a child exec'd from a big parent would report the parent's peak."""
     root, manifest = env

@@ -198,6 +198,7 @@ def render(section: dict, tmp_path: Path) -> tuple[dict, str]:
     return x, md
 
 
+@pytest.mark.heavy
 def test_explanations_computed_from_the_sections_numbers(tmp_path):
     x, md = render(make_section(), tmp_path)
     lines = x["explanations"]
@@ -233,6 +234,7 @@ def test_explanations_computed_from_the_sections_numbers(tmp_path):
         assert line in md
 
 
+@pytest.mark.heavy
 def test_table_plot_and_workers_rendered(tmp_path):
     x, md = render(make_section(), tmp_path)
     assert (
@@ -371,6 +373,7 @@ def test_no_backend_reason_names_each_backend(tmp_path):
     assert f"`device_placed` not run: {reason}." in md
 
 
+@pytest.mark.heavy
 def test_user_model_rendered_ok_and_refused(tmp_path):
     section = make_section()
     section["user_model"] = {

@@ -173,6 +173,7 @@ def test_the_filters_apply_the_host_modules_rule():
 
 
 @pytest.mark.parametrize("staged", [False, True], ids=["script", "staged"])
+@pytest.mark.heavy
 def test_the_audit_reads_its_facts_on_a_noisy_host(tmp_path, staged):
     noisy = _noisy_python(tmp_path)
     artifact = tmp_path / "incoming" / "disklab_host.pyz"
@@ -190,6 +191,7 @@ def test_the_audit_reads_its_facts_on_a_noisy_host(tmp_path, staged):
     assert facts == json.loads((tmp_path / "root" / "runs" / RUN_ID / "host.json").read_text())
 
 
+@pytest.mark.heavy
 def test_the_lab_runs_and_stops_on_a_noisy_host(tmp_path):
     """Preflight, the staged audit, the start, the poll and the exit record, the fetch, then stop."""
     noisy = _noisy_python(tmp_path)
@@ -220,6 +222,7 @@ def test_the_lab_runs_and_stops_on_a_noisy_host(tmp_path):
     )  # nothing to stop: not changed
 
 
+@pytest.mark.heavy
 def test_provisioning_reports_on_a_noisy_host_under_check(tmp_path):
     noisy = _noisy_python(tmp_path)
     proc = _play(tmp_path, "venv", [_role("lab_venv")], check=True, lab_venv_python=str(noisy))
@@ -251,6 +254,7 @@ def test_provisioning_reports_on_a_noisy_host_under_check(tmp_path):
     ],
     ids=["audit-script", "audit-staged", "provision", "stop", "preflight"],
 )
+@pytest.mark.heavy
 def test_a_missing_result_line_fails_with_one_message_naming_host_task_and_output(
     tmp_path, role, tasks_from, setting, task, staged
 ):
@@ -260,6 +264,7 @@ def test_a_missing_result_line_fails_with_one_message_naming_host_task_and_outpu
     _assert_one_message(proc, task)
 
 
+@pytest.mark.heavy
 def test_a_lab_start_without_its_result_line_fails_naming_the_start(tmp_path):
     mute = _mute_python(tmp_path)
     proc = _play(
@@ -268,6 +273,7 @@ def test_a_lab_start_without_its_result_line_fails_naming_the_start(tmp_path):
     _assert_one_message(proc, "Start the storage lab experiments on the host")
 
 
+@pytest.mark.heavy
 def test_plain_audit_stores_on_a_controller_whose_python_prints_on_start(tmp_path):
     """begin_run.yml (the run id) and the store task read the controller's own commands: a sitecustomize
     that prints a banner on stdout and a warning on stderr, as a site's Python may, changes nothing."""

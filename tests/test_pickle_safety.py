@@ -56,6 +56,7 @@ def result(tmp_path_factory) -> tuple[dict, Path]:
     return section, wd
 
 
+@pytest.mark.heavy
 def test_torch_load_refuses_and_the_marker_is_absent(result):
     s, wd = result
     assert s["status"] == "ok" and s["torch_version"] == torch.__version__
@@ -116,6 +117,7 @@ def test_scan_reads_opcodes_without_running_them(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.heavy
 def test_an_env_override_on_the_host_is_recorded_and_not_used(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
     s = pickle_safety.run({}, tmp_path)

@@ -111,6 +111,7 @@ def test_a_missing_workbench_is_refused_with_its_name(tmp_path):
     assert not (root / "venv").exists()
 
 
+@pytest.mark.heavy
 def test_retry_failed_needs_an_earlier_run_of_the_same_inventory_and_no_limit(tmp_path):
     reports = tmp_path / "reports"
     inv = write_local_inventory(tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb")

@@ -226,6 +226,7 @@ def test_seccomp_bpf_leaves_the_trace_as_it_was(tmp_path):
     assert any(ln.startswith("fsync(") for ln in traces[0]) and any("rename" in ln for ln in traces[0])
 
 
+@pytest.mark.heavy
 def test_a_stop_from_another_thread_kills_the_traced_process(tmp_path):
     """Limits.stop set while a traced process runs: KeyboardInterrupt within a second, the process gone."""
     pidfile = tmp_path / "pid"

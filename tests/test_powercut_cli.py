@@ -94,6 +94,7 @@ def test_unsafe_user_function_exits_1_and_names_the_first_unsafe_call(capfd):
         ("no_colon_here.py", "must be FILE.py:FUNC"),
     ],
 )
+@pytest.mark.heavy
 def test_bad_input_exits_2_with_one_line(capfd, spec, message):
     if "raising" in spec and pc_record.find_strace() is None:
         pytest.skip("strace is not installed")
@@ -160,6 +161,7 @@ def test_options_before_the_spec_reach_the_checks(capfd):
         ([f"{USER}:safetensors_save"], "loads as safetensors; pass --format safetensors"),
     ],
 )
+@pytest.mark.heavy
 def test_save_that_does_not_leave_its_checkpoint_exits_2(capfd, argv, message):
     assert powercut_cli.main(argv) == 2
     captured = capfd.readouterr()
@@ -274,6 +276,7 @@ def test_file_that_is_not_importable_python_exits_2(capfd, private_tmp, tmp_path
 
 
 @needs_strace
+@pytest.mark.heavy
 def test_host_side_check_refuses_a_non_python_file_in_one_line(private_tmp):
     """The host-side CLI (the lab's zipapp path) checks the file itself: no traceback, exit 2."""
     cmd = [sys.executable, "-m", "disklab_host.powercut.simulate", "check", f"{FIXTURES}/not_python.txt:save"]

@@ -83,6 +83,7 @@ def fleet(tmp_path, full_doc):  # noqa: F811
     return reports
 
 
+@pytest.mark.heavy
 def test_each_prediction_sits_beside_its_measured_median_with_the_ratio_and_a_verdict(fleet):
     _write(
         fleet,
@@ -145,6 +146,7 @@ def test_each_prediction_sits_beside_its_measured_median_with_the_ratio_and_a_ve
     assert other["fsync_bench · modes · fsync · latency"][1] == compare.format_value(50e3, "ns")
 
 
+@pytest.mark.heavy
 def test_a_prediction_whose_figure_this_host_lacks_says_why(fleet):
     _write(
         fleet,
@@ -165,6 +167,7 @@ def test_a_prediction_whose_figure_this_host_lacks_says_why(fleet):
     assert "F\\_FULLFSYNC" in cells[2] or "F_FULLFSYNC" in cells[2], cells
 
 
+@pytest.mark.heavy
 def test_without_a_predictions_file_there_is_no_table(fleet):
     assert report.render_all(fleet)[1] == []
     assert HEADING not in (fleet / "linuxbox" / "report.md").read_text()
@@ -193,6 +196,7 @@ BAD = [
 
 
 @pytest.mark.parametrize(("data", "expected"), BAD, ids=[str(i) for i in range(len(BAD))])
+@pytest.mark.heavy
 def test_a_bad_predictions_file_is_refused_in_one_line_and_the_reports_still_render(fleet, data, expected):
     _write(fleet, data)
     path = fleet / "predictions.yml"
@@ -208,6 +212,7 @@ def test_a_bad_predictions_file_is_refused_in_one_line_and_the_reports_still_ren
     assert "## About this report" in text and "| Figure | Predicted |" not in text
 
 
+@pytest.mark.heavy
 def test_disklab_report_prints_the_refusal_and_exits_1(fleet):
     _write(fleet, {"all": {FSYNC: "5 furlongs"}})
     done = run_disklab("report", reports=fleet, timeout=300)
@@ -219,6 +224,7 @@ def test_disklab_report_prints_the_refusal_and_exits_1(fleet):
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.heavy
 def test_editing_the_predictions_file_renders_the_reports_again_without_force(fleet):
     report_md = fleet / "linuxbox" / "report.md"
     stamp = fleet / "linuxbox" / report.STAMP_FILE
@@ -245,6 +251,7 @@ def test_editing_the_predictions_file_renders_the_reports_again_without_force(fl
     assert json.loads(stamp.read_text())["stamp"] == first
 
 
+@pytest.mark.heavy
 def test_every_string_from_the_file_is_escaped(fleet):
     hostile = "<script>alert(1)</script> | [x](javascript:y) *b* `c`\nnext"
     entry = {"value": 5, "unit": "us", "note": hostile}

@@ -183,6 +183,7 @@ def test_prepare_regenerates_for_another_torch_version(workbench, small_big, mon
     assert prep.prepare(_cfg(), workbench)["reused"] is False
 
 
+@pytest.mark.heavy
 def test_prepare_big_tensor_has_the_lesson_shape(workbench):
     m = prep.prepare(_cfg(big=1), workbench)
     entry = m["files"]["big_safetensors"]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from disklab import progress as progress_mod
@@ -251,6 +252,7 @@ def test_a_lab_root_under_home_is_left_to_the_hosts_shell_to_expand(tmp_path):
                           text=True, check=True).stdout == "/srv/it's/runs/run 1"  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_the_poll_reads_the_status_file_and_the_runners_exit_record_with_plain_sh(tmp_path):
     """The lab_run role's poll command, run by sh as Ansible's raw module runs it, against real files."""
     runner = subprocess.Popen(["sleep", "60"])  # stands in for the detached runner: alive, then gone

@@ -191,6 +191,7 @@ def test_recorder_logs_every_write_and_flush_and_its_replay_is_the_device(tmp_pa
 
 
 @needs_root
+@pytest.mark.heavy
 def test_a_failure_midway_ends_every_loop_device_mount_and_process(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("injected failure while a crash image is mounted")

@@ -53,6 +53,7 @@ def atomic_cells(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("fs", [*FILESYSTEMS, "ext4, busy"])
+@pytest.mark.heavy
 def test_a_save_the_simulator_calls_safe_never_loses_the_checkpoint_on_a_real_image(atomic_cells, fs):
     cell = atomic_cells[fs]
     assert cell["recording"]["loop_direct_io"]

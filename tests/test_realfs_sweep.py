@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from disklab import report, schemas, store
 from disklab.runner import HostOutcome
 from disklab_host.realfs.mounts import JOURNAL_NAME, Resources, held, mounted_source, sweep
@@ -37,6 +39,7 @@ time.sleep(600)
 
 
 @needs_root
+@pytest.mark.heavy
 def test_a_killed_runs_loop_device_mount_and_fuse_mount_are_ended_by_the_sweep(tmp_path):
     work, journal = tmp_path / "realfs" / "fsync_error", tmp_path / JOURNAL_NAME
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -105,6 +108,7 @@ def _realfs_partial() -> dict:
     }  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_a_partial_realfs_step_makes_the_host_partial_and_the_report_names_the_failed_part(tmp_path):
     from disklab_host.audit import collect
     from test_report import _doc  # a results document around given experiments

@@ -143,6 +143,7 @@ def _edits_sys_path(path: Path) -> bool:
     return "sys.path.insert" in text or "sys.path.append" in text
 
 
+@pytest.mark.heavy
 def test_no_import_circle_and_no_sys_path_edits_in_the_package():
     graph = {}
     for path in HOST.rglob("*.py"):

@@ -78,6 +78,7 @@ def _store(reports, doc):
     stored.write(reports / doc["host"] / "runs" / f"{doc['run_id']}.json", "results", doc)
 
 
+@pytest.mark.heavy
 def test_linux_report_shows_this_hosts_facts_and_numbers(tmp_path, linux_doc):
     reports = tmp_path / "reports"
     _store(reports, linux_doc)
@@ -185,6 +186,7 @@ def test_a_failed_step_renders_its_error_and_the_rest_stays(tmp_path, linux_doc)
     assert "fsync p50 is" in text
 
 
+@pytest.mark.heavy
 def test_report_command_rerenders_from_stored_runs_only(tmp_path, linux_doc):
     reports = tmp_path / "reports"
     _store(reports, linux_doc)
@@ -239,6 +241,7 @@ def test_stored_runs_are_never_overwritten(tmp_path, linux_doc):
     )
 
 
+@pytest.mark.heavy
 def test_report_renders_only_hosts_whose_stored_files_changed(tmp_path, linux_doc):
     reports = tmp_path / "reports"
     _store(reports, linux_doc)
@@ -256,6 +259,7 @@ def test_report_renders_only_hosts_whose_stored_files_changed(tmp_path, linux_do
     assert len(report.render_all(reports, force=True)[0]) == 3
 
 
+@pytest.mark.heavy
 def test_an_unreadable_stored_run_is_named_and_the_other_hosts_still_render(tmp_path, linux_doc):
     reports = tmp_path / "reports"
     _store(reports, linux_doc)
@@ -283,6 +287,7 @@ def test_tidy_markdown_separates_tables_and_headings_but_not_code():
     )
 
 
+@pytest.mark.heavy
 def test_a_render_pool_writes_what_the_serial_render_writes(tmp_path, monkeypatch):
     """DISKLAB_RENDER_WORKERS=2 renders out-of-date hosts in processes; the files equal a serial render's."""
     v1 = FIXTURES / "stored" / "v1"
@@ -300,6 +305,7 @@ def test_a_render_pool_writes_what_the_serial_render_writes(tmp_path, monkeypatc
     assert trees["1"] == trees["2"]
 
 
+@pytest.mark.heavy
 def test_force_redraws_a_plot_only_when_what_it_shows_changed(tmp_path, linux_doc):
     """--force re-renders every report; a plot whose data and code are unchanged is kept as it was."""
     reports = tmp_path / "reports"
@@ -395,6 +401,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 
 
 @pytest.mark.parametrize("case", ["ok", "broken"])
+@pytest.mark.heavy
 def test_the_render_warm_up_loads_matplotlib_sections_and_templates_and_never_raises(tmp_path, case):
     """disklab run's warm-up thread: in a fresh process it loads what a render loads first; an error
     (here matplotlib that cannot be imported) is left to the render itself, so the thread never fails."""
@@ -462,6 +469,7 @@ def test_figures_are_read_against_the_runs_own_workbench_and_a_split_is_named(tm
     assert f"another filesystem than the audit's {audit_wb['fstype']} on {audit_wb['source']} | ext4 |" in row
 
 
+@pytest.mark.heavy
 def test_the_same_filesystem_and_an_older_run_say_nothing_of_a_split(tmp_path, linux_doc):
     """A run whose own facts name the audit's filesystem, and a results-3 run (no facts of its own, read
     against the audit's as before), render without the line."""
@@ -518,6 +526,7 @@ def _fsync_variants(linux_doc) -> list[dict]:
     return [variants[0], variants[1], variants[2], variants[3], variants[0]]
 
 
+@pytest.mark.heavy
 def test_a_reused_figure_draws_the_same_png_bytes_as_a_new_one(tmp_path, linux_doc, monkeypatch):
     """The fsync plot's figure (disklab.sections.fsync_bench._axes) and plotting.figure's are reused per
     process; every plot drawn on them is byte for byte the one a new figure draws, whatever came before."""
@@ -549,6 +558,7 @@ def test_a_reused_figure_draws_the_same_png_bytes_as_a_new_one(tmp_path, linux_d
     assert plotting.figure(3, 2, shared=False) is not first
 
 
+@pytest.mark.heavy
 def test_pages_rendered_with_reused_figures_equal_those_without(tmp_path, linux_doc, monkeypatch):
     """A whole render with the figures reused writes the same pages and plots as one without."""
     from disklab import plotting
@@ -574,6 +584,7 @@ def test_pages_rendered_with_reused_figures_equal_those_without(tmp_path, linux_
     assert trees[True] == trees[False] and len(trees[True]) >= 4 * 3
 
 
+@pytest.mark.heavy
 def test_an_up_to_date_host_is_not_rendered_again_and_its_stamp_is_read_once(
     tmp_path, linux_doc, monkeypatch
 ):
@@ -614,6 +625,7 @@ def test_pool_chunks_stay_small():
     assert report._chunksize(5, 2) == 1
 
 
+@pytest.mark.heavy
 def test_the_index_pages_are_rendered_again_only_when_their_inputs_change(tmp_path, linux_doc):
     """index.md, fleet.md and their HTML are left alone when the renderer, the rows and the fleet plots are
     those they were rendered from (.index.sha256); a missing page, or a changed host, renders them again,

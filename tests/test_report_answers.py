@@ -118,6 +118,7 @@ def _median(values: list[float]) -> float:
 # --- "On this host" -----------------------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_the_report_opens_with_at_most_15_answers_each_linking_to_an_anchor_in_the_page(tmp_path, full_doc):
     reports = tmp_path / "reports"
     _store(reports, full_doc)
@@ -134,6 +135,7 @@ def test_the_report_opens_with_at_most_15_answers_each_linking_to_an_anchor_in_t
     assert text.index("## On this host") < text.index("## Host") < text.index('<a id="step-write_buffering">')
 
 
+@pytest.mark.heavy
 def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc):
     reports = tmp_path / "reports"
     doc = _stored(_store(reports, full_doc))
@@ -241,6 +243,7 @@ def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc)
     assert "the payload did not run" in line
 
 
+@pytest.mark.heavy
 def test_a_missing_step_says_why_in_its_line(tmp_path, full_doc):
     doc = copy.deepcopy(full_doc)
     e = doc["experiments"]
@@ -326,6 +329,7 @@ def _one_step_run(full: dict) -> dict:
     return doc
 
 
+@pytest.mark.heavy
 def test_a_one_step_run_after_a_full_run_keeps_every_section_each_naming_its_run(tmp_path, full_doc):
     reports = tmp_path / "reports"
     _store(reports, full_doc)
@@ -397,6 +401,7 @@ def _scaled_sync(doc: dict, host: str, factor: float) -> dict:
     return doc
 
 
+@pytest.mark.heavy
 def test_the_index_opens_with_the_fleets_answers_naming_the_standout_hosts(tmp_path, full_doc):
     reports = tmp_path / "reports"
     fast = _scaled_sync(full_doc, "fastbox", 1.0)
@@ -433,6 +438,7 @@ def test_the_index_opens_with_the_fleets_answers_naming_the_standout_hosts(tmp_p
     assert "[gonebox](gonebox/report.md): **unreachable**" in bad and "fastbox" not in bad
 
 
+@pytest.mark.heavy
 def test_a_fleet_of_one_host_says_so_rather_than_naming_an_outlier(tmp_path, full_doc):
     reports = tmp_path / "reports"
     _store(reports, full_doc)

@@ -223,6 +223,7 @@ def browser(tmp_path):
 
 
 @pytest.mark.browser
+@pytest.mark.heavy
 def test_a_host_report_and_the_index_show_their_sections_tables_and_plots(tmp_path, linux_doc, browser):  # noqa: F811
     reports = tmp_path / "reports"
     _store(reports, linux_doc)

@@ -96,6 +96,7 @@ def _text(page: Page) -> str:
     return "".join(page.text)
 
 
+@pytest.mark.heavy
 def test_a_host_whose_facts_hold_markup_and_script_shows_them_as_text_in_every_html_page(tmp_path, linux_doc):  # noqa: F811
     reports = tmp_path / "reports"
     run_id = "20261129T100000Z"
@@ -148,6 +149,7 @@ def test_a_host_whose_facts_hold_markup_and_script_shows_them_as_text_in_every_h
                 if tag == "img" and "example.invalid" in (a.get("src") or "")]  # fmt: skip
 
 
+@pytest.mark.heavy
 def test_each_html_page_links_html_pages_and_the_markdown_keeps_linking_markdown(tmp_path, linux_doc):  # noqa: F811
     reports = tmp_path / "reports"
     _store(reports, linux_doc)
@@ -174,6 +176,7 @@ def test_each_html_page_links_html_pages_and_the_markdown_keeps_linking_markdown
     assert "default-src 'none'" in csp and "script" not in csp
 
 
+@pytest.mark.heavy
 def test_an_html_page_is_written_when_its_markdown_is_up_to_date_but_it_is_missing(tmp_path, linux_doc):  # noqa: F811
     reports = tmp_path / "reports"
     _store(reports, linux_doc)

@@ -92,6 +92,7 @@ def test_the_lab_runner_refuses_a_lab_root_in_use(tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.heavy
 def test_stop_ends_the_runner_and_its_step_cleans_up_and_writes_nothing(tmp_path):
     config = _config(tmp_path, ["fsync_bench", "big_write"], fsync_blocks=200_000, big_write_mib=1)
     proc = _lab(tmp_path, config)
@@ -213,6 +214,7 @@ def test_a_damaged_failure_file_and_run_record_are_named_not_raised(tmp_path):
     assert "skipped an unreadable run record" in proc.stderr and "not JSON" in proc.stderr
 
 
+@pytest.mark.heavy
 def test_bad_extra_values_and_a_broken_inventory_get_one_line(tmp_path):
     inv = write_local_inventory(tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb")
     proc = run_disklab("run", "-i", str(inv), "-e", "lab_run_steps=[load", reports=tmp_path / "r")
@@ -336,6 +338,7 @@ def test_a_misspelled_inventory_wide_setting_is_refused(tmp_path):
     assert not (tmp_path / "root").exists()  # refused before any work
 
 
+@pytest.mark.heavy
 def test_a_plain_playbook_owns_its_run_after_its_begin_task_ends(tmp_path):
     # Ansible runs each task in a forked worker (also named ansible-playbook) that exits when the task
     # ends: the run's owner must be the main ansible-playbook, or the run looks dead seconds after it began

@@ -141,6 +141,7 @@ def test_every_kind_written_by_disklab_0_1_is_read_and_upgraded(rel, kind):
         assert methods == {("progress", "poll", None), ("time", "timer", None)}
 
 
+@pytest.mark.heavy
 def test_a_reports_tree_from_disklab_0_1_renders(tmp_path):
     reports = tmp_path / "reports"
     shutil.copytree(V1, reports)
@@ -219,6 +220,7 @@ def test_version_4_facts_say_their_versions_source_is_unknown():
     assert schemas.first_error("facts", doc) is None
 
 
+@pytest.mark.heavy
 def test_a_stored_run_whose_old_flags_were_unavailable_renders_them_unknown_never_set(tmp_path):
     reports = tmp_path / "reports"
     shutil.copytree(V1, reports)

@@ -120,6 +120,7 @@ def _report_force(reports: Path) -> tuple[subprocess.CompletedProcess, int, list
 
 
 @pytest.mark.parametrize("case,change,says", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.heavy
 def test_a_run_with_a_senseless_value_is_refused_in_one_line_and_the_other_host_renders(
     tmp_path,
     lab_doc,  # noqa: F811
@@ -240,6 +241,7 @@ def _zero_times(node: object, timed: bool = False) -> object:
     return node
 
 
+@pytest.mark.heavy
 def test_a_run_with_all_zero_latencies_renders_its_plots_without_raising(tmp_path, lab_doc):  # noqa: F811
     """Zero is a valid time (a clock too coarse for the call), but not a point on a log axis."""
     reports = tmp_path / "reports"

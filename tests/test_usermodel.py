@@ -200,6 +200,7 @@ def test_prep_shape_mismatch_keeps_loads_but_not_module(workbench, small_big, tm
     assert m["files"]["user_pt"]["dtype"] == "float32"
 
 
+@pytest.mark.heavy
 def test_user_model_from_the_hf_cache_measured_and_never_changed(workbench, small_big, tmp_path, monkeypatch):
     """A sharded repo in a cache made here: prep makes user.pt, and the cells load the user's own shards."""
     state = model.build_weights(TINY, seed=5)

@@ -30,6 +30,7 @@ def _build(tmp_path: Path, monkeypatch, cfg: str | None = None, **environ: str) 
     )
 
 
+@pytest.mark.heavy
 def test_without_a_users_configuration_ansible_reads_disklabs(tmp_path, monkeypatch):
     got = _build(tmp_path, monkeypatch)
     assert got.config_file is None and got.env["ANSIBLE_CONFIG"] == str(DISKLAB_CFG)
@@ -202,6 +203,7 @@ def test_ara_records_each_run_named_and_labelled_with_its_run_id(tmp_path):
     assert {"disklab", "kind:audits", f"run:{run_id}"} <= labels
 
 
+@pytest.mark.heavy
 def test_the_reports_directory_comes_from_disklab_reports_when_no_option_names_one(tmp_path):
     """DISKLAB_REPORTS (an AWX job's mounted volume, say) is the default reports directory; --reports wins."""
     env = {**os.environ, "DISKLAB_REPORTS": str(tmp_path / "kept")}
