@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from disklab import cli, compare, figures, history, hostnames, report, schemas, stored
-from test_fleet_figures import ceiling_section
+from disklab import compare, figures, history, hostnames, report, schemas, stored
+from test_fleet_figures import _compare_cli, ceiling_section
 from test_load_section import make_section
 from test_report import linux_doc  # noqa: F401  (the fixture: a results document measured here)
 
@@ -58,9 +58,7 @@ def _store(reports: Path, docs: list[dict]) -> None:
 
 
 def _cli(capsys, reports: Path, *argv: str) -> tuple[int, str, str]:
-    rc = cli.main(["--reports", str(reports), *argv])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
+    return _compare_cli(capsys, "--reports", str(reports), *argv)
 
 
 @pytest.mark.heavy

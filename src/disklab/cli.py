@@ -474,20 +474,31 @@ def _host_dir(args, command: str, host: str) -> Path:
         raise UsageError(f"{command}: {exc}") from None
 
 
+def _host_with_runs(args, command: str, host: str) -> Path:
+    """The host's directory under --reports, or a UsageError when the name is refused or has no stored run."""
+    host_dir = _host_dir(args, command, host)
+    if not store.files(host_dir, "runs"):
+        raise UsageError(f"{command} {host}: no stored runs under {host_dir / 'runs'}")
+    return host_dir
+
+
+def _print_listing(command: str, doc: dict, text: str) -> int:
+    """Print ``text`` and a line for each run ``doc`` left out as unreadable; 1 when one was."""
+    sys.stdout.write(text)
+    for line in doc["unreadable"]:
+        print(f"disklab {command}: left out: {line}", file=sys.stderr)
+    return 1 if doc["unreadable"] else 0
+
+
 def cmd_history(args) -> int:
     from disklab import history
 
-    host_dir = _host_dir(args, "history", args.host)
-    if not store.files(host_dir, "runs"):
-        raise UsageError(f"history {args.host}: no stored runs under {host_dir / 'runs'}")
+    host_dir = _host_with_runs(args, "history", args.host)
     try:
         hist = history.build(args.host, host_dir, args.figure)
     except history.UnknownFigure as exc:
         raise UsageError(f"history {args.host}: {exc}") from None
-    sys.stdout.write(history.to_json(hist) if args.json else history.render_text(hist))
-    for line in hist["unreadable"]:
-        print(f"disklab history: left out: {line}", file=sys.stderr)
-    return 1 if hist["unreadable"] else 0
+    return _print_listing("history", hist, history.to_json(hist) if args.json else history.render_text(hist))
 
 
 def cmd_runs(args) -> int:
@@ -495,16 +506,12 @@ def cmd_runs(args) -> int:
 
     reports = Path(args.reports)
     if args.host:
-        host_dir = _host_dir(args, "runs", args.host)
-        if not store.files(host_dir, "runs"):
-            raise UsageError(f"runs {args.host}: no stored runs under {host_dir / 'runs'}")
+        _host_with_runs(args, "runs", args.host)
     elif not reports.is_dir():
         raise UsageError(f"no reports directory at {reports}: run `disklab run` first")
     listed = history.list_runs(reports, args.host)
-    sys.stdout.write(history.to_json(listed) if args.json else history.render_runs_text(listed))
-    for line in listed["unreadable"]:
-        print(f"disklab runs: left out: {line}", file=sys.stderr)
-    return 1 if listed["unreadable"] else 0
+    text = history.to_json(listed) if args.json else history.render_runs_text(listed)
+    return _print_listing("runs", listed, text)
 
 
 def cmd_export(args) -> int:
