@@ -69,6 +69,17 @@ def test_the_users_ansible_cfg_stays_in_force_and_each_difference_is_one_line(tm
     assert len(got.notes) == 4, got.notes  # one line each, and none for the settings that agree
 
 
+def test_reading_the_configuration_makes_no_directory_anywhere(tmp_path, monkeypatch):
+    # Ansible's temp-dir settings make a directory (and a new one inside it) when read; read without
+    # ANSIBLE_HOME, the default's template was made literally in the current directory
+    # ('{{ ANSIBLE_HOME ~ "/tmp" }}'), on every disklab run.
+    got = _build(tmp_path, monkeypatch, "[defaults]\nlocal_tmp = mytmp\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ansible.cfg", "home"]
+    assert list((tmp_path / "home").iterdir()) == []
+    assert "ANSIBLE_LOCAL_TEMP" not in got.env  # the user's own local_tmp stays in force
+    assert any("local_tmp = " in n and "mytmp" in n for n in got.notes), got.notes
+
+
 def test_ansible_config_and_ansible_variables_of_the_environment_win(tmp_path, monkeypatch):
     elsewhere = tmp_path / "elsewhere.cfg"
     elsewhere.write_text("[defaults]\nforks = 7\n")

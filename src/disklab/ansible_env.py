@@ -48,6 +48,8 @@ _RUNNER_FORCED_CALLBACK = "awx_display"
 _PLUGINS = (("connection", "ssh"), ("callback", "default"))
 
 
+_TEMP_TYPES = ("temppath", "tmppath", "tmp")
+
 _SET_OTHERWISE = {("defaults", k) for k in ("inventory", "collections_path", "stdout_callback")}
 
 
@@ -82,6 +84,12 @@ def _manager(config_file: Path | None):
     manager = ConfigManager(str(config_file) if config_file else "")  # "": no file (None would search)
     if not config_file:
         manager._config_file = None  # and none is read later either (Ansible's own state without a file)
+    for definition in manager._base_defs.values():  # this manager's own copy of Ansible's base.yml
+        if definition.get("type") in _TEMP_TYPES:
+            # Read as the path it names: Ansible's temp-dir type makes the directory and a new one inside it
+            # on every read, and without ANSIBLE_HOME the default's template would be made literally, as a
+            # directory named '{{ ANSIBLE_HOME ~ "' in the user's current directory.
+            definition["type"] = "path"
     for ptype, pname in _PLUGINS:
         manager.initialize_plugin_configuration_definitions(
             ptype, pname, constants.config.get_configuration_definitions(ptype, pname)
@@ -101,6 +109,7 @@ def _settings(manager, values: dict[tuple[str, str], str]) -> list[_Setting]:
             if name is not None:
                 envs = [e["name"] for e in defs[name].get("env") or [] if "name" in e]
                 kind = defs[name].get("type")
+                kind = "path" if kind in _TEMP_TYPES else kind  # compared as a path: nothing is made
                 out.append(_Setting(section, key, name, plugin, envs[0] if envs else None, value, kind))
                 break
         else:
