@@ -69,8 +69,14 @@ PATH_MAX = 4096  # -s never goes below this, so paths are never truncated
 
 _LINE = re.compile(r"^(\d+)\s+(.*)$")
 _CALL = re.compile(r"^(\w+)\((.*)\)\s+=\s+(-?\d+|0x[0-9a-f]+|\?)(.*)$")
-_STR = re.compile(r'"((?:\\x[0-9a-f]{2})*)"(\.\.\.)?')
-_IOV = re.compile(r'iov_base="((?:\\x[0-9a-f]{2})*)"(\.\.\.)?')
+# A quoted string of the trace. With -xx strace writes every byte as \xNN, so no raw quote is inside one and
+# a plain scan to the closing quote finds its end; _hex then checks it is \xNN and nothing else. (A pattern of
+# \xNN groups took seconds for each MiB of a saved tensor: the written bytes are the bulk of a trace.)
+_STR = re.compile(r'"([^"]*)"(\.\.\.)?')
+_IOV = re.compile(r'iov_base="([^"]*)"(\.\.\.)?')
+# What split_args looks at: a whole quoted string (skipped; an unclosed one runs to the end), or a bracket or
+# a comma.
+_ARG_TOKENS = re.compile(r'"[^"]*(?:"|$)|[\[\]{},]')
 
 # Calls that are crash points when they touch the directory (lseek, dup, fcntl only track).
 _RECORDED = {
@@ -336,24 +342,46 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _hex(s: str) -> bytes:
-    return bytes.fromhex(s.replace("\\x", ""))
+    """The bytes of strace's -xx text of a string (``\\x41\\x42``, no quotes).
+
+    Raises RecordError when ``s`` is anything else. Checked with slices, in C: every fourth character from
+    the first is a backslash, from the second an ``x``, and the rest are hex digits, one byte each.
+    """
+    n = len(s) // HEX_BYTES_PER_BYTE
+    try:
+        data = bytes.fromhex(s.replace("\\x", ""))
+    except ValueError:
+        data = None
+    if (
+        data is None
+        or len(data) != n
+        or len(s) != HEX_BYTES_PER_BYTE * n
+        or s[::4] != "\\" * n
+        or s[1::4] != "x" * n
+    ):
+        raise RecordError(f"expected strace's \\xNN bytes in a string, got {s[:60]!r}")
+    return data
+
+
+def _hex_text(data: bytes) -> str:
+    """``data`` as strace's -xx writes it."""
+    return "".join(f"\\x{b:02x}" for b in data)
 
 
 def split_args(text: str) -> list[str]:
     """Split a strace argument list at top-level commas (outside quotes, [] and {})."""
-    out, depth, start, quoted = [], 0, 0, False
-    for i, ch in enumerate(text):
-        if ch == '"':
-            quoted = not quoted
-        elif quoted:
+    out, depth, start = [], 0, 0
+    for m in _ARG_TOKENS.finditer(text):
+        token = m.group()
+        if token[0] == '"':
             continue
-        elif ch in "[{":
+        if token in "[{":
             depth += 1
-        elif ch in "]}":
+        elif token in "]}":
             depth -= 1
-        elif ch == "," and depth == 0:
-            out.append(text[start:i].strip())
-            start = i + 1
+        elif depth == 0:
+            out.append(text[start : m.start()].strip())
+            start = m.end()
     if text.strip():
         out.append(text[start:].strip())
     return out
@@ -498,6 +526,8 @@ class _Translator:
 
     def text(self, name: str, args: list[str], ret: int) -> str:
         def show(m: re.Match) -> str:
+            if len(m.group(1)) > 120 * HEX_BYTES_PER_BYTE:  # shown by its length alone: not decoded
+                return f"<{len(m.group(1)) // HEX_BYTES_PER_BYTE} bytes>"
             data = _hex(m.group(1))
             s = data.decode("utf-8", "replace")
             if len(data) <= 120 and s.isprintable():
@@ -1087,7 +1117,7 @@ def _is_marker(name: str, args: list[str], marker: str) -> bool:
         return False
     path = args[0] if name == "open" else args[1] if len(args) > 1 else ""
     m = _STR.fullmatch(path)
-    return bool(m) and _hex(m.group(1)).endswith(b"/" + marker.encode())
+    return bool(m) and m.group(1).endswith(_hex_text(b"/" + marker.encode()))
 
 
 def parse_trace(
@@ -1144,7 +1174,7 @@ def parse_trace(
 
 def _after_marker(lines):
     """Skip, without parsing, the lines before the import (or else begin) marker (interpreter start-up)."""
-    needles = ["".join(f"\\x{b:02x}" for b in m.encode()) for m in (IMPORT_MARKER, BEGIN_MARKER)]
+    needles = [_hex_text(m.encode()) for m in (IMPORT_MARKER, BEGIN_MARKER)]
     found = False
     for line in lines:
         if not found and not any(n in line for n in needles):
