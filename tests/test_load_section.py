@@ -498,7 +498,7 @@ def test_a_user_checkpoint_names_its_format_copy_key_and_cells_not_run(tmp_path)
     )
     assert "the workbench (/wb/load/user.safetensors, 1.00 KiB)" in md
     assert "In the checkpoint, the weights are the state dict under the checkpoint's key 'model'." in md
-    assert f"`torch.load-mmap` on `user_pt` not run: {refusal}." in md
+    assert f"`torch.load-mmap` on `user_pt` not run: {refusal}\n" in md  # torch's own full stop, no second
     assert "Every `user_pt` row timed your own file: /m/ckpt.pt." in md
     section["user_model"].update(
         format="zip", shards=["/m/a.bin", "/m/b.bin"], cells_not_run=[],

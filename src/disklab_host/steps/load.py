@@ -29,10 +29,11 @@ training checkpoint's weights are taken from under their key (``--state-key``).
 torch.load-mmap on a legacy (pre-1.6) torch.save file is not run, with
 PyTorch's own refusal as the reason (:func:`user_cells_not_run`). When
 config.json describes a model DecoderLM can hold, torch.load and load_file also
-populate a DecoderLM by copy and by assign. A cold method that must copy the file (macOS
-coldcopy_nocache) copies it into the workbench's ``cold_copies/`` and the copy
-is what is timed (``timed_path``); it is deleted after its measurement. Raw
-samples are kept; cells summarise them as median, min and max (labcommon.spread).
+populate a DecoderLM by copy and by assign. A cold method that must copy the
+file (macOS coldcopy_nocache) copies it into the workbench's ``cold_copies/``
+and the copy is what is timed (``timed_path``); it is deleted after its
+measurement. Raw samples are kept; cells summarise them as median, min and max
+(labcommon.spread).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from ..common.stats import spread
 from ..common.units import MIB
 from ..loadlab import workers
 from ..loadlab.proof import CACHE_STATE, cache_proof
+from ..loadlab.usermodel import weights_note
 
 LOAD_ONE = "disklab_host.loadlab.load_one"
 CACHE_STATES = ("cold", "warm")
@@ -447,8 +449,6 @@ def user_section(manifest: dict, samples: list[dict]) -> dict | None:
         return None
     if user.get("status") != "ok":
         return {"status": "not_run", "setting": user.get("setting", ""), "reason": user["reason"]}
-    from ..loadlab.usermodel import weights_note  # standard library only at import
-
     files = manifest["files"]
     mine = [s for s in samples if s["file"] in ("user_safetensors", "user_pt")]
     keep = (
