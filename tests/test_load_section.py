@@ -474,3 +474,36 @@ def test_the_report_says_how_the_willneed_hint_was_given(hint, said, tmp_path):
             s["hint"] = hint
     x, md = render(section, tmp_path)
     assert f"load_file+willneed gave its hint inside the timed load, with `{hint}`: " in md and said in md
+
+
+@pytest.mark.heavy
+def test_a_user_checkpoint_names_its_format_copy_key_and_cells_not_run(tmp_path):
+    """A legacy ckpt.pt: the block names the format, the safetensors copy, the key and the mmap refusal."""
+    section = make_section()
+    refusal = "/m/ckpt.pt is a legacy (pre-1.6) torch.save file, and PyTorch refuses mmap there: torch 2.13.0 raised RuntimeError: mmap can only be used with files saved with ..."  # noqa: E501
+    section["user_model"] = {
+        "status": "ok", "setting": "/m/ckpt.pt", "kind": "file", "format": "legacy", "shards": ["/m/ckpt.pt"],
+        "size_bytes": 2048, "state_key": "model",
+        "made": {"status": "ok", "file": "user_safetensors", "path": "/wb/load/user.safetensors",
+                 "size_bytes": 1024},
+        "weights_note": "the weights are the state dict under the checkpoint's key 'model'",
+        "cells_not_run": [{"file": "user_pt", "method": "torch.load-mmap", "reason": refusal}],
+        "module_populated": {"status": "ok"}, "timed_copies": [], "device_placed": {"status": "ok"},
+    }  # fmt: skip
+    x, md = render(section, tmp_path)
+    assert "format found: torch.save's legacy pickle format (before torch 1.6); 1 file(s), 2.00 KiB" in md
+    assert (
+        "(rows `user_pt`); `user_safetensors` is a .safetensors of its state dict alone made from it in "
+        in md
+    )
+    assert "the workbench (/wb/load/user.safetensors, 1.00 KiB)" in md
+    assert "In the checkpoint, the weights are the state dict under the checkpoint's key 'model'." in md
+    assert f"`torch.load-mmap` on `user_pt` not run: {refusal}\n" in md  # torch's own full stop, no second
+    assert "Every `user_pt` row timed your own file: /m/ckpt.pt." in md
+    section["user_model"].update(
+        format="zip", shards=["/m/a.bin", "/m/b.bin"], cells_not_run=[],
+        made={"status": "not_run", "reason": "user.safetensors could not be made: RuntimeError: shared"},
+    )  # fmt: skip
+    x, md = render(section, tmp_path)
+    assert "format found: sharded .bin, 2 files, in torch.save's zip format (torch 1.6 and later)" in md
+    assert "no file in the other format was made from it: user.safetensors could not be made: Runtime" in md

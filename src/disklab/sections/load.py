@@ -405,6 +405,47 @@ def proof_rows(section: dict, results: dict) -> dict:
     return {"ceiling": ceil, "rows": out, "below_any": any(r["below"] for r in out)}
 
 
+# The user's model's format, as usermodel.sniff names it, in the report's words.
+USER_FORMATS = {
+    "safetensors": "safetensors",
+    "zip": "torch.save's zip format (torch 1.6 and later)",
+    "legacy": "torch.save's legacy pickle format (before torch 1.6)",
+}
+# The rows of the user's own files, by their format, and of the file made from them.
+USER_OWN_FILE = {"safetensors": "user_safetensors", "zip": "user_pt", "legacy": "user_pt"}
+
+
+def user_model_summary(section: dict) -> dict | None:
+    """What the "Your model" block says: the section's user_model, with the format found in words
+    (``format_text``: sharded .bin included), the rows of the user's own files (``own_file``) and of
+    the one made from them (``made``: ok with its path and size, or not_run with the reason). A
+    record from before the format was recorded is safetensors with ``pt_path``."""
+    user = section.get("user_model")
+    if not user or user.get("status") != "ok":
+        return user
+    fmt = user.get("format", "safetensors")
+    text = USER_FORMATS[fmt]
+    if len(user["shards"]) > 1:
+        ext = ".safetensors" if fmt == "safetensors" else ".bin"
+        text = f"sharded {ext}, {len(user['shards'])} files, in {text}"
+    made = user.get("made") or (
+        {"status": "ok", "file": "user_pt", "path": user["pt_path"], "size_bytes": user["pt_size_bytes"]}
+        if "pt_path" in user
+        else {"status": "not_run", "reason": "no file was made from it"}
+    )
+    return {
+        **user,
+        "format_text": text,
+        "own_file": USER_OWN_FILE[fmt],
+        "made": made,
+        "made_what": "a .pt (torch.save)"
+        if fmt == "safetensors"
+        else "a .safetensors of its state dict alone",
+        "weights_note": user.get("weights_note"),
+        "cells_not_run": user.get("cells_not_run") or [],
+    }
+
+
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """Context for templates/sections/load.md.j2 (see disklab.sections). Never raises on not_run/failed."""
     if section.get("status") != "ok":
@@ -420,6 +461,6 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "import_s": _import_spread(section),
         "device_context_init_s": _import_spread(section, "device_context_init_s"),
         "device": device_summary(section),
-        "user_model": section.get("user_model"),
+        "user_model": user_model_summary(section),
         "plot": plot(section, plot_dir),
     }

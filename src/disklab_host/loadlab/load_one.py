@@ -1,7 +1,7 @@
 """One load measurement in this fresh process; prints one JSON line.
 
 Usage: python load_one.py METHOD PATH [PATH ...] [--model NAME --populate copy|assign
-       [--decoder-config JSON]] [--spawn-wall-ns NS] [--hold]
+       [--decoder-config JSON]] [--state-key KEY] [--spawn-wall-ns NS] [--hold]
 
 More than one PATH is a sharded safetensors model: each is loaded in turn into
 one state dict, and residency is summed over all of them.
@@ -95,10 +95,12 @@ def willneed_hint(path: str) -> str:
         os.close(fd)
 
 
-def load(method: str, path: str | list[str]) -> tuple[dict, dict]:
+def load(method: str, path: str | list[str], state_key: str | None = None) -> tuple[dict, dict]:
     """Run one loader over ``path`` (a list: a sharded model's files, in turn); return (tensors, notes).
 
-    The tensors are a dict of name -> CPU tensor.
+    The tensors are a dict of name -> CPU tensor; with ``state_key`` (a training
+    checkpoint), torch.load's result under that key (the rest of the file is still
+    read by torch.load, and dropped).
 
     Raises ValueError naming METHOD for an unknown method. torch.load always
     runs with weights_only=True. one-tensor reads the first tensor of the first file.
@@ -108,10 +110,12 @@ def load(method: str, path: str | list[str]) -> tuple[dict, dict]:
     sd: dict = {}
     if method == "torch.load":
         for p in paths:
-            sd.update(torch.load(p, map_location="cpu", weights_only=True))
+            obj = torch.load(p, map_location="cpu", weights_only=True)
+            sd.update(obj[state_key] if state_key else obj)
     elif method == "torch.load-mmap":
         for p in paths:
-            sd.update(torch.load(p, map_location="cpu", weights_only=True, mmap=True))
+            obj = torch.load(p, map_location="cpu", weights_only=True, mmap=True)
+            sd.update(obj[state_key] if state_key else obj)
     elif method == "load_file":
         for p in paths:
             sd.update(load_file(p))
@@ -397,7 +401,7 @@ def measure(args: argparse.Namespace) -> dict:
     before = snapshot(paths)
     before["cache"] = cache_before(paths)
     clock.start()
-    sd, notes = load(args.method, paths)
+    sd, notes = load(args.method, paths, getattr(args, "state_key", None))
     clock.mark("loader_return")
     holder = sd
     if args.model:
@@ -465,6 +469,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--model", help="DecoderLM config name: the file holds its state dict")
     ap.add_argument("--populate", choices=POPULATE, default="copy")
     ap.add_argument("--decoder-config", default=None, help="DecoderConfig keyword arguments as JSON")
+    ap.add_argument("--state-key", default=None, help="torch.load: the weights sit under this key")
     ap.add_argument(
         "--model-module", default="disklab_host.loadlab.model", help="module with CONFIGS and DecoderLM"
     )

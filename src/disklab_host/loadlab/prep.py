@@ -10,11 +10,17 @@ nothing is downloaded at run time:
 - ``big.pt`` / ``big.safetensors``: ``sizes["load_big_tensors"]`` tensors
   ``w0``.. of shape 4096 x 4096, bf16, 32 MiB each (the lesson's big_src);
 - with the setting ``load_model`` (``cfg["settings"]["load_model"]``: a
-  .safetensors file, a sharded directory, or a Hugging Face repo id found in the
-  host's cache; see usermodel.py): ``user.pt``, the user's weights merged into one
-  state dict and saved with torch.save, as the lesson's prep.py does with the
-  SmolLM2 file. The user's own safetensors are loaded where they are and never
-  changed; a user model that is missing or not what it claims is recorded in
+  .safetensors file, a torch.save checkpoint or pytorch_model.bin, a sharded
+  directory, or a Hugging Face repo id found in the host's cache; see
+  usermodel.py): the other format of the user's weights, made in the workbench
+  from their state dict (every shard merged into one). For safetensors that is
+  ``user.pt``, saved with torch.save, as the lesson's prep.py does with the
+  SmolLM2 file; for a torch.save file (zip or legacy) it is ``user.safetensors``,
+  saved with save_file, from the state dict alone (a training checkpoint's
+  optimizer state and other keys are left out), so the report can say what
+  load_file on a converted copy would give against torch.load on the user's own
+  file. The user's own files are loaded where they are and never changed; a
+  user model that is missing or not what it claims is recorded in
   ``manifest["user_model"]`` with one line naming the file, and the synthetic
   files are made as always.
 
@@ -42,7 +48,7 @@ import safetensors
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..common.facts import require_positive
+from ..common.facts import not_run, require_positive
 from ..common.fsio import atomic_write_json, fsync_dir
 from ..common.units import MIB
 from . import model, usermodel
@@ -56,6 +62,9 @@ FILES = {
     "big_safetensors": "big.safetensors",
 }
 USER_PT = "user.pt"
+USER_ST = "user.safetensors"
+# The file made in the workbench from the user's weights, by the format of the user's own files.
+USER_MADE = {"user_pt": USER_PT, "user_safetensors": USER_ST}
 BIG_SHAPE = (4096, 4096)
 BIG_DTYPE = torch.bfloat16
 SUM_BYTES = MIB  # head and tail hashed to recognise a file
@@ -98,8 +107,11 @@ def prepare(cfg: dict, workdir: Path) -> dict:
     "small", "module_class": "DecoderLM", "module_config": "tiny" | "small" (the
     CONFIGS name the small files load into), "user_model": None (no setting) |
     {"status": "ok", ...} | {"status": "not_run", "setting", "reason"}, "recipe",
-    "generate_s", "reused": bool, "prep_s": float}``. ``user_safetensors`` has
-    ``paths``, the user's own shards in load order (``path`` is the first).
+    "generate_s", "reused": bool, "prep_s": float}``. The user's own files' entry
+    (``user_safetensors`` for safetensors, ``user_pt`` for a torch.save model) has
+    ``paths``, the user's shards in load order (``path`` is the first); the other
+    is the file made in the workbench, absent when it could not be made (the
+    reason is ``user_model["made"]``).
     ``prep_s`` is this call's wall time in seconds (checking only, when reused).
     Raises ValueError for a bad setting (see :func:`recipe`); a bad user model
     never raises.
@@ -121,8 +133,8 @@ def prepare(cfg: dict, workdir: Path) -> dict:
             old["files"][key]["path"] = str((workdir / name).resolve())
         if not user or user["status"] != "ok":
             old["user_model"] = user  # this call's check: unset, or what is wrong now
-        if "user_pt" in old["files"]:
-            old["files"]["user_pt"]["path"] = str((workdir / USER_PT).resolve())
+        for key in _made_keys(old["files"]):
+            old["files"][key]["path"] = str((workdir / USER_MADE[key]).resolve())
         return dict(old, reused=True, prep_s=time.perf_counter() - start)
     manifest = _generate(want, workdir, user)
     manifest["generate_s"] = time.perf_counter() - start
@@ -137,8 +149,10 @@ def user_model(cfg: dict) -> dict | None:
 
     Returns usermodel.resolve's description with ``"status": "ok"``, whether
     DecoderLM can hold it (``module_config``: DecoderConfig keyword arguments,
-    or None with ``module_reason``), or ``{"status": "not_run", "setting",
-    "reason"}`` with usermodel's one line when it is missing or not what it claims.
+    or None with ``module_reason``), for a legacy torch.save file
+    ``mmap_refusal`` (usermodel.legacy_mmap_refusal: this torch's own error), or
+    ``{"status": "not_run", "setting", "reason"}`` with usermodel's one line when
+    it is missing or not what it claims.
     """
     setting = (cfg.get("settings") or {}).get("load_model")
     if setting is None or str(setting).strip() == "":
@@ -157,6 +171,8 @@ def user_model(cfg: dict) -> dict | None:
         if reason:
             kwargs = None
     desc.pop("tensors")
+    if desc["format"] == "legacy":
+        desc["mmap_refusal"] = usermodel.legacy_mmap_refusal(Path(desc["shards"][0]))
     return {"status": "ok", **desc, "module_config": kwargs, "module_reason": reason}
 
 
@@ -177,8 +193,13 @@ def head_tail_sha256(path: Path) -> tuple[str, str]:
     return head, tail
 
 
+def _made_keys(files: dict) -> list[str]:
+    """The manifest keys of the user-model files made in the workbench (the user's own have ``paths``)."""
+    return [k for k in USER_MADE if k in files and "paths" not in files[k]]
+
+
 def _files_match(workdir: Path, files: dict) -> bool:
-    names = dict(FILES, **({"user_pt": USER_PT} if "user_pt" in files else {}))
+    names = dict(FILES, **{k: USER_MADE[k] for k in _made_keys(files)})
     for key, name in names.items():
         entry, path = files.get(key), workdir / name
         if not entry or not path.is_file() or path.stat().st_size != entry.get("size_bytes"):
@@ -252,24 +273,64 @@ def _write_small(want: dict, workdir: Path) -> dict:
     }
 
 
-def _write_user(user: dict, workdir: Path) -> tuple[dict, dict]:
-    """user.pt from the user's shards (read, never written); returns the two file entries and the status.
+def _user_state(user: dict) -> dict:
+    """The user's weights, every shard merged into one state dict: load_file for safetensors, else
+    usermodel.load_torch (weights_only=True) and the state dict found in it (usermodel.find_state_dict).
 
-    A shard safetensors cannot load gives ``({}, {"status": "not_run", ...})``.
+    Raises usermodel.UserModelError naming the shard that could not be loaded.
     """
     state: dict = {}
-    try:
-        for shard in user["shards"]:
+    for shard in user["shards"]:
+        if user["format"] != "safetensors":
+            obj = usermodel.load_torch(Path(shard), user["format"], mmap=True)  # zip only: fewer copies
+            state.update(usermodel.find_state_dict(obj, Path(shard))[0])
+            continue
+        try:
             state.update(load_file(shard))
-    except Exception as exc:  # the user's file, not ours: recorded, and the lab goes on
-        reason = f"{shard}: safetensors could not load it: {type(exc).__name__}: {exc}".replace("\n", " ")
-        return {}, {"status": "not_run", "setting": user["setting"], "reason": reason}
-    pt_path = workdir / USER_PT
-    _torch_save(state, pt_path)
-    st = _describe(Path(user["shards"][0]), "safetensors", state)
-    st.update(path=user["shards"][0], paths=list(user["shards"]), size_bytes=user["size_bytes"])
-    del st["head_sha256"], st["tail_sha256"]  # the user's files are identified by size and mtime
-    return {"user_safetensors": st, "user_pt": _describe(pt_path, "pt", state)}, user
+        except Exception as exc:  # the user's file, not ours: recorded, and the lab goes on
+            reason = f"{shard}: safetensors could not load it: {type(exc).__name__}: {exc}"
+            raise usermodel.UserModelError(reason.replace("\n", " ")) from None
+    return state
+
+
+def _own_entry(user: dict, state: dict) -> tuple[str, dict]:
+    """The manifest entry of the user's own files (in place; identified by size and mtime, not hashed)."""
+    key, fmt = ("user_safetensors", "safetensors") if user["format"] == "safetensors" else ("user_pt", "pt")
+    entry = _describe(Path(user["shards"][0]), fmt, state)
+    entry.update(path=user["shards"][0], paths=list(user["shards"]), size_bytes=user["size_bytes"])
+    entry["source_format"] = user["format"]
+    del entry["head_sha256"], entry["tail_sha256"]
+    return key, entry
+
+
+def _write_user(user: dict, workdir: Path) -> tuple[dict, dict]:
+    """The other format of the user's weights, made in the workbench (their files are read, never
+    written); returns the file entries and the status, with ``made`` saying what was made.
+
+    Weights the loaders cannot read give ``({}, {"status": "not_run", ...})``. A
+    safetensors copy save_file refuses (tensors that share memory, as tied
+    weights do in some state dicts) is left out with ``made`` saying why; the
+    user's own file is still measured.
+    """
+    try:
+        state = _user_state(user)
+    except usermodel.UserModelError as exc:
+        return {}, {"status": "not_run", "setting": user["setting"], "reason": str(exc)}
+    own_key, own = _own_entry(user, state)
+    files = {own_key: own}
+    made_key = next(k for k in USER_MADE if k != own_key)
+    path = workdir / USER_MADE[made_key]
+    try:
+        if made_key == "user_pt":
+            _torch_save(state, path)
+        else:
+            flat = {k: v.contiguous() for k, v in state.items()}
+            _replace_into(path, lambda tmp: save_file(flat, str(tmp)))
+    except Exception as exc:  # save_file's own refusal, e.g. shared tensors
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        return files, {**user, "made": not_run(f"{USER_MADE[made_key]} could not be made: {why}")}
+    files[made_key] = _describe(path, "pt" if made_key == "user_pt" else "safetensors", state)
+    return files, {**user, "made": {"status": "ok", "file": made_key, "path": files[made_key]["path"]}}
 
 
 def _write_big(want: dict, workdir: Path) -> dict:
@@ -288,7 +349,8 @@ def _generate(want: dict, workdir: Path, user: dict | None) -> dict:
     """Write the files for recipe ``want``; the old manifest goes first, so a crash leaves none."""
     (workdir / MANIFEST).unlink(missing_ok=True)
     fsync_dir(workdir)
-    (workdir / USER_PT).unlink(missing_ok=True)
+    for name in USER_MADE.values():
+        (workdir / name).unlink(missing_ok=True)
     files = _write_small(want, workdir)  # its tensors are freed before the big ones
     if user and user["status"] == "ok":
         user_files, user = _write_user(user, workdir)
@@ -312,7 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default="quick", choices=sorted(registry.PROFILES))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--load-model", default=None, help="a .safetensors, a sharded directory or a repo id in the HF cache"
+        "--load-model",
+        default=None,
+        help="a .safetensors, .pt or .bin file, a sharded directory or a repo id in the HF cache",
     )
     args = ap.parse_args(argv)
     cfg = {

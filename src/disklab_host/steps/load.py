@@ -19,14 +19,21 @@ Cells: the big file with torch.load, torch.load-mmap (the .pt), load_file,
 one-tensor and load_file+willneed (the .safetensors); the small model with
 torch.load (.pt) and load_file (.safetensors), each populating a DecoderLM by
 copy and by assign. With the setting ``load_model`` (prep.user_model), the
-user's own safetensors (one file or every shard, in place, never changed) get
-load_file and one-tensor, and ``user.pt``, made from them in the workbench as
-the synthetic .pt files are, gets torch.load and torch.load-mmap; when its
-config.json describes a model DecoderLM can hold, both also populate a DecoderLM
-by copy and by assign. A cold method that must copy the file (macOS
-coldcopy_nocache) copies it into the workbench's ``cold_copies/`` and the copy
-is what is timed (``timed_path``); it is deleted after its measurement. Raw
-samples are kept; cells summarise them as median, min and max (labcommon.spread).
+user's own files (one file or every shard, in place, never changed) and the
+other format made from them in the workbench (prep.py) get the same cells:
+torch.load and torch.load-mmap on the .pt (``user_pt``: the user's own
+checkpoint or pytorch_model.bin files, else ``user.pt`` made from their
+safetensors), load_file and one-tensor on the .safetensors (``user_safetensors``:
+theirs, else ``user.safetensors`` made from their checkpoint's state dict). A
+training checkpoint's weights are taken from under their key (``--state-key``).
+torch.load-mmap on a legacy (pre-1.6) torch.save file is not run, with
+PyTorch's own refusal as the reason (:func:`user_cells_not_run`). When
+config.json describes a model DecoderLM can hold, torch.load and load_file also
+populate a DecoderLM by copy and by assign. A cold method that must copy the
+file (macOS coldcopy_nocache) copies it into the workbench's ``cold_copies/``
+and the copy is what is timed (``timed_path``); it is deleted after its
+measurement. Raw samples are kept; cells summarise them as median, min and max
+(labcommon.spread).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from ..common.stats import spread
 from ..common.units import MIB
 from ..loadlab import workers
 from ..loadlab.proof import CACHE_STATE, cache_proof
+from ..loadlab.usermodel import weights_note
 
 LOAD_ONE = "disklab_host.loadlab.load_one"
 CACHE_STATES = ("cold", "warm")
@@ -118,7 +126,9 @@ def run(cfg: dict, workdir: Path) -> dict:
     return measure(cfg, manifest, scratch_dir=Path(workdir) / COLD_COPIES)
 
 
-def _cell(files: dict, key: str, method: str, model=None, populate=None, decoder_config=None) -> dict:
+def _cell(
+    files: dict, key: str, method: str, model=None, populate=None, decoder_config=None, state_key=None
+) -> dict:
     entry = files[key]
     return {
         "file": key,
@@ -128,7 +138,29 @@ def _cell(files: dict, key: str, method: str, model=None, populate=None, decoder
         "model": model,
         "populate": populate,
         "decoder_config": decoder_config,
+        **({"state_key": state_key} if state_key else {}),
     }
+
+
+def user_cells_not_run(manifest: dict) -> list[dict]:
+    """The user's cells that cannot run, each ``{"file", "method", "reason"}``: the one of a file that
+    was not made (prep's ``made``), and torch.load-mmap on a legacy torch.save file (prep's
+    ``mmap_refusal``, PyTorch's own words)."""
+    user = manifest.get("user_model") or {}
+    if user.get("status") != "ok":
+        return []
+    out = []
+    for key, method in USER_CELLS:
+        if key not in manifest["files"]:
+            made = user.get("made") or not_run(f"{key} was not made")
+            out.append({"file": key, "method": method, "reason": made["reason"]})
+        elif method == "torch.load-mmap" and user.get("mmap_refusal"):
+            reason = (
+                f"{user['shards'][0]} is a legacy (pre-1.6) torch.save file, and PyTorch refuses mmap "
+                f"there: {user['mmap_refusal']}"
+            )
+            out.append({"file": key, "method": method, "reason": reason})
+    return out
 
 
 def cell_plan(manifest: dict) -> tuple[list[dict], dict | None]:
@@ -151,12 +183,17 @@ def cell_plan(manifest: dict) -> tuple[list[dict], dict | None]:
         for key, m in SMALL_CELLS:
             plan.extend(_cell(files, key, m, config, mode) for mode in POPULATE)
     user = manifest.get("user_model")
-    if user and user.get("status") == "ok" and "user_pt" in files:
-        plan.extend(_cell(files, key, m) for key, m in USER_CELLS)
+    if user and user.get("status") == "ok":
+        off = {(c["file"], c["method"]) for c in user_cells_not_run(manifest)}
+        key_of = {"user_pt": user.get("state_key")}  # a training checkpoint's weights sit under a key
+        mine = [(key, m) for key, m in USER_CELLS if (key, m) not in off]
+        plan.extend(_cell(files, key, m, state_key=key_of.get(key)) for key, m in mine)
         if user.get("module_config"):
             decoder = json.dumps(user["module_config"], sort_keys=True)
-            for key, m in USER_MODEL_CELLS:
-                plan.extend(_cell(files, key, m, USER_MODEL, mode, decoder) for mode in POPULATE)
+            for key, m in (c for c in USER_MODEL_CELLS if c not in off):
+                plan.extend(
+                    _cell(files, key, m, USER_MODEL, mode, decoder, key_of.get(key)) for mode in POPULATE
+                )
     return plan, skip
 
 
@@ -222,6 +259,8 @@ def measure_one(
         cmd += ["--model", cell["model"], "--populate", cell["populate"], "--model-module", model_module]
         if cell.get("decoder_config"):
             cmd += ["--decoder-config", cell["decoder_config"]]
+    if cell.get("state_key"):
+        cmd += ["--state-key", cell["state_key"]]
     try:
         proc = subprocess.run(
             workers.fresh_argv(cmd),
@@ -397,7 +436,14 @@ def measure(
 
 
 def user_section(manifest: dict, samples: list[dict]) -> dict | None:
-    """What the section says of the user's model: None when unset, else where it came from and how it ran."""
+    """What the section says of the user's model: None when unset, else where it came from and how it ran.
+
+    Names the format found (``format``: safetensors, zip or legacy; usermodel.sniff),
+    the file made from it in the workbench (``made``, with ``pt_path`` for a
+    safetensors model as before), where a training checkpoint's weights sat
+    (``weights_note``, usermodel.weights_note) and the cells that could not run
+    (``cells_not_run``, :func:`user_cells_not_run`).
+    """
     user = manifest.get("user_model")
     if not user:
         return None
@@ -405,7 +451,10 @@ def user_section(manifest: dict, samples: list[dict]) -> dict | None:
         return {"status": "not_run", "setting": user.get("setting", ""), "reason": user["reason"]}
     files = manifest["files"]
     mine = [s for s in samples if s["file"] in ("user_safetensors", "user_pt")]
-    keep = ("setting", "kind", "shards", "size_bytes", "config_json", "repo_id", "revision", "hub_cache")
+    keep = (
+        "setting", "kind", "format", "shards", "size_bytes", "config_json", "repo_id", "revision",
+        "hub_cache", "state_key",
+    )  # fmt: skip
     module = (
         {"status": "ok", "decoder_config": user["module_config"]}
         if user.get("module_config")
@@ -413,12 +462,22 @@ def user_section(manifest: dict, samples: list[dict]) -> dict | None:
     )
     refused = (s["stages"]["device_placed"] for s in mine if s["stages"]["device_placed"]["status"] != "ok")
     placed = next(refused, None)
+    made_key = "user_pt" if user.get("format", "safetensors") == "safetensors" else "user_safetensors"
+    made = (
+        {"status": "ok", "file": made_key, "path": files[made_key]["path"],
+         "size_bytes": files[made_key]["size_bytes"]}
+        if made_key in files
+        else user.get("made") or not_run(f"{made_key} was not made")
+    )  # fmt: skip
     return {
         "status": "ok",
         **{k: user[k] for k in keep if k in user},
         "device_placed": placed or {"status": "ok"},
-        "pt_path": files["user_pt"]["path"],
-        "pt_size_bytes": files["user_pt"]["size_bytes"],
+        **({"pt_path": made["path"], "pt_size_bytes": made["size_bytes"]} if made_key == "user_pt" and
+           made["status"] == "ok" else {}),
+        "made": made,
+        "weights_note": weights_note(user),
+        "cells_not_run": user_cells_not_run(manifest),
         "module_populated": module,
         "timed_copies": sorted({s["timed_path"] for s in mine if "timed_path" in s}),
-    }
+    }  # fmt: skip
