@@ -47,6 +47,17 @@ def _why(section: dict | None, what: str) -> str:
     )
 
 
+def _parallel_why(ceiling: dict) -> str:
+    """Why a ceiling section that ran has no parallel figure, escaped for a table cell."""
+    par = ceiling.get("parallel")
+    if not isinstance(par, dict):
+        return "parallel ceiling not in this run (a lab from before it)"
+    if par.get("status") == "ok":
+        cold = par.get("cold_mib_s") or {}
+        return f"parallel ceiling: {markup.md(cold.get('unavailable', 'no figure'))}"
+    return _why(par, "parallel ceiling")
+
+
 def host_column(doc: dict | None) -> dict | None:
     """What the fleet page needs of one host's latest run, JSON-able (kept in the host's render stamp).
 
@@ -102,6 +113,8 @@ def host_column(doc: dict | None) -> dict | None:
         "load_why": None if ok(ls) else _why(ls, "load"),
         "ceiling": ceiling,
         "ceiling_why": None if ok(cs) else _why(cs, "ceiling"),
+        # why a part of a ceiling section that ran has no figure (the parallel read not run, or older)
+        "ceiling_part_why": {"parallel.cold": _parallel_why(cs)} if ok(cs) else {},
         "powercut": [
             {
                 "recipe": f.name.removeprefix("powercut · ").rsplit(" · ", 1)[0],
@@ -253,7 +266,7 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
                     [
                         units.mib_s(c["ceiling"][stem]["median"])
                         if c["ceiling"].get(stem)
-                        else (c["ceiling_why"] or NOT_MEASURED)
+                        else (c["ceiling_why"] or c.get("ceiling_part_why", {}).get(stem) or NOT_MEASURED)
                         for _, c, _ in cols
                     ],
                 )
