@@ -105,6 +105,21 @@ def test_a_filesystem_that_refuses_o_direct_leaves_the_parallel_ceiling_not_run(
     assert "| cold ceiling, parallel (4 streams of 1.00 MiB O_DIRECT reads) | n/a (not run: the " in md
 
 
+def test_a_parallel_read_that_fails_costs_the_single_stream_nothing(tmp_path, monkeypatch):
+    def failing(*a, **k):
+        raise OSError(errno.EIO, "Input/output error")  # a fault we cannot cause: injected
+
+    monkeypatch.setattr(ceiling, "parallel_read", failing)
+    sizes = {**SIZES, "ceiling_mib": 2}  # 2 MiB: the failure path only
+    section = ceiling.run({"sizes": sizes, "system": "Linux", "become_allowed": False}, tmp_path)
+    jsonschema.Draft202012Validator(SCHEMA).validate(json.loads(json.dumps(section)))
+    assert section["parallel"]["status"] == "failed" and "Input/output error" in section["parallel"]["error"]
+    assert section["cold_mib_s"]["n"] == ceiling.REPEATS and section["warm_mib_s"]["n"] == ceiling.REPEATS
+    assert evidence.ceiling({"experiments": {"ceiling": section}})["parallel_why"].startswith(
+        "failed: OSError"
+    )
+
+
 def test_a_read_refused_after_open_is_a_refusal_too(tmp_path, monkeypatch):
     path = tmp_path / "f"
     path.write_bytes(b"\0" * MIB)

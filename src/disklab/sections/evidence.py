@@ -53,7 +53,8 @@ def ceiling(results: dict) -> dict:
     else:
         settings = {k: par.get(k) for k in ("streams", "block_bytes", "direct_io")}
         if par.get("status") != "ok":
-            par_cold, par_why = None, f"not run: {par.get('reason')}"
+            status = "not run" if par.get("status") == "not_run" else par.get("status")
+            par_cold, par_why = None, f"{status}: {par.get('reason') or par.get('error')}"
         else:
             par_why = _unavailable(par["cold_mib_s"])
             par_cold = None if par_why else par["cold_mib_s"]

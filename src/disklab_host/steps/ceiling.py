@@ -320,7 +320,8 @@ def parallel_settings(sizes: dict) -> dict:
 
 def parallel_ceiling(path: Path, cfg: dict, settings: dict, recorder, scratch: Path, fcntl_mod=None) -> dict:
     """The parallel ceiling's section: ``REPEATS`` proven-cold parallel reads, or not_run when the
-    workbench's filesystem refuses direct I/O. Both carry the settings and the direct I/O mode."""
+    workbench's filesystem refuses direct I/O, or failed with the error when a read raised (the rest
+    of the step keeps its figures). Each carries the settings and the direct I/O mode."""
     system = cfg["system"]
     asked = {
         "streams": settings["streams"],
@@ -344,7 +345,10 @@ def parallel_ceiling(path: Path, cfg: dict, settings: dict, recorder, scratch: P
         finally:
             os.close(fd)
 
-    runs = [cold_run(path, cfg, recorder, scratch, read) for _ in range(REPEATS)]
+    try:
+        runs = [cold_run(path, cfg, recorder, scratch, read) for _ in range(REPEATS)]
+    except Exception as exc:  # the single-stream and warm figures are kept; the error is recorded
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", **asked, "direct_io": mode}
     return {
         "status": "ok",
         **asked,
