@@ -14,7 +14,7 @@ import jinja2
 import jsonschema
 import pytest
 
-from disklab import markup
+from disklab import markup, report
 from disklab.sections import evidence
 from disklab.sections import load as section_mod
 from disklab.units import FILTERS
@@ -456,11 +456,12 @@ def test_a_load_that_beat_one_stream_but_not_the_parallel_read_left_bandwidth_un
     assert "this load left about 50.0 % of the bandwidth the storage showed it has unused" in row["reading"]
     assert {"what": "torch.load, big_pt", "reading": row["reading"]} in rows["unused"]
     x = section_mod.build(section, results, tmp_path)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined)
-    env.filters.update(FILTERS)
-    env.filters.update(markup.FILTERS)
-    md = env.get_template("sections/load.md.j2").render(s=section, x=x, results={})
-    assert "parallel cold ceiling (the same file after eviction, 4 streams of 4.00 MiB O_DIRECT reads" in md
+    md = report.environment().get_template("sections/load.md.j2").render(s=section, x=x, results={})
+    # the report's own environment (trim_blocks): the two ceilings' sentences, one paragraph, then the table
+    assert (
+        "(median of 3, 190 MiB/s–210 MiB/s).\nIts parallel cold ceiling (the same file after eviction, " in md
+    )
+    assert "4 streams of 4.00 MiB O_DIRECT reads" in md and "–520 MiB/s).\n\n| load (all_touched) |" in md
     assert "| 256 MiB/s | 256 MiB/s | 128.0 % | 50.0 % |" in md
     assert "- torch.load, big_pt beat one stream but not the parallel read: faster than one buffered" in md
     assert "faster than both of this host's own cold ceilings: a cache below" in md  # the one-tensor cell

@@ -193,7 +193,7 @@ STEPS: tuple[Step, ...] = (
         "cold in parallel direct reads",
         sizes=(
             Size("ceiling_mib", 128, 1024, "MiB", "size of the file read cold and warm"),
-            # 4 streams of 4 MiB: measured on the 2-core VM of issue 27 (docs in steps/ceiling.py)
+            # 4 streams of 4 MiB: why, and what this VM measured, in steps/ceiling.py's docstring
             Size(
                 "ceiling_streams",
                 4,

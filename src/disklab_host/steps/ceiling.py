@@ -46,16 +46,20 @@ ceiling the median over the verified warm runs. The file is deleted
 afterwards. The device facts that bound durability (model, write-cache mode,
 rotational, NVMe link) are audit facts (audit.collect).
 
-The defaults, 4 streams of 4 MiB reads with O_DIRECT, were chosen on the
-2-core virtual machine of issue 27 (a virtio disk, ext4): fio's psync direct
-reads of a 512 MiB file gave 0.9 to 1.4 GiB/s at every stream count from 1 to
-16 and block size from 1 to 16 MiB, with the differences inside the run to run
-spread of a machine shared with other work, against about 450 MiB/s for one
-buffered stream of 8 MiB reads. 4 x 4 MiB was at or above one stream in every
-repeat, keeps 16 MiB in flight (the depth at which an NVMe drive usually
-reaches its sequential rate) and needs no more threads than a small host has
-cores. The inventory sets them (lab_run_ceiling_streams,
-lab_run_ceiling_block_bytes, lab_run_ceiling_direct); the results record them.
+The defaults, 4 streams of 4 MiB reads with O_DIRECT, were picked on the
+2-core virtual machine of issue 27 (a virtio disk, ext4, shared with other
+work), which cannot tell the settings apart: fio's psync direct reads of a
+512 MiB file gave 0.9 to 1.4 GiB/s at every stream count from 1 to 16 and
+block size from 1 to 16 MiB, three repeats each, with no setting ahead in
+every repeat; 4 x 4 MiB was at or above 1 x 4 MiB in each. One buffered
+stream varied more (fio: 448 MiB/s once; this step's own single stream 0.6 to
+1.9 GiB/s across runs), so on this VM either ceiling may be the higher. 4 x
+4 MiB keeps 16 MiB in flight in four outstanding requests, the kind of load
+on which a drive with a deep queue (NVMe) delivers more than to one stream
+(issue 27's premise, not shown by this virtio disk), and needs no more
+threads than a small host has cores. The inventory sets them
+(lab_run_ceiling_streams, lab_run_ceiling_block_bytes, lab_run_ceiling_direct);
+the results record them.
 
 On macOS the eviction is purge (root) or a cold copy (coldcopy_nocache, timed
 instead of the file and deleted after the run) and the device counters are
