@@ -160,6 +160,14 @@ def test_the_macos_path_opens_without_o_direct_and_sets_f_nocache(tmp_path, monk
         os.close(fd)
     assert mode == "F_NOCACHE" and fake.calls == [(48, 1)] and not flags[0] & os.O_DIRECT
     assert read["bytes"] == 2 * MIB and read["streams_used"] == 2
+    # a Python built without os.preadv reads with os.pread and a copy
+    monkeypatch.delattr(os, "preadv")
+    buf = ceiling.mmap.mmap(-1, MIB)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert ceiling.pread_into(fd, buf, MIB) == MIB and buf[:] == path.read_bytes()[MIB:]
+    finally:
+        os.close(fd)
     assert "not on a real Mac" in ceiling.MACOS_NOTE
 
 

@@ -172,13 +172,26 @@ def slices(n_bytes: int, streams: int, block: int) -> list[tuple[int, int]]:
     return [(start, min(n_bytes, start + per)) for start in range(0, n_bytes, per)]
 
 
+def pread_into(fd: int, buf: mmap.mmap, offset: int) -> int:
+    """Read up to ``len(buf)`` bytes at ``offset`` into ``buf``; the bytes read.
+
+    os.preadv(2) where this Python has it, else (a build without it) os.pread and a copy into
+    ``buf`` (one extra memory copy; a direct read needs the aligned buffer only on Linux's O_DIRECT).
+    """
+    if hasattr(os, "preadv"):
+        return os.preadv(fd, [buf], offset)
+    data = os.pread(fd, len(buf), offset)
+    buf[: len(data)] = data
+    return len(data)
+
+
 def _stream(fd: int, start: int, end: int, buf: mmap.mmap, barrier, done: list, errors: list) -> None:
     """One stream: wait for the others, then os.preadv its slice in block-sized calls."""
     try:
         barrier.wait()
         off, total = start, 0
         while off < end:
-            n = os.preadv(fd, [buf], off)
+            n = pread_into(fd, buf, off)
             if n == 0:
                 break
             off += n
@@ -241,7 +254,7 @@ def probe_direct(path: Path, system: str, direct: bool, block: int, fcntl_mod=No
     fd, mode = open_for_parallel(path, system, direct, fcntl_mod)
     buf = mmap.mmap(-1, block)
     try:
-        os.preadv(fd, [buf], 0)
+        pread_into(fd, buf, 0)
     except OSError as exc:
         if direct and exc.errno in REFUSED:
             raise DirectRefused(exc.errno, f"a read with direct I/O: {exc.strerror}") from exc
