@@ -105,6 +105,17 @@ def test_a_filesystem_that_refuses_o_direct_leaves_the_parallel_ceiling_not_run(
     assert "| cold ceiling, parallel (4 streams of 1.00 MiB O_DIRECT reads) | n/a (not run: the " in md
 
 
+def test_a_file_of_fewer_blocks_than_streams_says_how_many_streams_read_it(tmp_path):
+    # 4 MiB in 4 MiB blocks (the test fleet's tiny size with the default block): one slice, one stream
+    sizes = {**SIZES, "ceiling_mib": 4, "ceiling_block_bytes": 4 * MIB}
+    section = ceiling.run({"sizes": sizes, "system": "Linux", "become_allowed": False}, tmp_path)
+    assert {r["streams_used"] for r in section["parallel"]["cold_runs"]} == {1}
+    x = section_mod.build(section, {"experiments": {"ceiling": section}, "facts": {}}, tmp_path)
+    assert "In blocks of 4.00 MiB this file made only 1 slice(s), so only 1 stream(s) read it" in _render(
+        section, x
+    )
+
+
 def test_a_parallel_read_that_fails_costs_the_single_stream_nothing(tmp_path, monkeypatch):
     def failing(*a, **k):
         raise OSError(errno.EIO, "Input/output error")  # a fault we cannot cause: injected

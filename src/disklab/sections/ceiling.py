@@ -14,9 +14,9 @@ from disklab.sections import evidence, status_note
 
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """``{"ok", "status_note", "cold", "warm", "cold_why", "warm_why", "ratio", "parallel", "runs",
-    "device"}``; never raises. ``parallel``: ``{"status" (ok, not_run, absent), "ceiling", "why",
-    "label", "settings", "over_single"}``; ``runs`` the parallel runs too (kind ``parallel``, with
-    ``after``, the residency just after the read)."""
+    "device"}``; never raises. ``parallel``: ``{"status" (ok, not_run, failed, absent), "ceiling",
+    "why", "label", "settings", "streams_used", "over_single"}``; ``runs`` the parallel runs too (kind
+    ``parallel``, with ``after``, the residency just after the read)."""
     if section.get("status") != "ok":
         return {"ok": False, "status_note": status_note(section)}
     runs = []
@@ -57,6 +57,8 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
             "why": ceil["parallel_why"],
             "label": ceil["parallel_label"],
             "settings": ceil["parallel_settings"],
+            # fewer when the file holds fewer blocks than streams (a tiny file): the report says so
+            "streams_used": min((r["streams_used"] for r in par.get("cold_runs") or []), default=None),
             "over_single": ceil["parallel"]["median"] / ceil["cold"]["median"]
             if ceil["parallel"] and ceil["cold"] and ceil["cold"]["median"] > 0
             else None,
