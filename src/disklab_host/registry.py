@@ -215,7 +215,7 @@ STEPS: tuple[Step, ...] = (
                 1,
                 1,
                 "flag",
-                "parallel ceiling: 1 = direct I/O (O_DIRECT; F_NOCACHE on macOS), 0 = through the page cache",
+                "parallel ceiling: 1 = direct I/O (O_DIRECT; macOS: F_NOCACHE), 0 = buffered",
                 0,
             ),
         ),
