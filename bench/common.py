@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 PART_ORDER = [
     "fsync_fidelity",
     "cold_read_fidelity",
+    "parallel_ceiling_fidelity",
     "io_record_overhead",
     "harness_overhead",
     "fleet_scaling",

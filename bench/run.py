@@ -2,8 +2,9 @@
 
     python bench/run.py [--tiny] [--parts NAME ...] [--repeats N] [--workbench DIR]
 
-Six parts (bench/README.md): fsync fidelity and cold-read fidelity against
-fio, the I/O record's overhead on load timings (with against without, paired),
+Seven parts (bench/README.md): fsync fidelity, cold-read fidelity and
+parallel-ceiling fidelity against fio, the I/O record's overhead on load
+timings (with against without, paired),
 harness overhead (``disklab run`` vs lab.py started directly), fleet
 scaling (``disklab audit`` on 16 test-fleet hosts vs 1) and report rendering
 (``disklab report`` over 500 synthetic hosts). Each comparison is taken in
@@ -45,11 +46,14 @@ def _settings(tiny: bool, repeats: int | None) -> dict:
     """Sizes and repeat counts: the quick profile's sizes, or tiny ones for the smoke test."""
     quick = profile_sizes("quick")
     if tiny:
-        return {"fsync_blocks": 30, "read_bytes": 4 * MIB, "io_repeats": repeats or 2,
-                "other_repeats": repeats or 1, "report_hosts": 5}  # fmt: skip
+        return {"fsync_blocks": 30, "read_bytes": 4 * MIB, "ceiling_bytes": 4 * MIB,
+                "io_repeats": repeats or 2, "other_repeats": repeats or 1, "report_hosts": 5}  # fmt: skip
     return {
         "fsync_blocks": quick["fsync_blocks"],
         "read_bytes": quick["load_big_tensors"] * BIG_TENSOR_BYTES,
+        # the full profile's ceiling file (1 GiB): a read of a second, not a quarter, so a burst of
+        # another process's I/O on a shared disk moves one pair's ratio less
+        "ceiling_bytes": profile_sizes("full")["ceiling_mib"] * MIB,
         "io_repeats": repeats or 9,
         "other_repeats": repeats or 3,
         "report_hosts": 500,
@@ -59,7 +63,7 @@ def _settings(tiny: bool, repeats: int | None) -> dict:
 def _part(name: str, args, s: dict, fio: str | None) -> dict:
     """Run one part; a missing tool or an impossible size gives not_run with the reason."""
     title = name.replace("_", " ")
-    if name in ("fsync_fidelity", "cold_read_fidelity") and fio is None:
+    if name in ("fsync_fidelity", "cold_read_fidelity", "parallel_ceiling_fidelity") and fio is None:
         return not_run(title, "fio is not installed (make bench installs it with apt-get)")
     if name == "fsync_fidelity":
         import io_parts
@@ -69,6 +73,14 @@ def _part(name: str, args, s: dict, fio: str | None) -> dict:
         import io_parts
 
         return io_parts.cold_read_fidelity(args.workbench, s["read_bytes"], s["io_repeats"])
+    if name == "parallel_ceiling_fidelity":
+        if platform.system() != "Linux":
+            return not_run(
+                title, "fio's --direct=1 is O_DIRECT here; the macOS F_NOCACHE path has no fio match"
+            )
+        import ceiling_part
+
+        return ceiling_part.parallel_ceiling_fidelity(args.workbench, s["ceiling_bytes"], s["io_repeats"])
     if name == "io_record_overhead":
         if platform.system() != "Linux":
             return not_run(title, "the load step's cold path here evicts with fadvise_dontneed (Linux)")

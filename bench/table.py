@@ -63,6 +63,16 @@ def markdown(doc: dict) -> str:
             f"- warm read: disklab {_side(w['sides']['disklab'], 'mib_s')}, "
             f"fio {_side(w['sides']['fio'], 'mib_s')}, ratio {w['ratio']['median']:.3f}"
         )
+    pc = doc["parts"].get("parallel_ceiling_fidelity", {})
+    if pc.get("status") == "ok":
+        fio_bw = sorted(p["fio"]["bw_mib_s"] for p in pc["pairs"])
+        n, kib, mib = pc["streams"], pc["block_bytes"] // 1024, pc["size_bytes"] // (1 << 20)
+        extra.append(
+            f"- parallel ceiling: {n} streams x {kib} KiB {pc['direct_io']} reads of a {mib} MiB file, "
+            f"matched by fio --ioengine=psync --direct=1 --bs={pc['block_bytes']} --numjobs={n} --thread "
+            f"--size/--offset_increment (the same slices); fio's own bw figure, median "
+            f"{fio_bw[len(fio_bw) // 2]:.4g} MiB/s"
+        )
     io = doc["parts"].get("io_record_overhead", {})
     if io.get("status") == "ok" and "record_cost" in io:
         for state in ("warm", "cold"):

@@ -181,3 +181,22 @@ def test_tiny_run_prints_the_table_and_ends_with_a_summary(tiny_run):
         assert all(0 <= share[k] <= 1 for k in ("steal", "busy", "idle"))  # all 0 for a part under a tick
         assert share["busy"] + share["idle"] + share["steal"] <= 1.0001
     assert any(line.startswith("- machine CPU while each part ran") for line in lines)
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed (make bench installs it)")
+def test_the_parallel_ceiling_part_matches_fio_job_for_job(tmp_path):
+    """4 MiB: four 1 MiB slices, one call each per side; enough to check both read the same ranges."""
+    import ceiling_part
+
+    part = ceiling_part.parallel_ceiling_fidelity(tmp_path, 4 << 20, 1)
+    assert part["status"] == "ok" and (part["streams"], part["block_bytes"]) == (4, 1 << 20)
+    (pair,) = part["pairs"]
+    assert pair["disklab"]["streams_used"] == 4 and pair["disklab"]["direct_io"] == "O_DIRECT"
+    assert pair["disklab"]["resident_fraction_before"] <= 0.01
+    assert pair["fio"]["total_ios"] == 4  # one 1 MiB call per job, as disklab's four streams make
+    args = part["fio_args"]
+    for want in ("--ioengine=psync", "--direct=1", "--bs=1048576", "--numjobs=4", "--thread",
+                 "--size=1048576", "--offset_increment=1048576"):  # fmt: skip
+        assert want in args
+    assert part["ratio"]["n"] == 1 and part["met"] == (part["ratio"]["median"] >= 0.95)
+    assert list(tmp_path.iterdir()) == []  # the file is deleted

@@ -234,13 +234,16 @@ def test_the_first_run_renders_the_fleet_side_by_side(reports, first_run):
     assert (reports / "fleet-plots" / "durable_sync_p50.png").read_bytes().startswith(b"\x89PNG")
     # each host's own ceiling, cold and warm, as stored
     ceiling = tables["Cold ceiling"]["rows"]
-    assert list(ceiling) == ["cold sequential read", "warm read"]
+    assert list(ceiling) == ["cold sequential read", "warm read", "cold parallel direct read"]
     for h, cold, warm in zip(LAB_HOSTS, ceiling["cold sequential read"], ceiling["warm read"], strict=True):
         section = docs[h]["experiments"]["ceiling"]
         assert section["status"] == "ok", section
         for cell, key in ((cold, "cold_mib_s"), (warm, "warm_mib_s")):
             assert section[key]["median"] > 0 and cell == units.mib_s(section[key]["median"]), (h, key, cell)
             assert re.fullmatch(r"[\d,]+ MiB/s", cell), cell
+    for h, cell in zip(LAB_HOSTS, ceiling["cold parallel direct read"], strict=True):
+        par = docs[h]["experiments"]["ceiling"]["parallel"]  # O_DIRECT on the hosts' loop mounts and tmpfs
+        assert par["status"] == "ok" and cell == units.mib_s(par["cold_mib_s"]["median"]), (h, par, cell)
     # load and powercut are not among this run's steps: every cell says so, none is blank
     assert tables["Cold load at all_touched"]["rows"] == {"load cells": ["load not measured in this run"] * 2}
     assert tables["Warm load at all_touched"]["rows"] == {"load cells": ["load not measured in this run"] * 2}

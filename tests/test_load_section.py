@@ -14,7 +14,8 @@ import jinja2
 import jsonschema
 import pytest
 
-from disklab import markup
+from disklab import markup, report
+from disklab.sections import evidence
 from disklab.sections import load as section_mod
 from disklab.units import FILTERS
 from disklab_host.loadlab import proof
@@ -407,12 +408,18 @@ def test_user_model_rendered_ok_and_refused(tmp_path):
     assert "Not measured: /m.safetensors: holds no tensors. The rest of the lab ran as usual." in md
 
 
-def _ceiling(median: float, lo: float, hi: float) -> dict:
-    return {
+def _ceiling(median: float, lo: float, hi: float, parallel: tuple | None = None) -> dict:
+    """A ceiling section; ``parallel`` (median, min, max) adds the parallel ceiling (4 x 4 MiB O_DIRECT)."""
+    out = {
         "status": "ok",
         "cold_mib_s": {"n": 3, "median": median, "min": lo, "max": hi},
         "warm_mib_s": {"n": 3, "median": 5000.0, "min": 4900.0, "max": 5100.0},
     }
+    if parallel:
+        spread = dict(zip(("median", "min", "max"), parallel, strict=True), n=3)
+        out["parallel"] = {"status": "ok", "streams": 4, "block_bytes": 4 << 20, "direct_io": "O_DIRECT",
+                           "cold_mib_s": spread}  # fmt: skip
+    return out
 
 
 def test_each_cold_figure_carries_its_proof_and_its_share_of_the_cold_ceiling():
@@ -435,6 +442,38 @@ def test_each_cold_figure_carries_its_proof_and_its_share_of_the_cold_ceiling():
     assert none["ceiling"]["cold"] is None and all(r["share"] == "n/a" for r in none["rows"])
 
 
+def test_a_load_that_beat_one_stream_but_not_the_parallel_read_left_bandwidth_unused(tmp_path):
+    section = make_section()
+    results = {"experiments": {"ceiling": _ceiling(200.0, 190.0, 210.0, (512.0, 500.0, 520.0))}}
+    rows = section_mod.proof_rows(section, results)
+    row = next(r for r in rows["rows"] if r["what"] == "torch.load, big_pt" and r["cache_state"] == "cold")
+    assert row["share"] == "128.0 %" and row["share_parallel"] == "50.0 %"
+    # faster than one stream, slower than the parallel read: not a cache below (old rule: one ceiling);
+    # the one-tensor cell's 5 GiB/s beats both
+    assert not row["below"] and [r["what"] for r in rows["rows"] if r["below"]] == [
+        "one-tensor, big_safetensors"
+    ]
+    assert "this load left about 50.0 % of the bandwidth the storage showed it has unused" in row["reading"]
+    assert {"what": "torch.load, big_pt", "reading": row["reading"]} in rows["unused"]
+    x = section_mod.build(section, results, tmp_path)
+    md = report.environment().get_template("sections/load.md.j2").render(s=section, x=x, results={})
+    # the report's own environment (trim_blocks): the two ceilings' sentences, one paragraph, then the table
+    assert (
+        "(median of 3, 190 MiB/s–210 MiB/s).\nIts parallel cold ceiling (the same file after eviction, " in md
+    )
+    assert "4 streams of 4.00 MiB O_DIRECT reads" in md and "–520 MiB/s).\n\n| load (all_touched) |" in md
+    assert "| 256 MiB/s | 256 MiB/s | 128.0 % | 50.0 % |" in md
+    assert "- torch.load, big_pt beat one stream but not the parallel read: faster than one buffered" in md
+    assert "faster than both of this host's own cold ceilings: a cache below" in md  # the one-tensor cell
+    at = rows["ceiling"]
+    assert evidence.ceiling_reading(600.0, at).startswith("at or above the parallel read")
+    assert "slower than both" in evidence.ceiling_reading(100.0, at)
+    assert evidence.ceiling_reading(100.0, {**at, "parallel": None}) is None
+    alone = section_mod.proof_rows(section, {"experiments": {"ceiling": _ceiling(200.0, 190.0, 210.0)}})
+    assert alone["ceiling"]["parallel_why"] == "this run's ceiling step predates the parallel ceiling"
+    assert all(r["share_parallel"] == "n/a" for r in alone["rows"]) and alone["unused"] == []
+
+
 def test_the_rendered_table_says_a_cache_below_served_bytes_faster_than_the_ceiling(tmp_path):
     section = make_section()
     x = section_mod.build(section, {"experiments": {"ceiling": _ceiling(100.0, 90.0, 110.0)}}, tmp_path)
@@ -442,7 +481,9 @@ def test_the_rendered_table_says_a_cache_below_served_bytes_faster_than_the_ceil
     env.filters.update(FILTERS)
     env.filters.update(markup.FILTERS)  # the report's escaping (disklab.report.environment)
     md = env.get_template("sections/load.md.j2").render(s=section, x=x, results={})
-    assert "cache below this OS" in md and "This run's cold ceiling" in md
+    assert "cache below this OS" in md and "This run's single-stream cold ceiling" in md
+    assert "No parallel cold ceiling in this run (this run's ceiling step predates" in md
+    assert "faster than this host's own cold ceiling: a cache below" in md
     assert "| torch.load, big_pt | cold | 1.000 s | 256.00 MiB | 256.00 MiB | 256 MiB/s |" in md
 
 

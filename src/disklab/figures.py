@@ -21,9 +21,10 @@ Three sources, in document order:
   (``cold``, ``cold_unverified``, ``warm``). Only ``cold`` and ``warm`` are
   *proven* (:data:`PROVEN`); a sample that failed its proof is its own figure
   under its own state and never joins a cold or warm one.
-* **Values without samples**: the host's ceiling (``experiments.ceiling``,
+* **Values without samples**: the host's ceilings (``experiments.ceiling``,
   ``cold_mib_s`` and ``warm_mib_s``: the median over its proven cold and
-  verified warm reads, a ``{n, median, min, max}`` spread, or ``{unavailable}``), and the power-cut verdict of
+  verified warm reads, a ``{n, median, min, max}`` spread, or ``{unavailable}``;
+  ``parallel.cold_mib_s``, the parallel direct read's, when it ran), and the power-cut verdict of
   each recipe under each crash model (unit ``verdict``; n is its crash states).
 """
 
@@ -45,8 +46,13 @@ PROVEN = ("cold", "warm")
 # The verdicts of a sample's three-part cache proof (cache_proof.verdict), when the run has one.
 PROOF_VERDICTS = ("cold", "warm", "cold_unproven", "warm_unverified")
 # experiments.ceiling (steps/ceiling.py): (field stem, cache state, readable name); the stem's _mib_s
-# is the figure, its _samples_mib_s the raw samples when stored.
-CEILING = (("cold", "cold", "cold sequential read"), ("warm", "warm", "warm read"))
+# is the figure, its _samples_mib_s the raw samples when stored; a dotted stem is a field of a part of
+# the section (parallel: the parallel direct read, a figure only when that part is ok).
+CEILING = (
+    ("cold", "cold", "cold sequential read"),
+    ("warm", "warm", "warm read"),
+    ("parallel.cold", "cold", "cold parallel direct read"),
+)
 POWERCUT_MODELS = (("process_kill", "process-kill"), ("power_cut", "power-cut"))
 SAMPLES, VALUE, VERDICT = "samples", "value", "verdict"
 
@@ -303,7 +309,13 @@ def _ceiling(section: object, have: set[str]) -> list[Figure]:
     for stem, cache, name in CEILING:
         if f"experiments.ceiling.{stem}_samples_mib_s" in have:
             continue  # its raw samples are already a figure
-        v = section.get(f"{stem}_mib_s")
+        *parts, field_ = stem.split(".")
+        where = section
+        for part in parts:
+            where = where.get(part) if isinstance(where, dict) else None
+        if not isinstance(where, dict) or (parts and where.get("status") != "ok"):
+            continue
+        v = where.get(f"{field_}_mib_s")
         if isinstance(v, dict) and isinstance(v.get("median"), (int, float)):
             summary = {"n": v.get("n"), **{k: v[k] for k in ("median", "min", "max") if k in v}}
         elif isinstance(v, (int, float)) and not isinstance(v, bool):

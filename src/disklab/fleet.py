@@ -9,8 +9,8 @@ files did not change is not read again.
 
 Tables: the runs compared (profile, kernel, torch, load file sizes); durable
 sync p50; load at ``all_touched``, cold and warm, for each method; the host's
-own ceiling (``experiments.ceiling.cold_mib_s`` and ``warm_mib_s``,
-"not measured in this run" without that step); peak RSS at ``all_touched``;
+own ceilings (``experiments.ceiling.cold_mib_s``, ``warm_mib_s`` and
+``parallel.cold_mib_s``, "not measured in this run" without that step or part); peak RSS at ``all_touched``;
 the power-cut verdicts. Two plots (load at all_touched, durable sync p50),
 one point per host, under ``reports/fleet-plots/``. With more than
 :data:`MAX_COLUMNS` hosts the tables turn round (hosts as rows), so they stay
@@ -47,12 +47,24 @@ def _why(section: dict | None, what: str) -> str:
     )
 
 
+def _parallel_why(ceiling: dict) -> str:
+    """Why a ceiling section that ran has no parallel figure, escaped for a table cell."""
+    par = ceiling.get("parallel")
+    if not isinstance(par, dict):
+        return "parallel ceiling not in this run (a lab from before it)"
+    if par.get("status") == "ok":
+        cold = par.get("cold_mib_s") or {}
+        return f"parallel ceiling: {markup.md(cold.get('unavailable', 'no figure'))}"
+    return _why(par, "parallel ceiling")
+
+
 def host_column(doc: dict | None) -> dict | None:
     """What the fleet page needs of one host's latest run, JSON-able (kept in the host's render stamp).
 
     Returns None without a lab run, else ``{"run_id", "profile", "kernel", "torch",
     "file_sizes": {file: bytes}, "load": [{"file", "method", "populate", "cache", "time": summary,
-    "peak_rss": summary | None}], "load_why", "ceiling": {"cold": summary | None, "warm": ...},
+    "peak_rss": summary | None}], "load_why", "ceiling": {"cold": summary | None, "warm": ...,
+    "parallel.cold": ...} (figures.CEILING's stems),
     "ceiling_why", "powercut": [{"recipe", "model", "verdict", "states"}], "powercut_why"}``;
     each ``*_why`` is None when the section ran.
     """
@@ -78,10 +90,14 @@ def host_column(doc: dict | None) -> dict | None:
                 )
     for row in load:
         row["peak_rss"] = rss.get((row["file"], row["method"], row["populate"], row["cache"]))
-    ceiling = {"cold": None, "warm": None}
+    ceiling = {stem: None for stem, _, _ in figures.CEILING}  # by stem: the parallel read is cold too
     for f in found:
-        if f.experiment == "ceiling" and f.cache in ceiling and f.unit == "mib_s":
-            ceiling[f.cache] = {k: f.summary.get(k) for k in ("median", "n", "min", "max")}
+        for stem in ceiling:
+            if f.unit == "mib_s" and f.key in (
+                f"experiments.ceiling.{stem}_mib_s",
+                f"experiments.ceiling.{stem}_samples_mib_s",
+            ):
+                ceiling[stem] = {k: f.summary.get(k) for k in ("median", "n", "min", "max")}
     ls, cs, ps = exps.get("load"), exps.get("ceiling"), exps.get("powercut")
 
     def ok(s: object) -> bool:
@@ -97,6 +113,8 @@ def host_column(doc: dict | None) -> dict | None:
         "load_why": None if ok(ls) else _why(ls, "load"),
         "ceiling": ceiling,
         "ceiling_why": None if ok(cs) else _why(cs, "ceiling"),
+        # why a part of a ceiling section that ran has no figure (the parallel read not run, or older)
+        "ceiling_part_why": {"parallel.cold": _parallel_why(cs)} if ok(cs) else {},
         "powercut": [
             {
                 "recipe": f.name.removeprefix("powercut · ").rsplit(" · ", 1)[0],
@@ -236,21 +254,23 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
         _table(
             "ceiling",
             "Cold ceiling",
-            "The host's own ceiling, measured in the same run: a cold sequential read of a file after "
-            "eviction with large reads, and a warm read (memory copy speed). A cold load that delivers its "
-            "bytes faster than the first was probably served by a cache below this OS.",
+            "The host's own ceilings, measured in the same run: a cold sequential read of a file after "
+            "eviction with large buffered reads (one stream), a warm read (memory copy speed), and a cold "
+            "parallel read of the same file with direct I/O, as production loaders read (its streams and "
+            "block size in the host's report). A cold load that delivers its bytes faster than both cold "
+            "ceilings was probably served by a cache below this OS.",
             hosts,
             [
                 (
                     name,
                     [
-                        units.mib_s(c["ceiling"][cache]["median"])
-                        if c["ceiling"].get(cache)
-                        else (c["ceiling_why"] or NOT_MEASURED)
+                        units.mib_s(c["ceiling"][stem]["median"])
+                        if c["ceiling"].get(stem)
+                        else (c["ceiling_why"] or c.get("ceiling_part_why", {}).get(stem) or NOT_MEASURED)
                         for _, c, _ in cols
                     ],
                 )
-                for _, cache, name in figures.CEILING
+                for stem, _, name in figures.CEILING
             ],
         )
     )

@@ -15,7 +15,7 @@ often judged by:
   ``fsync`` on Linux, ``f_fullfsync`` (F_FULLFSYNC) on macOS, where plain fsync stops at the drive's
   cache and is never shown in its place (the host's OS is its latest run's ``facts.host.system``);
 * ``big_write``: the write rate and the durable sync's time;
-* the host's ceiling: cold and warm read rate (MiB/s);
+* the host's ceilings: cold and warm read rate, and the cold parallel direct read's (MiB/s);
 * load at ``all_touched`` for each method (every cell without a populate mode), cold and warm, and the
   cold load's peak RSS at ``all_touched``.
 
@@ -57,14 +57,20 @@ _KEY_ORDER = (
     "experiments.ceiling.cold_samples_mib_s",
     "experiments.ceiling.warm_mib_s",
     "experiments.ceiling.warm_samples_mib_s",
+    "experiments.ceiling.parallel.cold_mib_s",
 )
 # The durable sync's key per OS; the other OS's is not a key figure there.
 _DURABLE = {
     "Linux": "experiments.fsync_bench.modes.fsync.samples_ns",
     "Darwin": "experiments.fsync_bench.modes.f_fullfsync.samples_ns",
 }
-# Drawn in the report's plot: the durable sync, the big write's rate, the cold ceiling, cold loads.
-_PLOTTED = (*_DURABLE.values(), "experiments.big_write.write_rate_samples_mib_s", "experiments.ceiling.cold")
+# Drawn in the report's plot: the durable sync, the big write's rate, both cold ceilings, cold loads.
+_PLOTTED = (
+    *_DURABLE.values(),
+    "experiments.big_write.write_rate_samples_mib_s",
+    "experiments.ceiling.cold",
+    "experiments.ceiling.parallel.cold",
+)
 # A cell's samples whose cache proof failed, by the state they were meant to prove.
 _UNPROVEN = {"cold": ("cold_unproven", "cold_unverified"), "warm": ("warm_unverified",)}
 _LOAD_METHODS = ("torch.load", "torch.load-mmap", "load_file", "one-tensor", "load_file+willneed")

@@ -52,7 +52,10 @@ class Size:
         rule = "> 0" if self.minimum == 1 else f">= {self.minimum}"
         if self.multiple_of > 1:
             rule += f" and a multiple of {self.multiple_of}"
-        if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum:
+        if self.unit == "flag":
+            rule = "0 or 1"
+        bad_flag = self.unit == "flag" and value not in (0, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < self.minimum or bad_flag:
             raise ValueError(f"lab_run_{self.name} must be an integer {rule}, got {value!r}")
         if value % self.multiple_of:
             raise ValueError(f"lab_run_{self.name} must be an integer {rule}, got {value!r}")
@@ -74,6 +77,9 @@ class Step:
     # A step off by default: it runs only when settings[setting] is true (the role's lab_run_<setting>),
     # and needs no disk when off.
     setting: str | None = None
+    # Rules between this step's sizes (each size's own rules are Size.check): raises ValueError naming the
+    # settings; registry.resolve runs it, so a bad pair is refused before any work.
+    check_sizes: Callable[[dict[str, int]], None] | None = None
 
     def enabled(self, settings: dict) -> bool:
         return self.setting is None or settings.get(self.setting) is True
@@ -87,6 +93,15 @@ def _load_weights_bytes(s: dict[str, int]) -> int:
     """The load lab's weights, kept on the workbench for reuse: .pt and .safetensors of both files."""
     small = SMALL_FULL_BYTES if s["load_small_full_size"] else SMALL_TINY_BYTES
     return 2 * (small + s["load_big_tensors"] * BIG_TENSOR_BYTES)
+
+
+def _check_ceiling(s: dict[str, int]) -> None:
+    """The parallel ceiling's block must fit in its file: one block at least per stream's slice."""
+    if s["ceiling_block_bytes"] > s["ceiling_mib"] * MIB:
+        raise ValueError(
+            f"lab_run_ceiling_block_bytes must be at most the ceiling's file (lab_run_ceiling_mib "
+            f"{s['ceiling_mib']} MiB = {s['ceiling_mib'] * MIB} bytes), got {s['ceiling_block_bytes']}"
+        )
 
 
 STEPS: tuple[Step, ...] = (
@@ -174,12 +189,41 @@ STEPS: tuple[Step, ...] = (
     ),
     Step(
         name="ceiling",
-        title="this host's own ceiling: one file read cold after eviction and warm, in 8 MiB reads",
-        sizes=(Size("ceiling_mib", 128, 1024, "MiB", "size of the file read cold and warm"),),
+        title="this host's own ceilings: one file read cold after eviction and warm in 8 MiB reads, and "
+        "cold in parallel direct reads",
+        sizes=(
+            Size("ceiling_mib", 128, 1024, "MiB", "size of the file read cold and warm"),
+            # 4 streams of 4 MiB: why, and what this VM measured, in steps/ceiling.py's docstring
+            Size(
+                "ceiling_streams",
+                4,
+                4,
+                "count",
+                "parallel ceiling: read streams, one read in flight each (queue depth)",
+            ),
+            Size(
+                "ceiling_block_bytes",
+                4 * MIB,
+                4 * MIB,
+                "bytes",
+                "parallel ceiling: bytes per read call",
+                4096,
+                4096,
+            ),
+            Size(
+                "ceiling_direct",
+                1,
+                1,
+                "flag",
+                "parallel ceiling: 1 = direct I/O (O_DIRECT; macOS: F_NOCACHE), 0 = buffered",
+                0,
+            ),
+        ),
         needs_torch=False,
         platforms=PLATFORMS,
         needed_bytes=lambda s: 2 * s["ceiling_mib"] * MIB,  # the file, and a macOS cold copy of it
         uses=("cache",),
+        check_sizes=_check_ceiling,
     ),
     Step(
         name="load",
@@ -254,7 +298,8 @@ def resolve(profile: str, overrides: dict | None = None, *, strict: bool = True)
     ``strict=False`` names that are not sizes are passed over: the lab_run role
     sends every lab_run_* setting that is set, and picks no names itself.
     Raises ValueError naming the setting for an unknown profile, an unknown
-    size name (strict), or a value that breaks its size's rules.
+    size name (strict), a value that breaks its size's rules, or sizes that
+    break a rule between them (Step.check_sizes).
     """
     sizes = profile_sizes(profile)
     for name, value in (overrides or {}).items():
@@ -263,6 +308,9 @@ def resolve(profile: str, overrides: dict | None = None, *, strict: bool = True)
                 raise ValueError(f"lab_run_{name} is not a known size setting; known: {sorted(SIZES)}")
             continue
         sizes[name] = SIZES[name].check(value)
+    for step_ in STEPS:
+        if step_.check_sizes is not None:
+            step_.check_sizes(sizes)
     return sizes
 
 

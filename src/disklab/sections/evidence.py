@@ -30,22 +30,77 @@ def _unavailable(value: object) -> str | None:
 
 
 def ceiling(results: dict) -> dict:
-    """The cold and warm ceiling of this run: ``{"cold": spread | None, "warm": spread | None, "why"}``.
+    """The ceilings of this run: ``{"cold": spread | None, "warm": spread | None, "why", "parallel":
+    spread | None, "parallel_why", "parallel_settings": {"streams", "block_bytes", "direct_io"} | None,
+    "parallel_label": parallel_label(settings)}``.
 
-    ``why`` says why the cold ceiling is missing (the step did not run, or no cold run was proven).
+    ``cold`` is the single-stream buffered read, ``parallel`` the parallel direct read (steps/ceiling.py).
+    ``why`` and ``parallel_why`` say why one is missing (the step did not run, the parallel read was
+    not run or not in this run's results, or no run was proven).
     """
     section = (results.get("experiments") or {}).get("ceiling")
     if not isinstance(section, dict) or section.get("status") != "ok":
         why = (
             "the ceiling step did not run in this run" if not section else f"ceiling {section.get('status')}"
         )
-        return {"cold": None, "warm": None, "why": why}
+        return {"cold": None, "warm": None, "why": why, "parallel": None, "parallel_why": why,
+                "parallel_settings": None, "parallel_label": parallel_label(None)}  # fmt: skip
     cold, warm = section["cold_mib_s"], section["warm_mib_s"]
+    par = section.get("parallel")
+    settings = None
+    if not isinstance(par, dict):
+        par_cold, par_why = None, "this run's ceiling step predates the parallel ceiling"
+    else:
+        settings = {k: par.get(k) for k in ("streams", "block_bytes", "direct_io")}
+        if par.get("status") != "ok":
+            status = "not run" if par.get("status") == "not_run" else par.get("status")
+            par_cold, par_why = None, f"{status}: {par.get('reason') or par.get('error')}"
+        else:
+            par_why = _unavailable(par["cold_mib_s"])
+            par_cold = None if par_why else par["cold_mib_s"]
     return {
         "cold": None if _unavailable(cold) else cold,
         "warm": None if _unavailable(warm) else warm,
         "why": _unavailable(cold),
+        "parallel": par_cold,
+        "parallel_why": par_why,
+        "parallel_settings": settings,
+        "parallel_label": parallel_label(settings),
     }
+
+
+def parallel_label(settings: dict | None) -> str:
+    """The parallel ceiling's settings in words, e.g. ``4 streams of 4 MiB O_DIRECT reads``."""
+    if not settings:
+        return "parallel read"
+    direct = settings["direct_io"]
+    how = f"{direct} reads" if direct != "none" else "reads through the page cache"
+    return f"{settings['streams']} streams of {ibytes(settings['block_bytes'])} {how}"
+
+
+def ceiling_reading(rate_mib_s: float | None, ceil: dict) -> str | None:
+    """Where a cold device rate sits between the two ceilings, in one sentence; None without both.
+
+    Beat the single stream but not the parallel read: bandwidth left unused; at or above the parallel
+    read: none left by the parallel read's measure.
+    """
+    single, par = ceil.get("cold"), ceil.get("parallel")
+    if rate_mib_s is None or not single or not par or not single.get("median") or not par.get("median"):
+        return None
+    s, p = single["median"], par["median"]
+    label = parallel_label(ceil.get("parallel_settings"))
+    if rate_mib_s > s and rate_mib_s < p:
+        return (
+            f"faster than one buffered stream ({pct(rate_mib_s / s)} of it), but {pct(rate_mib_s / p)} of "
+            f"the parallel read ({label}): this load left about {pct(1 - rate_mib_s / p)} of the bandwidth "
+            "the storage showed it has unused"
+        )
+    if rate_mib_s >= p:
+        return f"at or above the parallel read ({label}): no bandwidth it could show was left unused"
+    return (
+        f"below one buffered stream ({pct(rate_mib_s / s)} of it) and {pct(rate_mib_s / p)} of the parallel "
+        f"read ({label}): slower than both, so the storage could deliver more than this load asked of it"
+    )
 
 
 def device_facts(results: dict) -> dict:
@@ -171,7 +226,7 @@ def layer_rows(layers: object) -> dict:
 
 
 def share_of(rate_mib_s: float | None, ceiling_spread: dict | None) -> str:
-    """A rate as a share of the cold ceiling's median, e.g. ``87.0 %``; ``n/a`` without either."""
+    """A rate as a share of a ceiling's median (cold or parallel), e.g. ``87.0 %``; ``n/a`` without either."""
     if rate_mib_s is None or not ceiling_spread or not ceiling_spread.get("median"):
         return "n/a"
     return pct(rate_mib_s / ceiling_spread["median"])

@@ -353,13 +353,17 @@ def _part_text(name: str, parts: list[dict]) -> str:
 
 
 def proof_rows(section: dict, results: dict) -> dict:
-    """Every cold-requested cell at all_touched with its three-part proof and its share of the ceiling.
+    """Every cold-requested cell at all_touched with its three-part proof and its share of both ceilings.
 
     Returns ``{"ceiling": evidence.ceiling, "rows": [{"what", "cache_state", "n", "time_s",
-    "file_size_bytes", "device_read_bytes", "device_mib_s", "file_mib_s", "share", "proof",
-    "below"}], "below_any": bool}``. ``device_mib_s`` is the bytes the device delivered over the
-    stage's time (per sample, median); ``share`` that rate as a share of the cold ceiling; ``below``
-    True when even the slowest sample's device rate beat the fastest proven cold ceiling run.
+    "file_size_bytes", "device_read_bytes", "device_mib_s", "file_mib_s", "share", "share_parallel",
+    "reading", "proof", "below"}], "below_any": bool, "unused": [{"what", "reading"}]}``.
+    ``device_mib_s`` is the bytes the device delivered over the stage's time (per sample, median);
+    ``share`` that rate as a share of the single-stream cold ceiling, ``share_parallel`` of the
+    parallel direct one; ``reading`` where the rate sits between them (evidence.ceiling_reading),
+    and ``unused`` the rows that beat the single stream but not the parallel read. ``below`` True
+    when even the slowest sample's device rate beat the fastest proven run of every ceiling measured
+    (a parallel loader may beat one stream honestly).
     """
     ceil = evidence.ceiling(results)
     out = []
@@ -379,8 +383,9 @@ def proof_rows(section: dict, results: dict) -> dict:
         failed = sorted({f for p in proof for f in p["failed"]})
         dev = st.get("device_read_mib_s")
         rate = dev["median"] if dev else None
-        cold = ceil["cold"]
-        below = bool(dev and cold and dev["min"] > cold["max"] and cell["cache_state"] == "cold")
+        cold, par = ceil["cold"], ceil["parallel"]
+        fastest = max((c["max"] for c in (cold, par) if c), default=None)
+        below = bool(dev and fastest is not None and dev["min"] > fastest and cell["cache_state"] == "cold")
         out.append(
             {
                 "what": _label(cell),
@@ -397,12 +402,20 @@ def proof_rows(section: dict, results: dict) -> dict:
                 if st["time_s"]["median"]
                 else None,
                 "share": evidence.share_of(rate, cold),
+                "share_parallel": evidence.share_of(rate, par),
+                "reading": evidence.ceiling_reading(rate, ceil) if cell["cache_state"] == "cold" else None,
                 "proof": " · ".join(texts),
                 "failed": [PART_NAMES[f] for f in failed],
                 "below": below,
             }
         )
-    return {"ceiling": ceil, "rows": out, "below_any": any(r["below"] for r in out)}
+    unused = [
+        {"what": r["what"], "reading": r["reading"]}
+        for r in out
+        if r["reading"] and r["device_mib_s"] > ceil["cold"]["median"]
+        and r["device_mib_s"] < ceil["parallel"]["median"]
+    ]  # fmt: skip
+    return {"ceiling": ceil, "rows": out, "below_any": any(r["below"] for r in out), "unused": unused}
 
 
 # The user's model's format, as usermodel.sniff names it, in the report's words.
