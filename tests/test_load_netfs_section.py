@@ -82,6 +82,18 @@ def test_within_noise_and_did_not_lose_are_told_apart():
     assert lines[1].startswith("cold, all_touched: load_file did not lose: it took 0.5× torch.load's time")
 
 
+def test_one_run_each_gives_the_ratio_but_calls_no_loss():
+    section = {"cells": [_cell("torch.load", 0.5, 0.5, 0.5), _cell("torch.load-mmap", 0.6, 0.6, 0.6)]}
+    for c in section["cells"]:
+        c["n"] = 1  # a single run: its min and max are the run itself, so no range can show noise
+    line = section_mod.network_mmap(section, _results(section))["lines"][0]
+    assert line == (
+        "cold, all_touched: torch.load-mmap took 1.2× torch.load's time (0.600 s against 0.500 s, medians, "
+        "n=1 and n=1): too few runs to tell a loss from noise (at least 2 each; `lab_run_load_repeats` sets "
+        "them)."
+    )
+
+
 def test_a_missing_proven_cold_figure_is_said_not_guessed():
     section = make_section()
     section["cells"] = [

@@ -54,9 +54,10 @@ banner. ``netfs``: the workbench is ``fuse.sshfs``, sshfs (started in the
 host's holder, without cache options) of ``/srv/dlab/workbench/<host>`` on the
 fleet's file server ``dlab-<K>-fileserver`` (``10.213.<K>.3``: its own loop
 ext4, and an sshd that serves only SFTP); NFS is not offered, as this
-machine's kernel has no NFS client. Every change lives in the host's own mount namespace, sshd or directory
-(and, for ``bastion``, the jump host's namespace and the one unreachable route),
-so no other host and not the root namespace sees it.
+machine's kernel has no NFS client. Every change lives in the host's own mount
+namespace, sshd or directory (and, for ``bastion``, the jump host's namespace
+and the one unreachable route; for ``netfs``, the file server's namespaces), so
+no other host and not the root namespace sees it.
 
 Every name, pid, loop device and mount is recorded in ``<state-dir>/state.json``
 *before or right after* it is created, so ``down`` can undo a half-done ``up``.

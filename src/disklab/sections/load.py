@@ -421,6 +421,8 @@ def proof_rows(section: dict, results: dict) -> dict:
 # The mapped loaders network_mmap compares with the eager read on a network filesystem, and the eager one.
 NETFS_MAPPED = ("torch.load-mmap", "load_file")
 NETFS_EAGER = "torch.load"
+# Fewer runs than this per cell cannot tell a loss from noise: a single run's min and max are the run itself.
+NETFS_MIN_RUNS = 2
 
 
 def network_mmap(section: dict, results: dict) -> dict | None:
@@ -431,7 +433,8 @@ def network_mmap(section: dict, results: dict) -> dict | None:
     has paid for its page accesses: each mapped method (torch.load-mmap on the
     same .pt, load_file on the .safetensors) against torch.load, which reads
     the file with read(2). "Lost" only beyond noise (its fastest run slower than
-    torch.load's slowest, as :func:`_slower`). Returns ``{"fstype", "lines"}``:
+    torch.load's slowest, as :func:`_slower`, and only with NETFS_MIN_RUNS runs
+    each; with fewer the ratio is given as too few runs to tell). Returns ``{"fstype", "lines"}``:
     one sentence per mapped method, from this run's medians, or saying why no
     proven cold pair exists.
     """
@@ -451,7 +454,12 @@ def network_mmap(section: dict, results: dict) -> dict | None:
             continue
         n = f"n={mapped['n']} and n={eager['n']}"
         times = f"{t:.3f} s against {base:.3f} s, medians, {n}"
-        if _slower(mapped, eager, "all_touched"):
+        if min(mapped["n"], eager["n"]) < NETFS_MIN_RUNS:
+            verdict = (
+                f"took {_x(t / base)} torch.load's time ({times}): too few runs to tell a loss from noise "
+                f"(at least {NETFS_MIN_RUNS} each; `lab_run_load_repeats` sets them)"
+            )
+        elif _slower(mapped, eager, "all_touched"):
             verdict = f"lost: it took {_x(t / base)} torch.load's time ({times})"
         elif t > base:
             ratio = _x(t / base)
