@@ -553,11 +553,20 @@ def test_device_mapper_source_lists_slaves(tmp_path):
 @pytest.mark.parametrize(
     ("fstype", "flag", "device_reason"),
     [
-        ("nfs4", "network_or_fuse", "nfs4 is a network or FUSE filesystem: no local block device"),
+        (
+            "nfs4",
+            "network_or_fuse",
+            "nfs4 is a network filesystem: its files are on a server, with no local block device",
+        ),
         (
             "fuse.sshfs",
             "network_or_fuse",
-            "fuse.sshfs is a network or FUSE filesystem: no local block device",
+            "fuse.sshfs is a network filesystem: its files are on a server, with no local block device",
+        ),
+        (
+            "fuse.ntfs-3g",
+            "network_or_fuse",
+            "fuse.ntfs-3g is a FUSE filesystem: its daemon serves the files, with no local block device",
         ),
         ("overlay", None, "overlay merges other directories: no single block device"),
     ],

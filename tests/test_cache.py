@@ -398,3 +398,34 @@ def test_coldcopy_refuses_to_truncate_its_source(workbench):
         coldcopy.coldcopy(src, workbench / "elsewhere", fcntl_mod=FakeFcntl())
     assert exc.value.errno == errno.ELOOP
     assert src.read_bytes() == data and not (workbench / "other.bin").exists()
+
+
+def test_open_keeps_cache_on_a_local_filesystem_and_leaves_the_file_warm(workbench):
+    f = workbench / "reopen.bin"
+    f.write_bytes(os.urandom(2 * MIB))
+    cache.evict(f, ["fadvise_dontneed"], become_allowed=False)
+    got = cache.open_keeps_cache(f)
+    assert got["keeps_cache"] is True and got["why"] is None, got
+    assert got["after_read_fraction"] >= 0.99 and got["after_reopen_fraction"] >= 0.99
+    assert cache.residency(f)["fraction"] >= 0.99  # the check's read warmed it
+
+
+@pytest.mark.parametrize(
+    ("fractions", "starts"),
+    [
+        ((1.0, 0.0), "this workbench drops a file's page cache at every open(2): 100.0 % of the file"),
+        ((0.0, 0.0), "a read of the whole file left only 0.0 % of it in the page cache (cachestat)"),
+    ],
+)
+def test_open_keeps_cache_says_why_when_the_mount_drops_or_bypasses_it(
+    workbench, monkeypatch, fractions, starts
+):
+    """What FUSE does without FOPEN_KEEP_CACHE (and with direct I/O), which no local filesystem here can
+    cause: the descriptor-side counts are injected; tests/test_fleet_netfs.py sees the real drop on sshfs."""
+    f = workbench / "fuse-like.bin"
+    f.write_bytes(b"x" * MIB)
+    answers = iter([(fractions[0], "cachestat"), (fractions[1], "cachestat")])
+    monkeypatch.setattr(cache, "_fd_fraction", lambda fd, size: next(answers))
+    got = cache.open_keeps_cache(f)
+    assert got["keeps_cache"] is False and got["why"].startswith(starts), got
+    assert (got["after_read_fraction"], got["after_reopen_fraction"]) == fractions

@@ -70,6 +70,9 @@ def _mounts_of(sources: set[str]) -> list[str]:
         ({"n": 1, "profiles": ["fresh", "mac-like"]}, "profiles must be a list of at most n=1"),
         ({"n": 2, "profiles": "fresh"}, "profiles must be a list"),
         ({"n": 1, "profiles": ["noisy+mac-like"]}, "conflict: a shell that reads no rc file"),
+        ({"n": 1, "profiles": ["netfs+fresh"]}, "conflict: the sshfs mount is the workbench itself"),
+        ({"n": 1, "profiles": ["netfs+sudo-password"]}, "conflict: root's sshfs mount is not the login"),
+        ({"n": 1, "profiles": ["bastion+netfs"]}, "conflict: a bastion host has no route to the file server"),
     ],
 )
 def test_up_refuses_bad_settings_naming_them(kwargs, setting):

@@ -196,3 +196,40 @@ def test_layers_show_the_buffer_the_dirty_pages_and_the_sync(workbench):
     first = big["rows"][0]
     assert first["st_size_bytes"] == 4 * MIB  # larger than the buffer: write() went straight to write(2)
     assert first["pages"]["dirty_pages"] + first["pages"]["writeback_pages"] > 0
+
+
+@pytest.mark.parametrize(
+    ("fstype", "source", "says"),
+    [
+        (
+            "fuse.sshfs",
+            "root@10.213.3.3:/export/host0",
+            "it is on fuse.sshfs, a network filesystem, whose reads go to its daemon or server from "
+            "root@10.213.3.3:/export/host0, not to a local block device, so no device counter on this host "
+            "sees them",
+        ),
+        (
+            "nfs4",
+            "srv:/models",
+            "it is on nfs4, a network filesystem, whose reads go to its daemon or server from",
+        ),
+        (
+            "fuse.gocryptfs",
+            "/home/u/cipher",
+            "it is on fuse.gocryptfs, a FUSE filesystem, whose reads go to its daemon",
+        ),
+        ("tmpfs", "tmpfs", "it is on tmpfs, which lives in RAM: nothing is read from a device"),
+        ("overlay", "overlay", "its mount source is 'overlay' (overlay) (tmpfs, overlay, network and FUSE"),
+    ],
+)
+def test_no_device_reason_is_said_in_the_filesystems_words(tmp_path, fstype, source, says):
+    """A mount with no /sys entry (mountinfo injected: this machine has no NFS client, and sshfs is checked
+    for real in tests/test_fleet_netfs.py)."""
+    root = tmp_path / "root"
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/self/mountinfo").write_text(
+        f"22 1 0:40 / / rw - ext4 /dev/vda rw\n30 22 0:77 / {tmp_path} rw - {fstype} {source} rw\n"
+    )
+    dev = iorecord.device_of(tmp_path, system="Linux", root=root)
+    assert dev["unavailable"].startswith(f"no block device behind {tmp_path}: ")
+    assert says in dev["unavailable"], dev

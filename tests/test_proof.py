@@ -69,3 +69,12 @@ def test_warm_needs_99_percent_resident_just_before_the_call():
     assert CACHE_STATE["warm_unverified"] == "warm_unverified"
     with pytest.raises(ValueError, match="requested cache state"):
         cache_proof(record(), "lukewarm")
+
+
+def test_a_failed_warm_check_carries_the_workbenchs_reason_and_a_passing_one_ignores_it():
+    why = "this workbench drops a file's page cache at every open(2): ..."
+    failed = cache_proof(record(fraction=0.0), "warm", warm_why=why)
+    assert failed["verdict"] == "warm_unverified" and failed["parts"]["residency"]["why"] == why
+    assert "why" not in cache_proof(record(fraction=0.0), "warm")["parts"]["residency"]
+    passed = cache_proof(record(fraction=1.0), "warm", warm_why=why)
+    assert passed["verdict"] == "warm" and "why" not in passed["parts"]["residency"]

@@ -50,9 +50,14 @@ The workbench (a fresh host's ``/srv/dlab``) and the lab root
 machine's packages) whose ``.pth`` file writes a warning to stderr at every
 start. Profiles combine with ``+`` (``fresh+mac-like``, ``bastion+noisy``), except
 ``noisy`` with ``mac-like``: a shell that reads no rc file cannot print a
-banner. Every change lives in the host's own mount namespace, sshd or directory
-(and, for ``bastion``, the jump host's namespace and the one unreachable route),
-so no other host and not the root namespace sees it.
+banner. ``netfs``: the workbench is ``fuse.sshfs``, sshfs (started in the
+host's holder, without cache options) of ``/srv/dlab/workbench/<host>`` on the
+fleet's file server ``dlab-<K>-fileserver`` (``10.213.<K>.3``: its own loop
+ext4, and an sshd that serves only SFTP); NFS is not offered, as this
+machine's kernel has no NFS client. Every change lives in the host's own mount
+namespace, sshd or directory (and, for ``bastion``, the jump host's namespace
+and the one unreachable route; for ``netfs``, the file server's namespaces), so
+no other host and not the root namespace sees it.
 
 Every name, pid, loop device and mount is recorded in ``<state-dir>/state.json``
 *before or right after* it is created, so ``down`` can undo a half-done ``up``.
@@ -117,10 +122,16 @@ PROFILES: dict[str, tuple[str, ...]] = {
     "sudo-password": ("non_root_login", "sudo_password"),
     # a login rc file that prints a banner for every command, and an interpreter that warns at start
     "noisy": ("noisy_shell", "noisy_python"),
+    # the workbench is a network filesystem: sshfs (FUSE over SSH) of a directory the fleet's file server
+    # exports over SFTP; NFS is not offered because this machine's kernel has no NFS client
+    "netfs": ("sshfs_workbench",),
 }
 # Constraints that cannot hold on one host, with the reason.
 CONFLICTS: dict[frozenset[str], str] = {
     frozenset({"bare_path", "noisy_shell"}): "a shell that reads no rc file (bare_path) prints no banner",
+    frozenset({"sshfs_workbench", "no_workbench"}): "the sshfs mount is the workbench itself, so it exists",
+    frozenset({"sshfs_workbench", "non_root_login"}): "root's sshfs mount is not the login user's to write",
+    frozenset({"sshfs_workbench", "behind_bastion"}): "a bastion host has no route to the file server",
 }
 DEFAULT_PROFILE = "standard"
 BARE_PATH = "/usr/bin:/bin"  # a non-login SSH session's PATH (macOS: /usr/bin:/bin:/usr/sbin:/sbin)
@@ -137,6 +148,17 @@ BASTION = "bastion"
 BASTION_OCTET = 2
 INNER_BRIDGE = "dlab-inner"  # inside the bastion's netns only
 INNER_SUBNET = "10.214.{fleet_id}."  # the bastion's second bridge; the root namespace routes it nowhere
+# The file server of netfs hosts: its name, its last octet on the fleet's bridge, where it exports.
+FILESERVER = "fileserver"
+FILESERVER_OCTET = 3
+EXPORT_ROOT = WORKBENCH  # in the file server's own mount namespace; <EXPORT_ROOT>/<host> is a host's export
+SSHFS = "/usr/bin/sshfs"
+NETFS_FS = "fuse.sshfs"  # what findmnt says of a netfs host's workbench
+SSHFS_MOUNT_TIMEOUT_S = 15
+# sshfs's cache options for netfs hosts: none, as a user gets who types `sshfs host:dir mnt`. sshfs 3 then
+# opens files without FOPEN_KEEP_CACHE, so the kernel drops a file's page cache at every open(2);
+# `-o kernel_cache` (or `auto_cache`) would keep it, `-o direct_io` would bypass it (and refuse mmap).
+SSHFS_OPTIONS: tuple[str, ...] = ()
 # The user's world under the state dir, and the group of both inventories.
 USER_DIR = "user"
 GROUP = "fleet"
@@ -161,25 +183,26 @@ TOOLS = ("ip", "unshare", "nsenter", "losetup", "ssh-keygen", "mkfs.ext4", "mkfs
 REQUIRED_ENV = "DISKLAB_FLEET_REQUIRED"
 
 
-def missing_tools(*, mac_like: bool = False, sudo: bool = False) -> list[str]:
+def missing_tools(*, mac_like: bool = False, sudo: bool = False, netfs: bool = False) -> list[str]:
     """The tools and files the fleet needs that this machine lacks (empty when it can run).
 
     ``mac_like`` adds BSDTAR; ``sudo`` adds what the sudo-password profile needs (sudo, and
-    openssl to hash the password).
+    openssl to hash the password); ``netfs`` adds SSHFS and /dev/fuse (the netfs profile).
     """
     missing = [t for t in TOOLS if shutil.which(t) is None] + ([] if Path(SSHD).exists() else [SSHD])
     missing += [BSDTAR] if mac_like and not Path(BSDTAR).exists() else []
+    missing += [p for p in (SSHFS, "/dev/fuse") if netfs and not Path(p).exists()]
     missing += [SUDO] if sudo and not Path(SUDO).exists() else []
     return missing + (["openssl"] if sudo and shutil.which("openssl") is None else [])
 
 
-def skip_reason(*, mac_like: bool = False, sudo: bool = False) -> str | None:
+def skip_reason(*, mac_like: bool = False, sudo: bool = False, netfs: bool = False) -> str | None:
     """Why the fleet tests skip here (root, tools); None where they can run or ``REQUIRED_ENV`` is set."""
     if os.environ.get(REQUIRED_ENV) == "1":
         return None
     if os.geteuid() != 0:
         return "the test fleet needs root"
-    missing = missing_tools(mac_like=mac_like, sudo=sudo)
+    missing = missing_tools(mac_like=mac_like, sudo=sudo, netfs=netfs)
     return f"missing tools for the test fleet: {missing}" if missing else None
 
 
@@ -460,9 +483,11 @@ class Fleet:
         return self.state.get("sudo_password")
 
     def _node(self, name: str) -> dict:
-        """The state record of host ``name``, or of the jump host BASTION."""
+        """The state record of host ``name``, of the jump host BASTION, or of the file server FILESERVER."""
         if name == BASTION and self.state.get("bastion"):
             return self.state["bastion"]
+        if name == FILESERVER and self.state.get("fileserver"):
+            return self.state["fileserver"]
         return self.host(name)
 
     def ssh_args(self, name: str | None = None) -> list[str]:
@@ -565,6 +590,8 @@ class Fleet:
             raise FleetError(f"the sudo-password profile needs {SUDO} and openssl (apt-get install sudo)")
         if "noisy_shell" in constraints and not Path("/etc/bash.bashrc").exists():
             raise FleetError("the noisy profile needs /etc/bash.bashrc (Debian's bash reads it over SSH)")
+        if "sshfs_workbench" in constraints and missing_tools(netfs=True):
+            raise FleetError(f"the netfs profile needs {SSHFS} and /dev/fuse (apt-get install sshfs fuse3)")
         if state_dir.exists() and any(state_dir.iterdir()):
             raise ValueError(
                 f"state_dir {state_dir} must be absent or empty (run down first if a fleet is up)"
@@ -593,6 +620,7 @@ class Fleet:
             "hosts": {},
             "bastion": None,
             "inner_route": None,
+            "fileserver": None,
         }
         if "sudo_password" in constraints:
             state["sudo_password"] = secrets.token_urlsafe(12)
@@ -625,6 +653,9 @@ class Fleet:
 
         if any("behind_bastion" in profile_constraints(p) for p in st["profiles"][:n]):
             self._add_bastion()
+        netfs = sum("sshfs_workbench" in profile_constraints(p) for p in st["profiles"][:n])
+        if netfs:
+            self._add_fileserver(netfs)  # its sshd runs before any host mounts from it
         for i in range(n):
             self._add_host(i)
         if st["bastion"]:
@@ -635,6 +666,79 @@ class Fleet:
         self._write_user_world()
         for name in ([BASTION] if st["bastion"] else []) + list(st["hosts"]):
             self.start_sshd(name)
+
+    def _add_fileserver(self, exports: int) -> None:
+        """The file server of netfs hosts: a netns on the fleet's bridge (FILESERVER_OCTET) whose own mount
+        namespace holds a loop-mounted ext4 (direct I/O, ``exports`` × size_mib) at EXPORT_ROOT, and whose
+        sshd serves nothing but SFTP (``ForceCommand internal-sftp``) to the fleet's key. Started here,
+        before the hosts, because each netfs host mounts its export while its holder sets up. Its host
+        key goes to ``hosts/fileserver/known_hosts``, which the hosts' sshfs checks strictly."""
+        st = self.state
+        fid = st["fleet_id"]
+        hdir = self.state_dir / "hosts" / FILESERVER
+        hdir.mkdir(parents=True)
+        image = hdir / "ext4.img"
+        fs = {
+            "name": FILESERVER,
+            "netns": f"dlab-{fid}-{FILESERVER}",
+            "veth": f"dlab{fid}f",
+            "address": f"10.213.{fid}.{FILESERVER_OCTET}",
+            "dir": str(hdir),
+            "mount_point": EXPORT_ROOT,
+            "image": str(image),
+            "loop": None,
+            "holder": None,
+            "sshd": None,
+            "mounted": False,
+            "exports": {},
+        }
+        st["fileserver"] = fs
+        self.save()
+        self._add_netns(fs, st["bridge"])
+        _keygen(hdir / "ssh_host_ed25519_key", FILESERVER)
+        keytype, key = (hdir / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+        (hdir / "known_hosts").write_text(f"{fs['address']} {keytype} {key}\n")
+        (hdir / "sshd_config").write_text(self._sshd_config(fs))
+        with open(image, "wb") as f:
+            f.truncate(exports * st["size_mib"] * 1024 * 1024)
+        _run([*MKFS["ext4"], str(image)])
+        fs["loop"] = _run(["losetup", "--find", "--show", "--direct-io=on", str(image)]).stdout.strip()
+        self.save()
+        self._start_holder(fs, [["mount", "-t", "ext4", fs["loop"], EXPORT_ROOT]])
+        fs["mounted"] = True
+        self.save()
+        self.start_sshd(FILESERVER)
+
+    def _sshfs_mount(self, h: dict) -> list[str]:
+        """The holder's command that mounts host ``h``'s export on its workbench with sshfs: in the
+        background in the foreground mode (``-f``), so its pid is known (``hosts/<host>/sshfs.pid``),
+        then wait until the mount is there. sshfs gets no cache options (SSHFS_OPTIONS), as a user who
+        types ``sshfs host:dir mnt`` gets none; its log is ``hosts/<host>/sshfs.log``."""
+        fs = self.state["fileserver"]
+        hdir = Path(h["dir"])
+        export = f"{EXPORT_ROOT}/{h['name']}"
+        self.inside(FILESERVER, f"mkdir -p {shlex.quote(export)}").check_returncode()
+        fs["exports"][h["name"]] = export
+        h["export"] = f"root@{fs['address']}:{export}"
+        ssh = " ".join(
+            [
+                "/usr/bin/ssh -F /dev/null",
+                f"-i {self.key_path} -o IdentitiesOnly=yes",
+                f"-o UserKnownHostsFile={Path(fs['dir']) / 'known_hosts'} -o GlobalKnownHostsFile=/dev/null",
+                "-o StrictHostKeyChecking=yes -o BatchMode=yes",
+            ]
+        )
+        target = h["mount_point"]
+        argv = [SSHFS, "-f", "-o", f"ssh_command={ssh}", *SSHFS_OPTIONS, h["export"], target]
+        tries = int(SSHFS_MOUNT_TIMEOUT_S * 10)
+        script = (
+            f"{shlex.join(argv)} >{shlex.quote(str(hdir / 'sshfs.log'))} 2>&1 </dev/null & "
+            f"echo $! >{shlex.quote(str(hdir / 'sshfs.pid'))}; i=0; "
+            f"while ! mountpoint -q {shlex.quote(target)}; do i=$((i+1)); "
+            f"if [ $i -gt {tries} ]; then cat {shlex.quote(str(hdir / 'sshfs.log'))} >&2; exit 1; fi; "
+            "sleep 0.1; done"
+        )
+        return ["sh", "-c", script]
 
     def _add_bastion(self) -> None:
         """The jump host: a netns with one leg on the fleet's bridge and an inner bridge for bastion hosts.
@@ -739,9 +843,10 @@ class Fleet:
     def _add_host(self, i: int) -> None:
         st = self.state
         name = f"host{i}"
-        fs = FS_CYCLE[i % len(FS_CYCLE)]
         profile = st.get("profiles", [DEFAULT_PROFILE] * (i + 1))[i]
         constraints = profile_constraints(profile)
+        netfs = "sshfs_workbench" in constraints
+        fs = NETFS_FS if netfs else FS_CYCLE[i % len(FS_CYCLE)]
         hdir = self.state_dir / "hosts" / name
         hdir.mkdir(parents=True)
         # a fresh host never reuses the lab-root cache: its lab root is new and under the state dir
@@ -790,10 +895,12 @@ class Fleet:
         _keygen(hdir / "ssh_host_ed25519_key", name)
         (hdir / "sshd_config").write_text(self._sshd_config(h))
 
-        # workbench: a loop device over a sparse image, or tmpfs
+        # workbench: a loop device over a sparse image, tmpfs, or sshfs of the file server's export
         size = st["size_mib"]
         target = h["mount_point"]
-        if fs == "tmpfs":
+        if netfs:
+            mount = self._sshfs_mount(h)
+        elif fs == "tmpfs":
             mount = ["mount", "-t", "tmpfs", "-o", f"size={size}m,mode=0755", h["netns"], target]
         else:
             image = hdir / f"{fs}.img"
@@ -813,6 +920,12 @@ class Fleet:
             Path(h["lab_venv_root"]).mkdir(parents=True, exist_ok=True)
         self._start_holder(h, [mount, *self._constrain(h, constraints)])
         h["mounted"] = True
+        if netfs:
+            # sshfs and the ssh it started (sshfs forks ssh twice, so ssh's parent is init, not sshfs): the
+            # only processes in the new namespaces but the holder, since no sshd runs there yet
+            h["sshfs"] = _proc(int((hdir / "sshfs.pid").read_text()))
+            others = ns_members(h["holder"], h["netns"]) - {h["holder"]["pid"]}
+            h["sshfs_procs"] = [_proc(pid) for pid in sorted(others)]
         self.save()
 
     def _constrain(self, h: dict, constraints: Sequence[str]) -> list[list[str]]:
@@ -978,6 +1091,7 @@ class Fleet:
         bare = "bare_path" in constraints
         user = "non_root_login" in constraints
         jump = h["name"] == BASTION
+        files = h["name"] == FILESERVER
         return "\n".join(
             [
                 "# written by tests/fleet/fleet.py for one fleet host",
@@ -1001,6 +1115,7 @@ class Fleet:
                 "X11Forwarding no",
                 "PermitTunnel no",
                 "Subsystem sftp internal-sftp",
+                *(["ForceCommand internal-sftp"] if files else []),  # the file server serves files only
                 *([f"SetEnv PATH={BARE_PATH}"] if bare else []),
                 "",
             ]
@@ -1030,6 +1145,8 @@ class Fleet:
         }
         if "no_workbench" in h.get("constraints", ()):
             hv["lab_run_workbench_create"] = True  # the lab must make the workbench itself
+        if h.get("export"):
+            hv["fleet_netfs_export"] = h["export"]  # a netfs host's workbench: sshfs of this SFTP path
         return hv
 
     @staticmethod
@@ -1222,8 +1339,10 @@ class Fleet:
         h = self._node(name)
         kill_recorded(h.get("sshd"))
         holder_pid = (h.get("holder") or {}).get("pid")
+        # a netfs host's sshfs and its ssh serve the workbench, not a login: they stay
+        keep = {r["pid"] for r in h.get("sshfs_procs", ()) if alive(r["pid"], r["start"])}
         for pid in sorted(ns_members(h.get("holder"), h["netns"])):
-            if pid != holder_pid:
+            if pid != holder_pid and pid not in keep:
                 kill_recorded(_proc(pid))
         h["sshd"] = None
         self.save()
@@ -1247,6 +1366,8 @@ class Fleet:
             self._down_node(name, h, problems)
         if st.get("bastion"):
             self._down_node(BASTION, st["bastion"], problems)
+        if st.get("fileserver"):  # after the hosts: their sshfs mounts are gone by now
+            self._down_node(FILESERVER, st["fileserver"], problems)
         if st.get("inner_route"):
             _run(["ip", "route", "del", "unreachable", st["inner_route"]], check=False)
         if st.get("bridge_created"):
@@ -1276,6 +1397,11 @@ class Fleet:
             cp = _run(["nsenter", f"--target={holder['pid']}", "--mount", "umount", target], check=False)
             if cp.returncode != 0:
                 problems.append(f"{name}: umount {target}: {cp.stderr.strip()}")
+        for rec in h.get("sshfs_procs", ()):  # a netfs host's sshfs exits at umount; ended if it has not
+            try:
+                kill_recorded(rec)
+            except FleetError as exc:
+                problems.append(f"{name}: sshfs: {exc}")
         try:
             kill_recorded(holder)  # the last process in the mount namespace: it goes with it
         except FleetError as exc:

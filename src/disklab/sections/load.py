@@ -196,6 +196,14 @@ def willneed_hints(section: dict) -> list[str]:
 def warnings(section: dict) -> list[str]:
     """Things the reader must know before trusting a figure."""
     out = []
+    page_cache = section.get("workbench_page_cache") or {}
+    if page_cache.get("keeps_cache") is False:
+        why = markup.md(page_cache["why"][:1].upper() + page_cache["why"][1:])
+        out.append(
+            f"{why}. Here that means: residency at each stop event reads what survived disklab's own "
+            "probe, which opened the file (0 % where it drops the cache), and a mapped load reads again, "
+            "after its loader_return probe, the pages it had read before it."
+        )
     if section["n_cold_unverified"]:
         cells = sorted({_label(c) for c in section["cells"] if c["cache_state"] == "cold_unverified"})
         out.append(
@@ -204,9 +212,14 @@ def warnings(section: dict) -> list[str]:
         )
     if section.get("n_warm_unverified"):
         cells = sorted({_label(c) for c in section["cells"] if c["cache_state"] == "warm_unverified"})
+        why = (
+            "the workbench dropped it, as the warning above says"
+            if page_cache.get("keeps_cache") is False
+            else "something dropped it after the warm-up read"
+        )
         out.append(
             f"{section['n_warm_unverified']} warm run(s) found less than 99 % of the file resident just "
-            f"before the load call (something dropped it after the warm-up read), so they are reported as "
+            f"before the load call ({why}), so they are reported as "
             f"warm_unverified, never as warm: {', '.join(cells)}."
         )
     for trust in section["residency_trust"]:
@@ -459,6 +472,58 @@ def user_model_summary(section: dict) -> dict | None:
     }
 
 
+# The mapped loaders network_mmap compares with the eager read on a network filesystem, and the eager one.
+NETFS_MAPPED = ("torch.load-mmap", "load_file")
+NETFS_EAGER = "torch.load"
+# Fewer runs than this per cell cannot tell a loss from noise: a single run's min and max are the run itself.
+NETFS_MIN_RUNS = 2
+
+
+def network_mmap(section: dict, results: dict) -> dict | None:
+    """Whether mmap-based loading lost to an eager read on this run's network or FUSE workbench, by how much.
+
+    Only where the run's audit flags the workbench ``network_or_fuse``
+    (None otherwise). Cold, at ``all_touched``, the stage where a mapped load
+    has paid for its page accesses: each mapped method (torch.load-mmap on the
+    same .pt, load_file on the .safetensors) against torch.load, which reads
+    the file with read(2). "Lost" only beyond noise (its fastest run slower than
+    torch.load's slowest, as :func:`_slower`, and only with NETFS_MIN_RUNS runs
+    each; with fewer the ratio is given as too few runs to tell). Returns ``{"fstype", "lines"}``:
+    one sentence per mapped method, from this run's medians, or saying why no
+    proven cold pair exists.
+    """
+    wb = (results.get("facts") or {}).get("workbench") or {}
+    if ((wb.get("flags") or {}).get("network_or_fuse") or {}).get("state") != "set":
+        return None
+    cells = section["cells"]
+    eager = _find(cells, NETFS_EAGER, "cold")
+    base = _median(eager, "all_touched")
+    lines = []
+    for method in NETFS_MAPPED:
+        mapped = _find(cells, method, "cold")
+        t = _median(mapped, "all_touched")
+        if t is None or not base:
+            missing = method if t is None else NETFS_EAGER
+            lines.append(f"{method}: no proven cold figure of {missing} at all_touched, so no comparison.")
+            continue
+        n = f"n={mapped['n']} and n={eager['n']}"
+        times = f"{t:.3f} s against {base:.3f} s, medians, {n}"
+        if min(mapped["n"], eager["n"]) < NETFS_MIN_RUNS:
+            verdict = (
+                f"took {_x(t / base)} torch.load's time ({times}): too few runs to tell a loss from noise "
+                f"(at least {NETFS_MIN_RUNS} each; `lab_run_load_repeats` sets them)"
+            )
+        elif _slower(mapped, eager, "all_touched"):
+            verdict = f"lost: it took {_x(t / base)} torch.load's time ({times})"
+        elif t > base:
+            ratio = _x(t / base)
+            verdict = f"was slower, {ratio} torch.load's time, but within noise ({times}: the ranges overlap)"
+        else:
+            verdict = f"did not lose: it took {_x(t / base)} torch.load's time ({times})"
+        lines.append(f"cold, all_touched: {method} {verdict}.")
+    return {"fstype": markup.md(str(wb.get("fstype"))), "lines": lines}
+
+
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """Context for templates/sections/load.md.j2 (see disklab.sections). Never raises on not_run/failed."""
     if section.get("status") != "ok":
@@ -476,4 +541,5 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "device": device_summary(section),
         "user_model": user_model_summary(section),
         "plot": plot(section, plot_dir),
+        "netfs": network_mmap(section, results),
     }

@@ -44,6 +44,7 @@ from ..common.facts import is_unavailable, unavailable
 # Version of the facts object's shape; the controller's facts.schema.json pins it.
 from ..common.formats import stamp
 from ..common.fsio import atomic_write_json
+from ..common.fstypes import RAM_TYPES, is_fuse, is_network
 from ..common.result import emit as emit_result
 from . import parse as ap
 
@@ -57,13 +58,8 @@ WRITEBACK_KEYS = (
     "dirty_bytes",
     "dirty_background_bytes",
 )
-RAM_TYPES = {"tmpfs", "ramfs"}
 # An NVMe namespace's PCI device (/sys/block/nvmeXnY/device/device) shows its link in these files.
 PCIE_LINK_KEYS = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
-NETWORK_TYPES = {
-    "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre",
-    "afs", "afpfs", "webdav", "virtiofs", "sshfs", "macfuse", "osxfuse",
-}  # fmt: skip
 FLAG_WHY = {
     "tmpfs": "tmpfs lives in RAM: nothing here survives a power loss, so fsync proves no durability",
     "network_or_fuse": "on a network or FUSE filesystem, fsync means what the server or daemon makes "
@@ -311,8 +307,10 @@ def collect_gpu(probe: Probe, versions: dict) -> dict:
 def _no_block_device_reason(fstype: str) -> str | None:
     if fstype in RAM_TYPES:
         return f"{fstype} is RAM-backed: no block device"
-    if fstype in NETWORK_TYPES or fstype.startswith("fuse"):
-        return f"{fstype} is a network or FUSE filesystem: no local block device"
+    if is_network(fstype):
+        return f"{fstype} is a network filesystem: its files are on a server, with no local block device"
+    if is_fuse(fstype):
+        return f"{fstype} is a FUSE filesystem: its daemon serves the files, with no local block device"
     if fstype == "overlay":
         return "overlay merges other directories: no single block device"
     return None
@@ -583,7 +581,7 @@ def collect_workbench(probe: Probe, workbench: str, location: dict | None = None
         ram = net = fstype
     else:
         ram = fstype in RAM_TYPES
-        net = fstype in NETWORK_TYPES or fstype.startswith("fuse")
+        net = is_network(fstype) or is_fuse(fstype)
     loop = device if is_unavailable(device) else _is_loop(device)
     if ram is True or net is True:  # no block device at all, so not a loop device either
         loop = False

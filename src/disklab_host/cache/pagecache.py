@@ -13,6 +13,12 @@ or warm before each one and checks the result with mincore:
   never changed: a method that must copy writes its cold copy into a scratch
   directory, and evict says which file the caller must time.
 - :func:`warm` reads the whole file once, so its pages are in the page cache.
+- :func:`open_keeps_cache` reads a file through one descriptor and checks, on
+  that same descriptor, whether a second open(2) of it left its pages cached:
+  a FUSE filesystem whose daemon opens files without FOPEN_KEEP_CACHE (sshfs
+  without ``-o kernel_cache``) drops a file's page cache at every open, so no
+  file there can be warm for a loader that opens it, and every residency probe
+  (which opens the file) empties what it measures.
 - :func:`madvise_willneed` hints that a whole file is about to be read, with
   madvise(2) over a mapping made through ctypes (:data:`WILLNEED_HINTS` names
   each way a hint is given, for the results and the report).
@@ -54,6 +60,8 @@ COPYING_METHODS = ("coldcopy_nocache",)
 COLD_COPY_SUFFIX = ".coldcopy"
 # A cold run is verified only at or below this resident fraction before its start.
 COLD_MAX_FRACTION = 0.01
+# open_keeps_cache: a second open(2) keeps the cache when at least this share of what a read cached stays.
+WARM_AFTER_REOPEN = 0.9
 DROP_CACHES = "/proc/sys/vm/drop_caches"
 # Linux >= 5.2 reports every page of a file the caller may not write as resident
 # (kernel commit "mm/mincore.c: make mincore() more conservative").
@@ -318,6 +326,93 @@ def cache_state(path: str | os.PathLike) -> dict:
         "dirty_bytes": cs["dirty_bytes"],
         "writeback_bytes": cs["writeback_bytes"],
         "cachestat_unavailable": None,
+    }
+
+
+# What the load lab says of a workbench whose open(2) drops a file's page cache (see open_keeps_cache).
+OPEN_DROPS_CACHE = (
+    "this workbench drops a file's page cache at every open(2): {after_read} of the file was cached after "
+    "a read, {after_reopen} once it was opened again ({method} on the reading descriptor). A FUSE "
+    "filesystem does this when its daemon opens files without FOPEN_KEEP_CACHE (sshfs without "
+    "`-o kernel_cache` or `-o auto_cache`), so a loader that opens the file always starts with none of "
+    "it cached: no warm run is possible here, and each residency probe, which opens the file, empties the "
+    "cache it measures"
+)
+READ_NOT_CACHED = (
+    "a read of the whole file left only {after_read} of it in the page cache ({method}): this workbench "
+    "bypasses the page cache (direct I/O, as FUSE's FOPEN_DIRECT_IO or sshfs `-o direct_io` does), so no "
+    "warm run is possible here"
+)
+
+
+def _fd_fraction(fd: int, size: int) -> tuple[float, str]:
+    """The cached fraction of the open file ``fd`` of ``size`` bytes, without opening it again: cachestat(2)
+    on ``fd`` where it answers, else mincore over a mapping of ``fd``; returns (fraction, method)."""
+    if size == 0:
+        return 0.0, "none (empty file)"
+    ps = page_size()
+    pages = (size + ps - 1) // ps
+    if cachestat_unavailable_reason() is None:
+        rng, cs = _CachestatRange(0, 0), _Cachestat()
+        if _c().syscall(CACHESTAT_NR, fd, ctypes.byref(rng), ctypes.byref(cs), 0) == 0:
+            return min(1.0, cs.nr_cache / pages), "cachestat"
+    libc = _c()
+    addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        err = ctypes.get_errno()
+        raise OSError(err, f"mmap for mincore failed: {os.strerror(err)}")
+    try:
+        vec = (ctypes.c_ubyte * pages)()
+        if libc.mincore(addr, size, vec) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mincore failed: {os.strerror(err)}")
+    finally:
+        libc.munmap(addr, size)
+    return sum(b & 1 for b in bytes(vec)) / pages, "mincore"
+
+
+def open_keeps_cache(path: str | os.PathLike) -> dict:
+    """Whether opening ``path`` again leaves its page cache in place; leaves the file warm where it does.
+
+    Reads the whole file through one descriptor, measures its cached fraction
+    on that descriptor (:func:`_fd_fraction`, which opens nothing), opens and
+    closes the file a second time, and measures again on the first
+    descriptor. On a local filesystem nothing changes. FUSE drops the cache
+    at an open whose reply lacks FOPEN_KEEP_CACHE (the kernel's
+    fs/fuse/file.c, fuse_finish_open: invalidate_inode_pages2), which sshfs
+    sends unless mounted with ``-o kernel_cache`` or ``auto_cache``.
+
+    Returns ``{"keeps_cache": bool, "after_read_fraction",
+    "after_reopen_fraction", "method", "why"}``: ``keeps_cache`` is False
+    when the read cached less than WARM_AFTER_REOPEN of the file (``why``:
+    READ_NOT_CACHED) or the second open left less than WARM_AFTER_REOPEN of
+    what the read had cached (``why``: OPEN_DROPS_CACHE); ``why`` is None
+    when it keeps. Raises OSError when the file cannot be read.
+    """
+    size = os.stat(path).st_size
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        buf = bytearray(8 * MIB)
+        with open(fd, "rb", buffering=0, closefd=False) as f:
+            while f.readinto(buf):
+                pass
+        after_read, method = _fd_fraction(fd, size)
+        os.close(os.open(path, os.O_RDONLY))
+        after_reopen, _ = _fd_fraction(fd, size)
+    finally:
+        os.close(fd)
+    words = {"after_read": f"{100 * after_read:.1f} %", "after_reopen": f"{100 * after_reopen:.1f} %"}
+    keeps, why = True, None
+    if size and after_read < WARM_AFTER_REOPEN:
+        keeps, why = False, READ_NOT_CACHED.format(**words, method=method)
+    elif after_reopen < WARM_AFTER_REOPEN * after_read:
+        keeps, why = False, OPEN_DROPS_CACHE.format(**words, method=method)
+    return {
+        "keeps_cache": keeps,
+        "after_read_fraction": after_read,
+        "after_reopen_fraction": after_reopen,
+        "method": method,
+        "why": why,
     }
 
 

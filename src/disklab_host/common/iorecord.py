@@ -43,6 +43,7 @@ import platform
 import resource
 from pathlib import Path
 
+from . import fstypes
 from .facts import is_unavailable, unavailable
 
 SECTOR_BYTES = 512  # /sys/.../stat counts 512-byte sectors on every device
@@ -80,12 +81,18 @@ def parse_block_stat(text: str) -> dict:
 
 def _mount_source(path: str, root: Path) -> str | None:
     """The source of the mount holding ``path`` (the longest mount point that contains it)."""
+    return _mount_entry(path, root)[0]
+
+
+def _mount_entry(path: str, root: Path) -> tuple[str | None, str | None]:
+    """(source, filesystem type) of the mount holding ``path`` from /proc/self/mountinfo (proc(5): the
+    type and the source are the first two fields after the `` - `` separator); (None, None) unread."""
     try:
         text = (root / "proc/self/mountinfo").read_text()
     except OSError:
-        return None
+        return None, None
     real = os.path.realpath(path)
-    best, source = "", None
+    best, source, fstype = "", None, None
     for line in text.splitlines():
         left, _, right = line.partition(" - ")
         fields, rest = left.split(), right.split()
@@ -94,8 +101,26 @@ def _mount_source(path: str, root: Path) -> str | None:
         point = fields[4].replace("\\040", " ")
         inside = real == point or real.startswith(point.rstrip("/") + "/")
         if inside and len(point) >= len(best):
-            best, source = point, rest[1]
-    return source
+            best, source, fstype = point, rest[1], rest[0]
+    return source, fstype
+
+
+def no_device_reason(path: str | os.PathLike, fstype: str | None, source: str | None, majmin: str) -> str:
+    """Why no block device counts the reads of ``path``, in the words of its filesystem type."""
+    where = f"no block device behind {path}"
+    if fstype and (fstypes.is_fuse(fstype) or fstypes.is_network(fstype)):
+        server = f" from {source}" if source else ""
+        kind = "a network filesystem" if fstypes.is_network(fstype) else "a FUSE filesystem"
+        return (
+            f"{where}: it is on {fstype}, {kind}, whose reads go to its daemon or server{server}, not to a "
+            "local block device, so no device counter on this host sees them"
+        )
+    if fstype in fstypes.RAM_TYPES:
+        return f"{where}: it is on {fstype}, which lives in RAM: nothing is read from a device"
+    return (
+        f"{where}: st_dev {majmin} has no /sys/dev/block entry and its mount source is {source!r}"
+        f"{f' ({fstype})' if fstype else ''} (tmpfs, overlay, network and FUSE filesystems have none)"
+    )
 
 
 def device_of(path: str | os.PathLike, *, system: str | None = None, root: Path = Path("/")) -> dict:
@@ -117,12 +142,9 @@ def device_of(path: str | os.PathLike, *, system: str | None = None, root: Path 
         name = Path(os.path.realpath(link)).name
         found_by = f"st_dev {majmin} through /sys/dev/block"
     else:
-        source = _mount_source(str(path), root)
+        source, fstype = _mount_entry(str(path), root)
         if not source or not source.startswith("/dev/"):
-            return unavailable(
-                f"no block device behind {path}: st_dev {majmin} has no /sys/dev/block entry and its "
-                f"mount source is {source!r} (tmpfs, overlay, network and FUSE filesystems have none)"
-            )
+            return unavailable(no_device_reason(path, fstype, source, majmin))
         name = Path(os.path.realpath(root / source.lstrip("/"))).name  # /dev/mapper/vg-lv -> dm-0
         found_by = f"mount source {source} (st_dev {majmin} has no /sys/dev/block entry)"
     stat_path = root / "sys/class/block" / name / "stat"

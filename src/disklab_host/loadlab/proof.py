@@ -92,16 +92,21 @@ def _faults_part(io: object, method: str) -> dict:
     }
 
 
-def cache_proof(rec: dict, requested: str) -> dict:
+def cache_proof(rec: dict, requested: str, *, warm_why: str | None = None) -> dict:
     """The proof of one load_one.py record ``rec`` asked to be ``requested`` ("cold" or "warm").
 
-    Returns ``{"verdict", "requested", "failed", "unchecked", "stage", "parts"}``
-    (see the module doc). Raises ValueError for another requested state.
+    ``warm_why`` is why no file on this workbench can be warm for a loader
+    (cache.open_keeps_cache's ``why``); a warm check that fails then gives it
+    as the residency part's ``why``. Returns ``{"verdict", "requested",
+    "failed", "unchecked", "stage", "parts"}`` (see the module doc). Raises
+    ValueError for another requested state.
     """
     cache = rec["before"]["cache"]
     if requested == "warm":
         parts = {"residency": _residency_part(cache, cold=False)}
         ok = parts["residency"]["status"] == "pass"
+        if not ok and warm_why and "why" not in parts["residency"]:
+            parts["residency"]["why"] = warm_why
         return {
             "verdict": "warm" if ok else "warm_unverified",
             "requested": "warm",

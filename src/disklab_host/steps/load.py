@@ -229,8 +229,12 @@ def measure_one(
     skip_eviction: bool = False,
     model_module: str = "disklab_host.loadlab.model",
     scratch_dir: Path | None = None,
+    warm_why: str | None = None,
 ) -> dict:
     """Set the cache state of the cell's file(s), run load_one.py once, return its record.
+
+    ``warm_why`` says why this workbench cannot keep a file warm (see
+    :func:`page_cache_check`); a warm run that fails its check carries it.
 
     ``skip_eviction`` leaves a "cold" run's file as it is (tests use it to
     cause cold_unverified for real). ``scratch_dir`` is where a cold method that
@@ -277,7 +281,7 @@ def measure_one(
     if proc.returncode != 0:
         raise RuntimeError(f"load_one.py {cell['method']} {timed[0]} failed: {proc.stderr[-2000:]}")
     rec = json.loads(proc.stdout.strip().splitlines()[-1])
-    proof = cache_proof(rec, state)
+    proof = cache_proof(rec, state, warm_why=warm_why)
     out = {
         **rec,
         "file": cell["file"],
@@ -292,6 +296,16 @@ def measure_one(
         if len(paths) > 1:
             out["timed_paths"] = timed
     return out
+
+
+def page_cache_check(path: str) -> dict:
+    """Whether this workbench keeps a file's page cache across open(2), checked once on ``path`` before the
+    cells (cache.open_keeps_cache), or ``{"unavailable": reason}`` when the check cannot run. On a
+    workbench that drops it (sshfs's default) no warm run can pass, and each warm sample says why."""
+    try:
+        return cache.open_keeps_cache(path)
+    except OSError as exc:
+        return unavailable(f"whether open(2) keeps the page cache was not checked: {exc}")
 
 
 def summarise(samples: list[dict]) -> list[dict]:
@@ -381,6 +395,8 @@ def measure(
     repeats = require_positive("sizes.load_repeats", cfg["sizes"]["load_repeats"])
     system = cfg.get("system") or platform.system()
     plan, module_skip = cell_plan(manifest)
+    page_cache = page_cache_check(manifest["files"]["big_safetensors"]["path"])
+    warm_why = page_cache.get("why") if not is_unavailable(page_cache) else None
     samples = []
     skips = sorted({r for c in plan for st in CACHE_STATES if (r := skipped(c, st, cfg.get("profile")))})
     for rep in range(repeats):
@@ -395,6 +411,7 @@ def measure(
                     eviction_methods=eviction_methods,
                     model_module=model_module,
                     scratch_dir=scratch_dir,
+                    warm_why=warm_why,
                 )
                 s["repeat"] = rep
                 samples.append(s)
@@ -428,6 +445,7 @@ def measure(
         "n_cold_unverified": sum(s["cache_state"] == "cold_unverified" for s in samples),
         "n_warm_unverified": sum(s["cache_state"] == "warm_unverified" for s in samples),
         "residency_trust": sorted({s["residency_trust"] for s in samples}),
+        "workbench_page_cache": page_cache,
         "samples": samples,
         "cells": summarise(samples),
         "two_workers": workers_result,

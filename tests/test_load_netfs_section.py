@@ -1,0 +1,131 @@
+"""The load section's verdict on a network filesystem: did mmap-based loading lose to an eager read here?
+
+Fixture results only (test_load_section's synthetic samples, passed through the host-side summariser): the
+verdict is computed from the section's own medians and the audit's flag, so each sentence can be checked
+exactly. tests/test_fleet_netfs.py checks the same block on a real sshfs workbench.
+"""
+
+from __future__ import annotations
+
+import jinja2
+import jsonschema
+
+from disklab import markup
+from disklab.sections import load as section_mod
+from disklab.units import FILTERS
+from disklab_host.cache import pagecache
+from disklab_host.steps import load
+from test_load_section import SCHEMA, TEMPLATES, make_section
+
+
+def _results(section: dict, fstype: str = "fuse.sshfs", state: str = "set") -> dict:
+    flag = (
+        {"state": state, "why": "on a network or FUSE filesystem ..."} if state == "set" else {"state": state}
+    )
+    facts = {"workbench": {"fstype": fstype, "flags": {"network_or_fuse": flag}}}
+    return {"experiments": {"load": section}, "facts": facts}
+
+
+def _render(section: dict, results: dict, tmp_path) -> str:
+    jsonschema.validate(section, SCHEMA)
+    x = section_mod.build(section, results, tmp_path / "plots")
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined)
+    env.filters.update(FILTERS)
+    env.filters.update(markup.FILTERS)
+    return env.get_template("sections/load.md.j2").render(s=section, x=x, results=results)
+
+
+def test_no_verdict_when_the_audit_does_not_flag_a_network_filesystem():
+    section = make_section()
+    assert section_mod.network_mmap(section, _results(section, "ext4", "not_set")) is None
+    assert section_mod.network_mmap(section, {"experiments": {"load": section}}) is None  # no facts
+
+
+def test_mapped_loading_lost_beyond_noise_says_by_how_much():
+    # fixture medians, cold at all_touched: torch.load 1.0 s, torch.load-mmap 1.8 s, load_file 2.0 s (each
+    # ×0.9, ×1.0, ×1.2: the mapped ones' fastest runs are slower than torch.load's slowest, so beyond noise)
+    section = make_section()
+    got = section_mod.network_mmap(section, _results(section))
+    assert got["fstype"] == "fuse.sshfs"
+    assert got["lines"] == [
+        "cold, all_touched: torch.load-mmap lost: it took 1.8× torch.load's time "
+        "(1.800 s against 1.000 s, medians, n=3 and n=3).",
+        "cold, all_touched: load_file lost: it took 2.0× torch.load's time "
+        "(2.000 s against 1.000 s, medians, n=3 and n=3).",
+    ]
+
+
+def _cell(method: str, lo: float, med: float, hi: float) -> dict:
+    spread = {"n": 3, "median": med, "min": lo, "max": hi}
+    return {
+        "method": method,
+        "cache_state": "cold",
+        "populate": None,
+        "file": "big",
+        "n": 3,
+        "stages": {"all_touched": {"status": "ok", "time_s": spread}},
+    }
+
+
+def test_within_noise_and_did_not_lose_are_told_apart():
+    section = {
+        "cells": [
+            _cell("torch.load", 0.40, 0.50, 0.60),
+            _cell("torch.load-mmap", 0.45, 0.55, 0.70),  # slower median, ranges overlap
+            _cell("load_file", 0.20, 0.25, 0.30),
+        ]
+    }
+    lines = section_mod.network_mmap(section, _results(section))["lines"]
+    assert lines[0].startswith(
+        "cold, all_touched: torch.load-mmap was slower, 1.1× torch.load's time, but within"
+    )
+    assert lines[1].startswith("cold, all_touched: load_file did not lose: it took 0.5× torch.load's time")
+
+
+def test_one_run_each_gives_the_ratio_but_calls_no_loss():
+    section = {"cells": [_cell("torch.load", 0.5, 0.5, 0.5), _cell("torch.load-mmap", 0.6, 0.6, 0.6)]}
+    for c in section["cells"]:
+        c["n"] = 1  # a single run: its min and max are the run itself, so no range can show noise
+    line = section_mod.network_mmap(section, _results(section))["lines"][0]
+    assert line == (
+        "cold, all_touched: torch.load-mmap took 1.2× torch.load's time (0.600 s against 0.500 s, medians, "
+        "n=1 and n=1): too few runs to tell a loss from noise (at least 2 each; `lab_run_load_repeats` sets "
+        "them)."
+    )
+
+
+def test_a_missing_proven_cold_figure_is_said_not_guessed():
+    section = make_section()
+    section["cells"] = [
+        c for c in section["cells"] if not (c["method"] == "torch.load-mmap" and c["cache_state"] == "cold")
+    ]
+    lines = section_mod.network_mmap(section, _results(section))["lines"]
+    assert (
+        lines[0]
+        == "torch.load-mmap: no proven cold figure of torch.load-mmap at all_touched, so no comparison."
+    )
+    assert lines[1].startswith("cold, all_touched: load_file lost")
+
+
+def test_the_block_and_the_page_cache_warning_are_rendered(tmp_path):
+    section = make_section()
+    why = pagecache.OPEN_DROPS_CACHE.format(after_read="100.0 %", after_reopen="0.0 %", method="cachestat")
+    section["workbench_page_cache"] = {
+        "keeps_cache": False,
+        "after_read_fraction": 1.0,
+        "after_reopen_fraction": 0.0,
+        "method": "cachestat",
+        "why": why,
+    }
+    section["n_warm_unverified"] = 1
+    section["cells"] = load.summarise(section["samples"])
+    md = _render(section, _results(section), tmp_path)
+    assert "### Mapped against eager loading on this network filesystem" in md
+    assert "The workbench is fuse.sshfs, which the audit flags as a network or FUSE filesystem" in md
+    assert "- cold, all_touched: torch.load-mmap lost: it took 1.8× torch.load's time" in md
+    assert (
+        "> **Warning.** This workbench drops a file's page cache at every open(2): 100.0 % of the file" in md
+    )
+    assert "(the workbench dropped it, as the warning above says)" in md
+    plain = _render(make_section(), _results(make_section(), "ext4", "not_set"), tmp_path)
+    assert "Mapped against eager loading" not in plain and "drops a file's page cache" not in plain
