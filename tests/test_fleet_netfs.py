@@ -170,7 +170,7 @@ def test_the_report_renders_whole_and_says_whether_mmap_lost_from_its_own_number
     assert f"| filesystem type | **{NETFS_FS}** |" in report
     assert "> **Flag: network or fuse.**" in report
     # the ceiling section rendered on a workbench with no block device (issue 27's template crash)
-    assert "## This host's ceiling: one file read cold and warm" in report
+    assert "## This host's ceilings: one file read cold (one stream, and in parallel) and warm" in report
     assert "| cold ceiling |" in report
     assert "### Mapped against eager loading on this network filesystem" in report
     verdict = load_section.network_mmap(lab["experiments"]["load"], lab)
