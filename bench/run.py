@@ -36,7 +36,7 @@ from common import PART_ORDER, REPO, not_run
 
 from disklab_host.common.fsio import atomic_write_json
 from disklab_host.common.units import MIB
-from disklab_host.registry import BIG_TENSOR_BYTES, profile_sizes
+from disklab_host.registry import profile_sizes
 
 # Bumped when the results document changes; 1: first version.
 BENCH_SCHEMA_VERSION = 1
@@ -50,7 +50,7 @@ def _settings(tiny: bool, repeats: int | None) -> dict:
                 "io_repeats": repeats or 2, "other_repeats": repeats or 1, "report_hosts": 5}  # fmt: skip
     return {
         "fsync_blocks": quick["fsync_blocks"],
-        "read_bytes": quick["load_big_tensors"] * BIG_TENSOR_BYTES,
+        "read_bytes": quick["load_big_mib"] * MIB,
         # the full profile's ceiling file (1 GiB): a read of a second, not a quarter, so a burst of
         # another process's I/O on a shared disk moves one pair's ratio less
         "ceiling_bytes": profile_sizes("full")["ceiling_mib"] * MIB,

@@ -30,7 +30,7 @@ TINY_SIZES = {
     "lab_run_crash_repeats": 1,
     "lab_run_powercut_state_mib": 4,
     "lab_run_ceiling_mib": 4,
-    "lab_run_load_big_tensors": 1,
+    "lab_run_load_big_mib": 32,
     "lab_run_load_repeats": 1,
 }
 
@@ -63,8 +63,11 @@ FLEET_TABLES = (
     "Durable sync p50",
     "Cold load at all_touched",
     "Warm load at all_touched",
+    "Cold load at first_response",
+    "Warm load at first_response",
     "Cold ceiling",
     "Peak RSS at all_touched",
+    "Peak RSS at first_response",
     "Power-cut verdicts",
 )
 

@@ -20,7 +20,7 @@ import pytest
 from conftest import FLEET_TABLES
 from disklab import cli, compare, export, figures, fleet, report, schemas, stored
 from disklab_host.steps import ceiling
-from test_load_section import make_section
+from test_load_section import make_section, make_v5_section
 from test_report import linux_doc  # noqa: F401  (the fixture: a results document measured here)
 
 COLD_TL = "experiments.load.samples[file=big_pt][method=torch.load][cache=cold].stages.{stage}.time_s"
@@ -281,7 +281,7 @@ def test_a_two_host_fleet_renders_the_side_by_side_tables(tmp_path, lab_doc):
     for title in FLEET_TABLES:
         assert f"## {title}" in page
     lines = page.splitlines()
-    assert lines.count("| figure | dgx1 | spark |") == 7  # the runs table and six questions
+    assert lines.count("| figure | dgx1 | spark |") == 10  # the runs table and nine questions
     sync = next(x for x in lines if x.startswith("| 4 KiB write + durable sync, p50 |"))
     ours = lab_doc["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"]
     from disklab import units
@@ -312,6 +312,42 @@ def test_a_two_host_fleet_renders_the_side_by_side_tables(tmp_path, lab_doc):
     assert drawn == {p: (reports / fleet.PLOT_DIR / p).stat().st_mtime_ns for p in drawn}
 
 
+def test_first_response_side_by_side_and_an_older_run_not_measured(linux_doc):  # noqa: F811
+    """A results-5 host beside a host whose run predates the first response: the first_response tables
+    carry the big model's methods, cold and warm, and say the older host did not measure them."""
+    new = copy.deepcopy(linux_doc)
+    new["experiments"]["load"] = make_v5_section()
+    old = copy.deepcopy(linux_doc)
+    old["experiments"]["load"] = make_section()
+    rows = [
+        {"host": h, "fleet": fleet.host_column(d), "durable_sync": report.durable_sync(d)}
+        for h, d in (("new", new), ("old", old))
+    ]
+    _, tables = fleet.tables(rows)
+    by_name = {t["name"]: t for t in tables}
+    assert [t["title"] for t in tables if "first_response" in t["title"]] == [
+        "Cold load at first_response", "Warm load at first_response", "Peak RSS at first_response",
+    ]  # fmt: skip
+    cold = dict(by_name["load_cold_first_response"]["rows"])
+    assert cold["torch.load-mmap → module (assign), big_pt"] == [
+        "1.500 s [1.350 s, 1.800 s] (n=3)",
+        fleet.NOT_MEASURED,
+    ]
+    assert list(cold)[:3] == [
+        "torch.load → module (assign), big_pt",
+        "torch.load-mmap → module (assign), big_pt",
+        "load_file → module (assign), big_safetensors",
+    ]
+    warm = dict(by_name["load_warm_first_response"]["rows"])
+    assert warm["load_file → module (assign), big_safetensors"][0] == "0.300 s [0.270 s, 0.360 s] (n=3)"
+    rss = dict(by_name["rss_first_response"]["rows"])
+    assert rss["torch.load → module (assign), big_pt · cold"] == ["300.00 MiB", fleet.NOT_MEASURED]
+    # all_touched keeps both hosts' cells: the old host's unpopulated big cells, the new host's populated ones
+    at = dict(by_name["load_cold"]["rows"])
+    assert at["torch.load, big_pt"] == [fleet.NOT_MEASURED, "1.000 s [0.900 s, 1.200 s] (n=3)"]
+    assert at["torch.load → module (assign), big_pt"][0] == "1.000 s [0.900 s, 1.200 s] (n=3)"
+
+
 def test_a_fleet_without_load_figures_says_why_in_each_load_table(linux_doc):  # noqa: F811
     """Runs without the load step (the fleet lab test's steps): the load and RSS tables name why per host."""
     other = copy.deepcopy(linux_doc)
@@ -323,9 +359,18 @@ def test_a_fleet_without_load_figures_says_why_in_each_load_table(linux_doc):  #
     assert "load" not in linux_doc["experiments"]
     _, tables = fleet.tables(rows)
     by_name = {t["name"]: t for t in tables}
-    for name in ("load_cold", "load_warm", "rss"):
+    for name, stage in (
+        ("load_cold", "all_touched"),
+        ("load_warm", "all_touched"),
+        ("rss", "all_touched"),
+        ("load_cold_first_response", "first_response"),
+        ("rss_first_response", "first_response"),
+    ):
         assert by_name[name]["rows"] == [
-            ("load cells", ["load not measured in this run", "load not run: no torch on this host"])
+            (
+                f"load cells at {stage}",
+                ["load not measured in this run", "load not run: no torch on this host"],
+            )
         ], name
 
 

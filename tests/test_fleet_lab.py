@@ -245,9 +245,10 @@ def test_the_first_run_renders_the_fleet_side_by_side(reports, first_run):
         par = docs[h]["experiments"]["ceiling"]["parallel"]  # O_DIRECT on the hosts' loop mounts and tmpfs
         assert par["status"] == "ok" and cell == units.mib_s(par["cold_mib_s"]["median"]), (h, par, cell)
     # load and powercut are not among this run's steps: every cell says so, none is blank
-    assert tables["Cold load at all_touched"]["rows"] == {"load cells": ["load not measured in this run"] * 2}
-    assert tables["Warm load at all_touched"]["rows"] == {"load cells": ["load not measured in this run"] * 2}
-    assert tables["Peak RSS at all_touched"]["rows"] == {"load cells": ["load not measured in this run"] * 2}
+    for stage in ("all_touched", "first_response"):
+        none = {f"load cells at {stage}": ["load not measured in this run"] * 2}
+        for title in (f"Cold load at {stage}", f"Warm load at {stage}", f"Peak RSS at {stage}"):
+            assert tables[title]["rows"] == none, title
     assert tables["Power-cut verdicts"]["rows"] == {"recipes": ["powercut not measured in this run"] * 2}
 
 

@@ -172,23 +172,26 @@ def test_the_fleet_page_puts_both_hosts_real_figures_side_by_side(fleet, reports
     for h, cell in zip(hosts, sync, strict=True):
         p50 = docs[h]["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"]
         assert cell == f"{units.us_short(p50)} (fsync)", (h, cell)
-    # every proven load cell of each host, at all_touched, as its raw samples give it (seconds, n)
+    # every proven load cell of each host, at all_touched and first_response, as its raw samples give it
     for col, h in enumerate(hosts):
-        groups: dict[tuple, list[dict]] = {}
-        for s in docs[h]["experiments"]["load"]["samples"]:
-            at = s["stages"].get("all_touched") or {}
-            if s["cache_state"] in ("cold", "warm") and at.get("status") == "ok":
-                groups.setdefault((s["cache_state"], s["method"], s["file"], s.get("populate")), []).append(s)
-        assert {c for c, *_ in groups} == {"cold", "warm"}, (h, sorted(groups))
-        for (cache, method, file, populate), group in groups.items():
-            label = figures.cell_name(method, file, populate)
-            times = [s["stages"]["all_touched"]["time_s"] for s in group]
-            shown = tables[f"{cache.capitalize()} load at all_touched"]["rows"][label][col]
-            lo, hi, mid = units.secs(min(times)), units.secs(max(times)), units.secs(statistics.median(times))
-            assert shown == f"{mid} [{lo}, {hi}] (n={len(times)})", (h, cache, label, shown)
-            rss = [s["stages"]["all_touched"]["peak_rss_bytes"] for s in group]
-            shown = tables["Peak RSS at all_touched"]["rows"][f"{label} · {cache}"][col]
-            assert shown == units.ibytes(statistics.median(rss)), (h, cache, label, shown)
+        for stage in ("all_touched", "first_response"):
+            groups: dict[tuple, list[dict]] = {}
+            for s in docs[h]["experiments"]["load"]["samples"]:
+                at = s["stages"].get(stage) or {}
+                if s["cache_state"] in ("cold", "warm") and at.get("status") == "ok":
+                    key = (s["cache_state"], s["method"], s["file"], s.get("populate"))
+                    groups.setdefault(key, []).append(s)
+            assert {c for c, *_ in groups} == {"cold", "warm"}, (h, stage, sorted(groups))
+            for (cache, method, file, populate), group in groups.items():
+                label = figures.cell_name(method, file, populate)
+                times = [s["stages"][stage]["time_s"] for s in group]
+                shown = tables[f"{cache.capitalize()} load at {stage}"]["rows"][label][col]
+                lo, hi = units.secs(min(times)), units.secs(max(times))
+                mid = units.secs(statistics.median(times))
+                assert shown == f"{mid} [{lo}, {hi}] (n={len(times)})", (h, stage, cache, label, shown)
+                rss = [s["stages"][stage]["peak_rss_bytes"] for s in group]
+                shown = tables[f"Peak RSS at {stage}"]["rows"][f"{label} · {cache}"][col]
+                assert shown == units.ibytes(statistics.median(rss)), (h, stage, cache, label, shown)
         ceiling = docs[h]["experiments"]["ceiling"]
         rows = tables["Cold ceiling"]["rows"]
         assert rows["cold sequential read"][col] == units.mib_s(ceiling["cold_mib_s"]["median"])

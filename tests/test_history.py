@@ -216,3 +216,37 @@ def test_host_strings_in_the_history_are_escaped(tmp_path, three_runs):
     section = _history_section((hostnames.host_dir(reports, host) / "report.md").read_text())
     assert section is not None and "disklab history web\\|1 prints every run" in section
     assert "| 2.9\\|&lt;b&gt;x&lt;/b&gt; |" in section and "<b>" not in section
+
+
+def test_the_big_models_first_response_is_a_key_figure_and_compare_carries_it(linux_doc):  # noqa: F811
+    """Results 5: the big file's populated cells are key figures at all_touched and first_response (the small
+    model's copy against assign is not); compare and export carry the new stage, an older run has none."""
+    from disklab import export
+    from test_load_section import make_v5_section
+
+    new = copy.deepcopy(linux_doc)
+    new["experiments"]["load"] = make_v5_section()
+    old = copy.deepcopy(linux_doc)
+    old["experiments"]["load"] = make_section()
+    found = figures.extract(new)
+    keys = {f.key for f in found if history.is_key(f, "Linux")}
+    fr = (
+        "experiments.load.samples[file=big_pt][method=torch.load-mmap][populate=assign]"
+        + "[cache={}].stages.{}.{}"
+    )
+    assert fr.format("cold", "first_response", "time_s") in keys
+    assert fr.format("warm", "first_response", "time_s") in keys
+    assert fr.format("cold", "first_response", "peak_rss_bytes") in keys
+    assert fr.format("cold", "all_touched", "time_s") in keys
+    assert not any("small_" in k for k in keys)  # the small model's cells are not key figures
+    assert fr.format("cold", "first_response", "time_s") in history.key_figure_keys()
+    assert history.key_figure_unit(fr.format("cold", "first_response", "time_s")) == "s"
+    cmp = compare.compare_runs(old, new)
+    assert fr.format("cold", "first_response", "time_s") in cmp["figures_only_new"]
+    assert not any(f["stage"] == "first_response" for f in cmp["figures"])  # the older run never measured it
+    same = compare.compare_runs(new, copy.deepcopy(new))
+    judged = next(f for f in same["figures"] if f["path"] == fr.format("cold", "first_response", "time_s"))
+    assert judged["stage"] == "first_response" and judged["populate"] == "assign" and judged["old"]["n"] == 3
+    rows = export.rows_of(new, "newhost")
+    row = next(r for r in rows if r["key"] == fr.format("cold", "first_response", "time_s"))
+    assert row["stage"] == "first_response" and row["cache"] == "cold" and row["n"] == 3

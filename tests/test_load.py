@@ -13,41 +13,29 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from disklab.sections import load as section_mod
 from disklab_host.cache import pagecache as cache
 from disklab_host.common.facts import peak_rss_bytes
-from disklab_host.loadlab import load_one, workers
+from disklab_host.common.stages import STAGES
+from disklab_host.loadlab import load_one, model, workers
 from disklab_host.steps import load
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = REPO / "src/disklab/schema/experiments/load.schema.json"
-N_BIG = 16
-BIG_TENSOR_BYTES = 1024 * 1024 * 2  # 1024 x 1024 bf16
-# A stand-in for model.py (written by another developer): same interface, CONFIGS and DecoderLM.
-FAKE_MODEL = """
-import torch
-from torch import nn
-
-CONFIGS = {"tiny": {"vocab": 512, "dim": 128, "layers": 2}}
-
-
-class DecoderLM(nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        self.embed = nn.Embedding(config["vocab"], config["dim"])
-        self.layers = nn.ModuleList(nn.Linear(config["dim"], config["dim"]) for _ in range(config["layers"]))
-"""
+# The big file: a DecoderLM of 12 layers of width 256 over a 512-token vocabulary (17.3 MiB of bf16), so
+# one tensor (the embedding, first in the file) is a small share of it, as at the profiles' sizes.
+BIG_CONFIG = model.DecoderConfig(
+    vocab_size=512, hidden_size=256, num_layers=12, num_heads=4, num_kv_heads=1, intermediate_size=768
+)
+BIG_WEIGHTS_BYTES = 2 * model.param_count(BIG_CONFIG)
+EMBED_BYTES = 2 * 512 * 256
 
 
 def make_files(root: Path) -> dict:
-    """A manifest in prep.prepare's shape, with tiny files written by torch.save and save_file."""
-    sys.path.insert(0, str(root))
-    try:
-        import fakemodel_load_test as fm
-    finally:
-        sys.path.remove(str(root))
-    gen = torch.Generator().manual_seed(0)
-    big = {f"w{i:02d}": torch.randn(1024, 1024, generator=gen).to(torch.bfloat16) for i in range(N_BIG)}
-    small = fm.DecoderLM(fm.CONFIGS["tiny"]).state_dict()
+    """A manifest in prep.prepare's shape: the big DecoderLM and model.py's tiny one, by torch.save and
+    save_file; with the big model's expected next token, computed here from the weights in memory."""
+    big = model.build_weights(BIG_CONFIG, seed=3, label="big/")
+    small = model.build_weights(model.CONFIGS["tiny"], seed=0)
     files = {}
     for key, sd in (("big", big), ("small", small)):
         torch.save(sd, root / f"{key}.pt")
@@ -55,31 +43,27 @@ def make_files(root: Path) -> dict:
         for fmt in ("pt", "safetensors"):
             p = root / f"{key}.{fmt}"
             files[f"{key}_{fmt}"] = {"path": str(p), "size_bytes": p.stat().st_size, "format": fmt}
-    return {"files": files, "small_config": "tiny"}
+    net = model.DecoderLM(BIG_CONFIG)
+    net.load_state_dict(big)
+    return {
+        "files": files,
+        "small_config": "tiny",
+        "big_model": {"family": "big", "mib": 18, **model.describe_config(BIG_CONFIG)},
+        "expected_big_token": model.next_token(net)[0],
+    }
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("loadlab")
-    (root / "fakemodel_load_test.py").write_text(FAKE_MODEL)
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(root)  # load_one.py children import the stand-in from here
-    try:
-        yield root, make_files(root)
-    finally:
-        if old is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = old
+    return root, make_files(root)
 
 
 @pytest.fixture(scope="module")
 def section(env):
     root, manifest = env
     cfg = {"sizes": {"load_repeats": 1}, "system": "Linux", "become_allowed": False}
-    return load.measure(
-        cfg, manifest, eviction_methods=["fadvise_dontneed"], model_module="fakemodel_load_test"
-    )
+    return load.measure(cfg, manifest, eviction_methods=["fadvise_dontneed"])
 
 
 @pytest.mark.heavy
@@ -98,8 +82,9 @@ def _requested(cell: dict) -> str:
 def test_every_cell_measured_cold_and_warm(section):
     got = {(c["file"], c["method"], c["populate"], _requested(c)) for c in section["cells"]}
     for file, method in load.BIG_CELLS:
+        populate = None if method == "one-tensor" else "assign"  # every whole-state-dict method populates
         for state in ("cold", "warm"):
-            assert (file, method, None, state) in got
+            assert (file, method, populate, state) in got
     for file, method in load.SMALL_CELLS:
         for mode in ("copy", "assign"):
             for state in ("cold", "warm"):
@@ -111,16 +96,16 @@ def test_every_cell_measured_cold_and_warm(section):
 def test_stage_ordering_and_cache_states(section):
     for s in section["samples"]:
         st = s["stages"]
+        assert s["stage_order"] == [name for name in STAGES if name in st]  # the one order, common.stages
         order = [name for name in s["stage_order"] if st[name]["status"] == "ok"]
         times = [st[name]["time_s"] for name in order]
         assert times == sorted(times) and times[0] > 0, (s["method"], st)
-        assert st["loader_return"]["time_s"] <= st["all_touched"]["time_s"]
+        assert order[-1] == "all_touched"  # last: it must not make the first response's pages resident
         if s["model"]:
-            assert (
-                st["loader_return"]["time_s"]
-                <= st["module_populated"]["time_s"]
-                <= st["all_touched"]["time_s"]
-            )
+            assert order == ["loader_return", "module_populated", "first_response", "all_touched"]
+            assert st["first_response"]["ran_on"] == "cpu" and isinstance(s["next_token_id"], int)
+        else:
+            assert order == ["loader_return", "all_touched"] and "next_token_id" not in s
         if s["cache_state"] == "cold":
             assert s["before"]["resident_fraction"] <= cache.COLD_MAX_FRACTION
             assert s["eviction"]["method"] == "fadvise_dontneed"
@@ -148,8 +133,8 @@ def test_all_touched_makes_the_file_resident(section):
     for s in section["samples"]:
         frac = s["stages"]["all_touched"]["resident_fraction"]
         if s["method"] == "one-tensor":
-            assert s["n_tensors"] == 1 and s["touched_bytes"] == BIG_TENSOR_BYTES
-            assert BIG_TENSOR_BYTES / s["file_size_bytes"] * 0.99 <= frac
+            assert s["n_tensors"] == 1 and s["touched_bytes"] == EMBED_BYTES
+            assert EMBED_BYTES / s["file_size_bytes"] * 0.99 <= frac
             if s["cache_state"] == "cold":
                 assert frac <= 0.5  # only its own pages (and some readahead) came in
         else:
@@ -158,13 +143,89 @@ def test_all_touched_makes_the_file_resident(section):
 
 def test_torch_load_copies_and_mmap_does_not(section):
     big = [s for s in section["samples"] if s["file"] == "big_pt"]
-    payload = N_BIG * BIG_TENSOR_BYTES
     for s in big:
         grow = s["stages"]["loader_return"]["rss_bytes"] - s["before"]["rss_bytes"]
         if s["method"] == "torch.load":
-            assert grow >= 0.9 * payload  # private copies exist when the call returns
+            assert grow >= 0.9 * BIG_WEIGHTS_BYTES  # private copies exist when the call returns
         elif s["cache_state"] == "cold":
             assert s["stages"]["loader_return"]["resident_fraction"] < 0.5  # mapped, not yet read
+
+
+def test_mapped_then_resident_at_the_first_response(section):
+    """The measured ML-216: a cold torch.load-mmap returns with little of the file resident; meta + assign
+    keeps it so through module_populated; the forward pass reads every weight, so at first_response it is
+    all in. (load_file, mapped too, reads the whole file inside the call with this safetensors.)"""
+    cold = [
+        s
+        for s in section["samples"]
+        if s["file"].startswith("big") and s["method"] in ("torch.load-mmap", "load_file")
+        and s["cache_state"] == "cold"
+    ]  # fmt: skip
+    assert {s["method"] for s in cold} == {"torch.load-mmap", "load_file"}
+    for s in cold:
+        st = s["stages"]
+        assert s["populate"] == "assign" and s["model"] == load.BIG_MODEL
+        assert st["first_response"]["resident_fraction"] > 0.99, s["method"]
+        assert st["first_response"]["peak_rss_bytes"] >= st["loader_return"]["peak_rss_bytes"]
+        if s["method"] != "torch.load-mmap":
+            continue
+        assert st["loader_return"]["resident_fraction"] < 0.5
+        assert st["module_populated"]["resident_fraction"] < 0.5  # assign read nothing
+        io = st["first_response"]["io"]  # the forward pass waited on the device for those pages
+        assert io["faults"]["major"] > st["module_populated"]["io"]["faults"]["major"]
+    rows = {(r["method"], r["cache_state"]): r for r in section_mod.residency_rows(section)}
+    mmap = rows[("torch.load-mmap", "cold")]
+    assert mmap["mapped"] and mmap["return_fraction"] < 0.5 < 0.99 < mmap["first_fraction"]
+    assert not rows[("torch.load", "cold")]["mapped"]
+    lines = section_mod.explanations(section)
+    said = next(ln for ln in lines if ln.startswith("cold, torch.load-mmap → module (assign), big_pt: "))
+    assert "at first_response" in said and "the mapping moved these reads into it, not away" in said
+
+
+def test_every_load_of_the_big_file_gives_the_same_next_token(section, env):
+    """A real correctness check: both formats, every method, cold and warm, give the token the weights
+    give in memory here; the section records that they agree."""
+    root, manifest = env
+    populated = [s for s in section["samples"] if s["model"] == load.BIG_MODEL]
+    assert len(populated) == 2 * 4  # torch.load, torch.load-mmap, load_file, load_file+willneed; cold, warm
+    assert {s["next_token_id"] for s in populated} == {manifest["expected_big_token"]}
+    fr = section["first_response"]
+    assert fr["status"] == "ok" and fr["agree"] is True
+    big = next(m for m in fr["models"] if m["model"] == load.BIG_MODEL)
+    assert (
+        big["agree"]
+        and big["n"] == 8
+        and [v["next_token_id"] for v in big["votes"]] == [manifest["expected_big_token"]]
+    )
+    assert big["margin_min"] >= 0
+    assert {m["model"] for m in fr["models"]} == {load.BIG_MODEL, "tiny"}
+    cell = next(c for c in section["cells"] if c["file"] == "big_pt" and c["method"] == "torch.load")
+    assert cell["next_token_ids"] == [manifest["expected_big_token"]]
+    assert section["big_model"] == manifest["big_model"]
+
+
+def test_a_disagreeing_next_token_is_surfaced_not_hidden():
+    def sample(token, method, file="big_pt", margin=0.5):
+        return {
+            "file": file, "method": method, "populate": "assign", "model": "big", "cache_state": "cold",
+            "stages": {"first_response": {"status": "ok"}},
+            "next_token_id": token, "next_token_margin": margin,
+        }  # fmt: skip
+
+    got = load.first_response_summary(
+        [
+            sample(7, "torch.load"),
+            sample(7, "load_file", "big_safetensors"),
+            sample(9, "torch.load-mmap", margin=0.01),
+        ]
+    )
+    assert got["agree"] is False
+    big = got["models"][0]
+    assert big["agree"] is False and big["margin_min"] == 0.01
+    assert [(v["next_token_id"], v["n"]) for v in big["votes"]] == [(7, 2), (9, 1)]
+    assert big["votes"][1]["cells"] == ["torch.load-mmap → module (assign), big_pt, cold"]
+    none = load.first_response_summary([{"stages": {"loader_return": {"status": "ok"}}}])
+    assert none == {"status": "not_run", "reason": "no cell populated a module, so none could respond"}
 
 
 def test_device_placed_recorded_as_not_run_without_a_backend(section):
@@ -216,9 +277,9 @@ def test_device_placed_stage_with_a_cuda_stand_in(env, monkeypatch):
     monkeypatch.setattr(load_one, "device_init", lambda b, d: (events.append("init"), real_init(b, d))[1])
     rec = load_one.measure(_args(manifest["files"]["big_safetensors"]["path"]))
     st = rec["stages"]
-    assert rec["stage_order"] == ["loader_return", "all_touched", "device_placed"]
+    assert rec["stage_order"] == ["loader_return", "device_placed", "all_touched"]
     assert st["device_placed"]["status"] == "ok" and st["device_placed"]["backend"] == "cuda"
-    assert st["all_touched"]["time_s"] <= st["device_placed"]["time_s"]
+    assert st["device_placed"]["time_s"] <= st["all_touched"]["time_s"]
     # the start-up ran (and synchronized) before the clock, and is timed apart
     assert events[:2] == ["init", "sync"] and events.count("sync") == 2
     assert rec["process"]["device_init_s"] > 0
@@ -226,6 +287,71 @@ def test_device_placed_stage_with_a_cuda_stand_in(env, monkeypatch):
     assert dev["backend"] == "cuda" and dev["name"] == "Stand-in GB10"
     assert dev["total_memory_bytes"] == 128 << 30 and dev["shares_memory_with_cpu"] is True
     assert dev["capability"] == "12.1"
+
+
+def _fake_cuda(monkeypatch, events: list) -> None:
+    props = load_one.argparse.Namespace(
+        name="Stand-in", total_memory=80 << 30, is_integrated=0, major=9, minor=0
+    )
+    monkeypatch.setattr(load_one.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(load_one.torch.cuda, "synchronize", lambda: events.append("sync"))
+    monkeypatch.setattr(load_one.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(load_one.torch.cuda, "get_device_properties", lambda i: props)
+
+
+def _big_module_args(manifest: dict, method: str = "load_file") -> object:
+    key = "big_pt" if method.startswith("torch.load") else "big_safetensors"
+    config = json.dumps(manifest["big_model"]["config"])
+    return _args(
+        manifest["files"][key]["path"], method=method, model="big", populate="assign", decoder_config=config
+    )
+
+
+def test_first_response_on_the_meta_stand_in_is_not_run_and_says_why(env, monkeypatch):
+    """The tests' GPU stand-in (meta) holds no values: device_placed runs, the forward pass cannot, and
+    all_touched still reads every byte on the host afterwards. Not run on real GPU hardware."""
+    root, manifest = env
+    _fake_cuda(monkeypatch, [])
+    monkeypatch.setattr(load_one, "DEVICE_OVERRIDE", "meta")
+    rec = load_one.measure(_big_module_args(manifest))
+    st = rec["stages"]
+    assert rec["stage_order"] == list(STAGES)
+    assert [st[n]["status"] for n in STAGES] == ["ok", "ok", "ok", "not_run", "ok"]
+    assert "meta device" in st["first_response"]["reason"] and "no values" in st["first_response"]["reason"]
+    assert "next_token_id" not in rec
+    assert rec["touched_bytes"] == BIG_WEIGHTS_BYTES and st["all_touched"]["resident_fraction"] > 0.99
+    assert st["module_populated"]["time_s"] <= st["device_placed"]["time_s"] <= st["all_touched"]["time_s"]
+
+
+def test_first_response_runs_where_the_weights_were_placed(env, monkeypatch):
+    """CUDA faked as available with the weights placed on the CPU: device_placed, then the forward pass on
+    that device, then all_touched, and the same token as without a device. Not run on a real GPU."""
+    root, manifest = env
+    events = []
+    _fake_cuda(monkeypatch, events)
+    monkeypatch.setattr(load_one, "DEVICE_OVERRIDE", "cpu")
+    rec = load_one.measure(_big_module_args(manifest, "torch.load-mmap"))
+    st = rec["stages"]
+    assert [st[n]["status"] for n in STAGES] == ["ok"] * 5
+    times = [st[n]["time_s"] for n in STAGES]
+    assert times == sorted(times)
+    assert st["first_response"]["ran_on"] == "cpu" and st["device_placed"]["device"] == "cpu"
+    assert rec["next_token_id"] == manifest["expected_big_token"]
+    assert events.count("sync") == 2  # the start-up's, then device_placed's
+
+
+def test_first_response_leaves_probe_time_out_of_its_clock(env, monkeypatch):
+    """A probe that sleeps 0.3 s at every stop event: the stages' times stay as without it (StageClock
+    subtracts probe time), so the forward pass is all the first_response stage adds."""
+    root, manifest = env
+    monkeypatch.setattr(load_one, "DEVICE_OVERRIDE", None)
+    real = load_one.snapshot
+    monkeypatch.setattr(load_one, "snapshot", lambda p: (load_one.time.sleep(0.3), real(p))[1])
+    rec = load_one.measure(_big_module_args(manifest, "torch.load"))
+    st = rec["stages"]
+    assert rec["probe_s"] >= 4 * 0.3
+    assert st["all_touched"]["time_s"] < rec["probe_s"] - 0.3  # four probes of 0.3 s before it: none counted
+    assert st["first_response"]["time_s"] - st["module_populated"]["time_s"] < 0.3 + 1.0
 
 
 def test_device_placed_with_an_mps_stand_in(env, monkeypatch):
@@ -380,17 +506,22 @@ def test_quick_profile_skips_only_the_named_cells(env):
     root, manifest = env
     plan, _ = load.cell_plan(manifest)
     kept = {
-        (c["method"], c["populate"], st)
+        (c["file"], c["method"], c["populate"], st)
         for c in plan
         for st in load.CACHE_STATES
         if not load.skipped(c, st, "quick")
     }
-    assert ("one-tensor", None, "warm") not in kept and ("one-tensor", None, "cold") in kept
-    assert ("load_file+willneed", None, "warm") not in kept and ("load_file+willneed", None, "cold") in kept
-    assert ("load_file", "assign", "cold") not in kept and ("load_file", "assign", "warm") in kept
-    for method in ("torch.load", "torch.load-mmap", "load_file"):
-        assert {(method, None, "cold"), (method, None, "warm")} <= kept
-    assert len(kept) == 5 * 2 - 2 + 4
+    big_st = "big_safetensors"
+    assert (big_st, "one-tensor", None, "warm") not in kept and (big_st, "one-tensor", None, "cold") in kept
+    assert (big_st, "load_file+willneed", "assign", "warm") not in kept
+    assert (big_st, "load_file+willneed", "assign", "cold") in kept
+    small = "small_safetensors"
+    assert (small, "load_file", "assign", "cold") not in kept
+    assert (small, "load_file", "assign", "warm") in kept
+    assert not any(k[0] == "small_pt" for k in kept)  # copy against assign is asked once, of load_file
+    for file, method in (("big_pt", "torch.load"), ("big_pt", "torch.load-mmap"), (big_st, "load_file")):
+        assert {(file, method, "assign", "cold"), (file, method, "assign", "warm")} <= kept
+    assert len(kept) == 5 * 2 - 2 + 2
     assert all(load.skipped(c, st, "full") is None for c in plan for st in load.CACHE_STATES)
 
 
@@ -454,20 +585,24 @@ def test_step_runs_with_prep_and_the_real_model(workbench):
     """The step end to end: prep.prepare's files, model.DecoderLM populated by copy and by assign."""
     from disklab_host import registry
 
-    sizes = registry.resolve("quick", {"load_big_tensors": 1, "load_repeats": 1})
+    sizes = registry.resolve("quick", {"load_big_mib": registry.BIG_MIN_MIB, "load_repeats": 1})
     cfg = {"sizes": sizes, "system": "Linux", "become_allowed": False, "profile": "quick"}
     section = load.run(cfg, workbench)
     jsonschema.validate(json.loads(json.dumps(section)), json.loads(SCHEMA.read_text()))
     assert section["module_populated"] == {"status": "ok"}
+    assert section["big_model"]["config"]["num_layers"] == 1 and section["first_response"]["agree"] is True
     populated = [s for s in section["samples"] if s["model"]]
+    # quick: copy against assign once, of load_file on the small model (small_pt is the full profile's)
     assert {(s["file"], s["populate"]) for s in populated} == {
-        (f, p) for f in ("small_pt", "small_safetensors") for p in ("copy", "assign")
-    }
+        ("small_safetensors", "copy"), ("small_safetensors", "assign"), ("big_pt", "assign"),
+        ("big_safetensors", "assign"),
+    }  # fmt: skip
     for s in populated:
         st = s["stages"]
-        assert s["model"] == "tiny"
-        assert (
-            st["loader_return"]["time_s"] <= st["module_populated"]["time_s"] <= st["all_touched"]["time_s"]
-        )
-        assert st["module_populated"]["resident_fraction"] > 0.99  # populating read every weight
+        assert s["model"] == ("big" if s["file"].startswith("big") else "tiny")
+        times = [
+            st[n]["time_s"] for n in ("loader_return", "module_populated", "first_response", "all_touched")
+        ]
+        assert times == sorted(times)
+        assert st["first_response"]["resident_fraction"] > 0.99  # the forward pass read every weight
     assert section["n_cold_unverified"] == 0

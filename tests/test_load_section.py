@@ -199,6 +199,130 @@ def render(section: dict, tmp_path: Path) -> tuple[dict, str]:
     return x, md
 
 
+# Results 5: the big file is a model. (method, file) -> {state: (loader_return, module_populated,
+# first_response, all_touched) in s, and the file's residency at loader_return}; at first_response the
+# forward pass has read the whole file.
+TIMES_V5 = {
+    ("torch.load", "big_pt"): {
+        "cold": ((0.6, 0.61, 0.9, 1.0), 1.0), "warm": ((0.2, 0.21, 0.4, 0.5), 1.0),
+    },
+    ("torch.load-mmap", "big_pt"): {
+        "cold": ((0.005, 0.01, 1.5, 1.6), 0.002), "warm": ((0.004, 0.01, 0.2, 0.3), 1.0),
+    },
+    ("load_file", "big_safetensors"): {
+        "cold": ((0.4, 0.41, 0.7, 0.8), 1.0), "warm": ((0.1, 0.11, 0.3, 0.4), 1.0),
+    },
+}  # fmt: skip
+BIG_TOKEN = 30933
+
+
+def v5_sample(method, file, state, times, lr_fraction, rep, token=BIG_TOKEN) -> dict:
+    """A results-5 sample of the big model (meta + assign): every stage, all_touched last."""
+    rec = sample(method, file, None, state, times[0], times[3], rep)
+    lr, mp, fr, at = times
+    io = rec["stages"]["all_touched"]["io"]
+    rec["stages"] = {
+        "loader_return": {"status": "ok", "time_s": lr, **snap(lr_fraction, 200 * MIB)},
+        "module_populated": {"status": "ok", "time_s": mp, **snap(lr_fraction, 210 * MIB)},
+        "device_placed": {"status": "not_run", "reason": "torch.cuda.is_available() is False on this host"},
+        "first_response": {"status": "ok", "time_s": fr, **snap(1.0, 300 * MIB), "io": io, "ran_on": "cpu"},
+        "all_touched": {"status": "ok", "time_s": at, **snap(1.0, 310 * MIB), "io": io},
+    }
+    rec.update(model="big", populate="assign", stage_order=list(rec["stages"]), next_token_id=token,
+               next_token_margin=0.0625)  # fmt: skip
+    rec["cache_proof"] = proof.cache_proof(rec, rec["cache_state_requested"])
+    return rec
+
+
+def make_v5_section(odd_token: int | None = None) -> dict:
+    """A results-5 section: make_section's small model and workers, the big file as a model; with
+    ``odd_token``, one warm torch.load-mmap sample answered another token."""
+    section = make_section()
+    samples = [s for s in section["samples"] if not s["file"].startswith("big")]
+    for (method, file), by_state in TIMES_V5.items():
+        for state, (times, fraction) in by_state.items():
+            for rep, scale in enumerate((0.9, 1.0, 1.2)):
+                odd = odd_token is not None and (method, state, rep) == ("torch.load-mmap", "warm", 2)
+                scaled = tuple(t * scale for t in times)
+                samples.append(
+                    v5_sample(method, file, state, scaled, fraction, rep, odd_token if odd else BIG_TOKEN)
+                )
+    section["samples"] = samples
+    section["cells"] = load.summarise(samples)
+    section["first_response"] = load.first_response_summary(samples)
+    section["big_model"] = {
+        "family": "big", "mib": 256, "params": 131_877_888, "weights_bytes": 263_755_776,
+        "config": {"vocab_size": 32000, "hidden_size": 1024, "num_layers": 9, "num_heads": 16,
+                   "num_kv_heads": 2, "intermediate_size": 2816, "rope_theta": 10000.0, "rms_norm_eps": 1e-5},
+    }  # fmt: skip
+    return section
+
+
+def test_first_response_in_the_stage_table_residency_table_and_explanations(tmp_path):
+    x, md = render(make_v5_section(), tmp_path)
+    assert "`first_response` one forward pass of a fixed short prompt produced its next-token id" in md
+    assert "The big file is a DecoderLM of 131,877,888 parameters, 251.54 MiB of bf16" in md
+    assert "1024, 9 layers, 16 heads (2 key/value), MLP 2816" in md
+    # the stage table: first_response between module_populated and all_touched, per cache state
+    assert (
+        "| torch.load-mmap → module (assign), big_pt | cold | first_response | 1.500 s [1.350 s–1.800 s] "
+        in md
+    )
+    assert "| torch.load-mmap → module (assign), big_pt | warm | first_response | 0.200 s" in md
+    # mapped, then resident: 0.2 % at loader_return, 100 % at first_response, cold and warm, with the proof
+    row = next(r for r in x["residency"] if r["method"] == "torch.load-mmap" and r["cache_state"] == "cold")
+    assert row["return_fraction"] == pytest.approx(0.002) and row["first_fraction"] == 1.0 and row["mapped"]
+    assert row["tokens"] == str(BIG_TOKEN) and "residency ✓ 3/3" in row["proof"]
+    assert (
+        "| torch.load-mmap → module (assign), big_pt | cold | 0.2 % (524.29 KiB) | 100.0 % (256.00 MiB) | "
+        "1.500 s [1.350 s–1.800 s] | 256.00 MiB | 300.00 MiB | 30933 | residency ✓ 3/3" in md
+    )
+    warm = next(r for r in x["residency"] if r["method"] == "torch.load-mmap" and r["cache_state"] == "warm")
+    assert warm["return_fraction"] == 1.0 and "residency" in warm["proof"]
+    said = [
+        ln for ln in x["explanations"] if ln.startswith("cold, torch.load-mmap → module (assign), big_pt:")
+    ]
+    assert said == [
+        "cold, torch.load-mmap → module (assign), big_pt: 0.2 % of the file (524.29 KiB) was resident when "
+        "the call returned, 100.0 % (256.00 MiB) at first_response, 255.49 MiB more; the device delivered "
+        "256.00 MiB up to it (medians); the forward pass needed the whole file: the mapping moved these "
+        "reads into it, not away."
+    ]
+    assert any(ln.startswith("cold, load_file → module (assign), big_safetensors: 100.0 % of the file") and
+               "read the whole file inside the call" in ln for ln in x["explanations"])  # fmt: skip
+    assert (
+        "cold, first_response: torch.load-mmap took 1.7× torch.load here (1.500 s against 0.900 s, medians)."
+        in x["explanations"]
+    )
+    assert f"`big`: all 18 loads that reached first_response gave next token {BIG_TOKEN}" in md
+    assert not any("disagree" in w for w in x["warnings"])
+    assert (tmp_path / "plots/load_stages.png").stat().st_size > 1000
+
+
+def test_a_disagreeing_first_response_is_a_warning_with_both_tokens(tmp_path):
+    x, md = render(make_v5_section(odd_token=7), tmp_path)
+    assert any(w.startswith("The first responses disagree") for w in x["warnings"])
+    assert "> **Warning.** The first responses disagree" in md
+    assert (
+        f"`big`: the same weights gave different next tokens: token {BIG_TOKEN} from 17 (" in md
+        and "token 7 from 1 (torch.load-mmap → module (assign), big_pt, warm)" in md
+    )
+
+
+def test_a_run_from_before_the_first_response_says_it_was_not_measured(tmp_path):
+    section = make_section()
+    from disklab import stored
+
+    doc = {"experiments": {"load": section}}
+    stored._results_update_to_5(doc)
+    x, md = render(section, tmp_path)
+    assert x["residency"] == [] and "No load reached `first_response` in this run." in md
+    assert "`first_response` not run: not measured in this run: written before results version 5" in md
+    assert "In this run the big file was not a model" in md
+    # its big cells (not populated then) still give the old explanations
+    assert any(ln.startswith("cold, all_touched: torch.load-mmap took") for ln in x["explanations"])
+
+
 @pytest.mark.heavy
 def test_explanations_computed_from_the_sections_numbers(tmp_path):
     x, md = render(make_section(), tmp_path)

@@ -112,6 +112,21 @@ def test_cli_prints_json_and_exits_2_when_refused(tmp_path):
     assert out["ok"] is False and "lab_run_workbench" in out["error"]
 
 
+def test_cli_refuses_the_retired_big_tensors_setting_in_one_line_before_any_work(tmp_path):
+    wb = tmp_path / "not-made-yet"
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(_cfg(wb, workbench_create=True, settings={"load_big_tensors": 8})))
+    proc = subprocess.run(
+        [sys.executable, "-m", "disklab_host.preflight", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and not wb.exists()  # refused before the workbench was made
+    out = result_line.parse(proc.stdout)
+    assert out["ok"] is False and "set lab_run_load_big_mib" in out["error"]
+    assert proc.stderr.count("\n") == 1 and "lab_run_load_big_tensors is no longer a setting" in proc.stderr
+
+
 def test_a_step_whose_setting_is_off_needs_no_disk(workbench):
     """realfs runs only with lab_run_realfs: true; off (the default), preflight counts nothing for it."""
     steps = ["realfs", "write_buffering"]

@@ -1,8 +1,8 @@
 """The load lab's weights: the DecoderLM architecture, and prep.prepare's files and reuse.
 
 Real torch, real safetensors, real files. Most prepare() tests shrink the big
-tensors' shape (prep.BIG_SHAPE) to keep the writes small; one test keeps the
-real 4096 x 4096 bf16 shape with a single tensor.
+model's family (model.BIG_VOCAB and BIG_WIDTHS) to keep the writes near 1 MiB;
+one test keeps the real family at its smallest size (registry.BIG_MIN_MIB).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from disklab_host import registry
 from disklab_host.loadlab import model, prep
 
 
@@ -23,13 +24,14 @@ def _sha(path: Path) -> str:
 
 
 def _cfg(big: int = 2, full: int = 0, **extra) -> dict:
-    return {"sizes": {"load_small_full_size": full, "load_big_tensors": big}, **extra}
+    return {"sizes": {"load_small_full_size": full, "load_big_mib": big}, **extra}
 
 
 @pytest.fixture
 def small_big(monkeypatch):
-    """Big tensors of 64 x 64 bf16 instead of 4096 x 4096 (8 KiB instead of 32 MiB)."""
-    monkeypatch.setattr(prep, "BIG_SHAPE", (64, 64))
+    """The big family shrunk to a 512-token vocabulary and width 64: 1 MiB gives 7 layers (~1 MiB of bf16)."""
+    monkeypatch.setattr(model, "BIG_VOCAB", 512)
+    monkeypatch.setattr(model, "BIG_WIDTHS", (64,))
 
 
 def test_tiny_forward_shape_dtype_and_causality():
@@ -134,13 +136,24 @@ def test_prepare_manifest_describes_the_files(workbench, small_big):
         assert entry["size_bytes"] == path.stat().st_size
         assert entry["format"] == ("pt" if key.endswith("_pt") else "safetensors")
         assert entry["dtype"] == "bfloat16"
-    assert m["files"]["big_pt"]["tensors"] == 3 and m["files"]["big_pt"]["params"] == 3 * 64 * 64
+    config = model.big_config(3)
+    assert m["big_model"] == {"family": "big", "mib": 3, **model.describe_config(config)}
+    assert m["big_model"]["config"]["hidden_size"] == 64 and m["big_model"]["config"]["num_layers"] >= 2
+    assert m["files"]["big_pt"]["params"] == m["big_model"]["params"] == model.param_count(config)
+    assert m["big_model"]["weights_bytes"] <= 3 << 20  # at most load_big_mib
     assert m["files"]["small_safetensors"]["params"] == model.param_count(model.CONFIGS["tiny"])
     assert json.loads((workbench / prep.MANIFEST).read_text())["files"] == m["files"]
     assert not list(workbench.glob(".*tmp"))  # no temp file left behind
     big = load_file(m["files"]["big_safetensors"]["path"])
-    assert list(big) == ["w0", "w1", "w2"] and big["w0"].shape == (64, 64)
-    assert not torch.equal(big["w0"], big["w1"])
+    assert set(big) == set(model.state_shapes(config))  # a DecoderLM state dict, Llama-style names
+    small = load_file(m["files"]["small_safetensors"]["path"])
+    # seeded apart from the small model: the same name draws different numbers
+    name = "model.layers.0.mlp.up_proj.weight"
+    assert not torch.equal(big[name].flatten()[:16], small[name].flatten()[:16])
+    with torch.device("meta"):
+        net = model.DecoderLM(config)
+    net.load_state_dict(big, strict=True, assign=True)
+    assert model.next_token(net)[0] in range(config.vocab_size)
 
 
 def test_prepare_reuses_then_regenerates_identical_bytes(workbench, small_big):
@@ -162,7 +175,8 @@ def test_prepare_reuses_then_regenerates_identical_bytes(workbench, small_big):
     assert all(_sha(e["path"]) != shas[k] for k, e in reseeded["files"].items())
 
     more = prep.prepare(_cfg(big=3, prep_seed=7), workbench)
-    assert more["reused"] is False and more["files"]["big_pt"]["tensors"] == 3
+    assert more["reused"] is False and more["big_model"]["mib"] == 3
+    assert more["files"]["big_pt"]["params"] > reseeded["files"]["big_pt"]["params"]
 
 
 def test_prepare_regenerates_a_changed_file(workbench, small_big):
@@ -184,22 +198,66 @@ def test_prepare_regenerates_for_another_torch_version(workbench, small_big, mon
 
 
 @pytest.mark.heavy
-def test_prepare_big_tensor_has_the_lesson_shape(workbench):
-    m = prep.prepare(_cfg(big=1), workbench)
+def test_prepare_big_model_at_the_smallest_real_size(workbench):
+    """The real family at registry.BIG_MIN_MIB: width 256, one layer, Llama 2's 32,000-token vocabulary."""
+    m = prep.prepare(_cfg(big=registry.BIG_MIN_MIB), workbench)
     entry = m["files"]["big_safetensors"]
-    assert entry["params"] == 4096 * 4096
-    assert 32 << 20 <= entry["size_bytes"] < (32 << 20) + (1 << 16)  # 32 MiB of bf16 plus a small header
-    w0 = load_file(entry["path"])["w0"]
-    assert w0.shape == (4096, 4096) and w0.dtype == torch.bfloat16
-    assert 0.9 < w0.float().std().item() < 1.1  # N(0, 1) cast to bf16
+    config = m["big_model"]["config"]
+    assert (config["vocab_size"], config["hidden_size"], config["num_layers"]) == (32_000, 256, 1)
+    assert entry["params"] == m["big_model"]["params"]
+    weights = m["big_model"]["weights_bytes"]
+    assert weights <= registry.BIG_MIN_MIB << 20 <= weights + (1 << 20)
+    assert weights <= entry["size_bytes"] < weights + registry.WEIGHTS_FILE_OVERHEAD_BYTES
+    w = load_file(entry["path"])["model.layers.0.self_attn.q_proj.weight"]
+    assert w.shape == (256, 256) and w.dtype == torch.bfloat16
+    assert 0.015 < w.float().std().item() < 0.025  # N(0, 0.02²) cast to bf16
+
+
+def test_big_config_rule_sizes_and_minimum():
+    """The family's rule at the sizes the profiles and tests use, and the registry's minimum is its own."""
+    for mib, (hidden, layers) in {32: (256, 11), 256: (1024, 9), 2048: (2048, 22)}.items():
+        config = model.big_config(mib)
+        assert (config.hidden_size, config.num_layers) == (hidden, layers)
+        weights = model.param_count(config) * 2
+        one_layer_more = 2 * model.param_count(
+            model.DecoderConfig(**{**model.describe_config(config)["config"], "num_layers": layers + 1})
+        )
+        assert weights <= mib << 20 < one_layer_more  # the largest that fits
+        assert (
+            config.num_heads * 64 == hidden and config.num_heads == 8 * config.num_kv_heads or hidden == 256
+        )
+    tiny_llama = model.big_config(2048)
+    assert (tiny_llama.num_heads, tiny_llama.num_kv_heads, tiny_llama.intermediate_size) == (32, 4, 5632)
+    assert model.big_min_mib() == registry.BIG_MIN_MIB == registry.SIZES["load_big_mib"].minimum
+    model.big_config(registry.BIG_MIN_MIB)
+    with pytest.raises(ValueError, match=f"at least {registry.BIG_MIN_MIB} MiB"):
+        model.big_config(registry.BIG_MIN_MIB - 1)
+
+
+def test_next_token_is_fixed_for_fixed_weights_and_moves_with_them():
+    cfg = model.CONFIGS["tiny"]
+    weights = model.build_weights(cfg, seed=1)
+    nets = []
+    for _ in range(2):
+        with torch.device("meta"):
+            net = model.DecoderLM(cfg)
+        net.load_state_dict(weights, assign=True)
+        nets.append(net)
+    token, margin = model.next_token(nets[0])
+    assert (token, margin) == model.next_token(nets[1]) and 0 <= token < cfg.vocab_size and margin >= 0
+    assert model.prompt_ids(cfg).tolist() == [[i % cfg.vocab_size for i in model.PROMPT_IDS]]
+    other = model.DecoderLM(cfg)
+    other.load_state_dict(model.build_weights(cfg, seed=2))
+    assert model.next_token(other) != (token, margin)  # other weights, another answer
 
 
 @pytest.mark.parametrize(
     ("cfg", "match"),
     [
-        (_cfg(big=0), "load_big_tensors must be > 0"),
-        (_cfg(big=1.5), "load_big_tensors must be an integer"),
-        (_cfg(prep_seed=-1), "prep_seed must be an integer"),
+        (_cfg(big=0), "load_big_mib must be > 0"),
+        (_cfg(big=1.5), "load_big_mib must be an integer"),
+        (_cfg(big=registry.BIG_MIN_MIB - 1), "load_big_mib: the big model needs at least"),
+        (_cfg(big=registry.BIG_MIN_MIB, prep_seed=-1), "prep_seed must be an integer"),
     ],
 )
 def test_prepare_rejects_bad_settings(workbench, cfg, match):

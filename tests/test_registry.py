@@ -87,6 +87,20 @@ def test_size_rules_are_enforced_with_the_setting_named():
     with pytest.raises(ValueError, match="lab_run_nope is not a known size setting"):
         registry.resolve("quick", {"nope": 1})
     assert registry.resolve("quick", {"root": "/x"}, strict=False) == registry.profile_sizes("quick")
+    with pytest.raises(ValueError, match=r"lab_run_load_big_mib must be an integer >= 18, got 17"):
+        registry.resolve("quick", {"load_big_mib": 17})
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_retired_setting_is_refused_naming_the_new_one(strict):
+    """The role sends every lab_run_* set, and unknown names are passed over: a retired one is not."""
+    with pytest.raises(ValueError) as exc:
+        registry.resolve("quick", {"load_big_tensors": 8}, strict=strict)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert msg.startswith("lab_run_load_big_tensors is no longer a setting: set lab_run_load_big_mib")
+    assert "quick 256, full 2048" in msg
+    assert "load_big_tensors" not in registry.SIZES and set(registry.RETIRED).isdisjoint(registry.SIZES)
 
 
 def test_every_step_module_exists_with_a_run_function():

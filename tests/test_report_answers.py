@@ -23,7 +23,7 @@ from disklab_host.loadlab import proof
 from disklab_host.steps import crash, pickle_safety
 from disklab_host.steps import load as load_step
 from test_fleet_figures import powercut_section
-from test_load_section import make_section
+from test_load_section import BIG_TOKEN, make_section, make_v5_section
 from test_report import linux_doc  # noqa: F401  (the fixture: a results document measured here)
 
 FULL = "20261129T100000Z"
@@ -241,6 +241,60 @@ def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc)
     assert ps["refused"] and not ps["marker_created"]  # this torch refuses (test_pickle_safety)
     assert f"torch {ps['torch_version']} refused the crafted .pt ({ps['error_type']})" in line
     assert "the payload did not run" in line
+
+
+@pytest.mark.heavy
+def test_the_big_models_stages_and_first_response_are_answered(tmp_path, full_doc):
+    """Results 5: the big file reaches module_populated and first_response; the answers name the fastest
+    method to each, cold and warm, with its proof and peak RSS, and a disagreement gets its own line."""
+    doc = copy.deepcopy(full_doc)
+    doc["experiments"]["load"] = make_v5_section()
+    assert schemas.first_error("results", doc) is None
+    reports = tmp_path / "reports"
+    _store(reports, doc)
+    lines = answers_block(_render(reports))
+    assert len(lines) <= 15
+    line = answer(lines, "Fastest to `first_response`")
+    # cold: torch.load 0.9 s, load_file 0.7 s, torch.load-mmap 1.5 s (medians) on big_pt / big_safetensors:
+    # both big files are 256 MiB, and big_safetensors sorts last, so it is the file named
+    assert line.count("on big_safetensors (256.00 MiB)") == 1
+    assert (
+        "cold: load_file → module (assign) in 0.700 s (median), peak RSS 300.00 MiB, proven cold by" in line
+    )
+    assert (
+        "warm: load_file → module (assign) in 0.300 s (median), peak RSS 300.00 MiB, warm by residency"
+        in line
+    )
+    line = answer(lines, "Fastest to `module_populated`")
+    assert "on big_safetensors" in line and "→ module (assign)" in line and "peak RSS 210.00 MiB" in line
+    assert "no figure: `device_placed` was not measured" in answer(lines, "Fastest to `device_placed`")
+    assert not [ln for ln in lines if "First responses disagree" in ln]
+    odd = copy.deepcopy(full_doc)
+    odd["experiments"]["load"] = make_v5_section(odd_token=7)
+    reports = tmp_path / "odd"
+    _store(reports, odd)
+    line = answer(answers_block(_render(reports)), "First responses disagree")
+    assert f"big: token {BIG_TOKEN} ×17, token 7 ×1" in line
+
+
+@pytest.mark.heavy
+def test_an_old_run_says_first_response_was_not_measured(tmp_path, full_doc):
+    doc = copy.deepcopy(full_doc)
+    doc["schema_version"] = 4  # read through update_to_5, as a stored run from before the stage
+    reports = tmp_path / "reports"
+    path = reports / doc["host"] / "runs" / f"{doc['run_id']}.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    text = _render(reports)
+    lines = answers_block(text)
+    assert "no figure: `first_response` was not measured: not measured in this run" in answer(
+        lines, "Fastest to `first_response`"
+    )
+    load = section(text, "step-load")
+    assert "`first_response` not run: not measured in this run: written before results version 5" in load
+    assert "No load reached `first_response` in this run." in load
+    assert "In this run the big file was not a model" in load
+    assert "| torch.load, big_pt | cold | all_touched |" in load  # its own figures render as they were
 
 
 @pytest.mark.heavy

@@ -235,7 +235,7 @@ def test_preflight_counts_only_weights_its_manifest_vouches_for(tmp_path):
         f.truncate(2 << 30)  # a 2 GiB sparse leftover
     sizes = registry.profile_sizes("quick")
     assert preflight.reusable_weights_bytes(load, sizes) == 0  # no manifest: nothing is reused
-    manifest = {"recipe": {"big_tensors": sizes["load_big_tensors"], "small_config": "tiny"},
+    manifest = {"recipe": {"big_mib": sizes["load_big_mib"], "small_config": "tiny"},
                 "files": {"big_safetensors": {"path": str(sparse), "size_bytes": 2 << 30}}}  # fmt: skip
     (load / preflight.LOAD_MANIFEST).write_text(json.dumps(manifest))
     assert preflight.reusable_weights_bytes(load, sizes) == 0  # listed, but sparse: not real weights
@@ -244,7 +244,7 @@ def test_preflight_counts_only_weights_its_manifest_vouches_for(tmp_path):
     manifest["files"]["small_pt"] = {"path": str(real), "size_bytes": 4096}
     (load / preflight.LOAD_MANIFEST).write_text(json.dumps(manifest))
     assert preflight.reusable_weights_bytes(load, sizes) == 4096
-    assert preflight.reusable_weights_bytes(load, {**sizes, "load_big_tensors": 9}) == 0  # other sizes
+    assert preflight.reusable_weights_bytes(load, {**sizes, "load_big_mib": 300}) == 0  # other sizes
 
 
 @pytest.mark.slow

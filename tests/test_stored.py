@@ -152,6 +152,7 @@ def test_a_reports_tree_from_disklab_0_1_renders(tmp_path):
     assert "## Since the previous run" in text
     assert "cannot be ruled out" in text  # lab code not recorded in version-1 runs
     assert "Kills by progress watched the file" in text and "predates exact stops" in text
+    assert "- [Loading weights](#step-load): no figure: no stored run of this host holds the load" in text
     index = (reports / "index.md").read_text()
     assert "deadhost" in index
     assert "| 381 µs (fsync) |" in index  # the 0.1 run's fsync p50 (380.636 µs), named as the Linux call
@@ -302,3 +303,23 @@ def test_a_results_2_load_sample_gets_a_cache_proof_marked_not_recorded():
     assert hot["verdict"] == "warm" and hot["parts"]["residency"]["status"] == "not_recorded"
     assert doc["experiments"]["big_write"]["layers"] == {"unavailable": stored.NOT_RECORDED_V2}
     assert "layers" not in doc["experiments"]["crash"]  # only ok sections get the mark
+
+
+def test_a_results_4_load_section_says_the_first_response_was_not_measured():
+    user = {"status": "ok", "setting": "x", "kind": "file"}
+    doc = {"experiments": {"load": {"status": "ok", "samples": [], "user_model": user}}}
+    not_ran = {"experiments": {"load": {"status": "not_run", "reason": "Windows"}}}
+    stored._results_update_to_5(doc)
+    stored._results_update_to_5(not_ran)
+    load = doc["experiments"]["load"]
+    want = {"status": "not_run", "reason": stored.FIRST_RESPONSE_NOT_MEASURED}
+    assert load["first_response"] == want and load["user_model"]["first_response"] == want
+    assert "not measured in this run" in want["reason"]
+    assert not_ran == {"experiments": {"load": {"status": "not_run", "reason": "Windows"}}}
+
+
+def test_the_schemas_stage_names_are_the_one_stage_list():
+    """The stage list lives in disklab_host.common.stages; the JSON Schema's enum is a checked copy."""
+    from disklab_host.common.stages import STAGES
+
+    assert schemas.experiment_schema("load")["$defs"]["stage_name"]["enum"] == list(STAGES)

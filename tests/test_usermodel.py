@@ -83,11 +83,13 @@ def hf_cache(root: Path, repo_id: str, state: dict, *, sharded: bool = False) ->
 
 @pytest.fixture
 def small_big(monkeypatch):
-    monkeypatch.setattr(prep, "BIG_SHAPE", (64, 64))
+    """The big family shrunk (a 512-token vocabulary, width 64): the big files are about 1 MiB."""
+    monkeypatch.setattr(model, "BIG_VOCAB", 512)
+    monkeypatch.setattr(model, "BIG_WIDTHS", (64,))
 
 
 def _cfg(setting) -> dict:
-    return {"sizes": {"load_small_full_size": 0, "load_big_tensors": 1}, "settings": {"load_model": setting}}
+    return {"sizes": {"load_small_full_size": 0, "load_big_mib": 1}, "settings": {"load_model": setting}}
 
 
 def test_single_file_with_config_is_holdable(tmp_path):
@@ -237,9 +239,17 @@ def test_user_model_from_the_hf_cache_measured_and_never_changed(workbench, smal
     assert all(s["cache_state"] == "cold" for s in cold)
     populated = [s for s in samples if s["model"] == load.USER_MODEL]
     assert populated and all(s["stages"]["module_populated"]["status"] == "ok" for s in populated)
+    # the user's model answered, and with the token its own weights give here, in this process
+    net = model.DecoderLM(TINY)
+    net.load_state_dict(state)
+    want = model.next_token(net)[0]
+    assert all(s["stages"]["first_response"]["status"] == "ok" for s in populated)
+    assert {s["next_token_id"] for s in populated} == {want}
+    assert all(s["stage_order"][-2:] == ["first_response", "all_touched"] for s in populated)
     assert {b: (_sha(b), b.stat().st_mtime_ns) for b in blobs} == before  # the user's files never changed
     sec = load.user_section(m, samples)
     assert sec["module_populated"]["status"] == "ok" and sec["timed_copies"] == []
+    assert sec["first_response"] == {"status": "ok"}
     user_schema = {"$defs": SCHEMA["$defs"], **SCHEMA["properties"]["user_model"]}
     jsonschema.validate(sec, user_schema)
     assert snap.is_dir() and os.path.islink(snap / usermodel.INDEX_NAME)

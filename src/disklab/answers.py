@@ -242,7 +242,9 @@ def _cell(f: figures.Figure) -> str:
     return md(figures.cell_name(f.method, f.file, f.populate))
 
 
-def _rss(found: list[figures.Figure], f: figures.Figure) -> str:
+def _rss(found: list[figures.Figure], f: figures.Figure, section: dict) -> str:
+    """``, peak RSS 1.2 GiB`` at the figure's stage: its peak-RSS figure (figures.RSS_STAGES), else the
+    median over the same samples' stage records; empty when neither holds one."""
     rss = next(
         (
             g
@@ -253,7 +255,14 @@ def _rss(found: list[figures.Figure], f: figures.Figure) -> str:
         ),
         None,
     )
-    return f", peak RSS {ibytes(rss.median)}" if rss else ""
+    if rss:
+        return f", peak RSS {ibytes(rss.median)}"
+    peaks = [
+        st["peak_rss_bytes"]
+        for s in _samples_of(section, f)
+        if (st := s["stages"].get(f.stage)) and st.get("status") == "ok" and "peak_rss_bytes" in st
+    ]
+    return f", peak RSS {ibytes(figures.sample_stats(peaks)['median'])}" if peaks else ""
 
 
 def _load_lines(sec: dict, anchor: str) -> list[dict]:
@@ -308,13 +317,27 @@ def _load_lines(sec: dict, anchor: str) -> list[dict]:
             best = min(cands, key=lambda f: f.median)
             parts.append(
                 f"{cache}: {md(best.method)}{f' → module ({md(best.populate)})' if best.populate else ''} "
-                f"in {secs(best.median)} (median){_rss(found, best)}, {proof_words(s, best)}"
+                f"in {secs(best.median)} (median){_rss(found, best, s)}, {proof_words(s, best)}"
             )
         lines.append(
             _line(
                 f"Fastest to `{stage}`",
                 anchor,
                 f"on {md(file)} ({ibytes(sizes.get(file, 0))}): " + "; ".join(parts),
+            )
+        )
+    fr = s.get("first_response") or {}
+    if fr.get("status") == "ok" and fr.get("agree") is False:
+        split = [m for m in fr["models"] if not m["agree"]]
+        said = "; ".join(
+            f"{md(m['model'])}: " + ", ".join(f"token {v['next_token_id']} ×{v['n']}" for v in m["votes"])
+            for m in split
+        )
+        lines.append(
+            _line(
+                "First responses disagree",
+                anchor,
+                f"loads of the same weights gave different next tokens ({said}): see the load section",
             )
         )
     unproven = cold_unproven_of(s)

@@ -14,7 +14,8 @@ Three sources, in document order:
   of their path says so (``cold`` or ``warm``), else None.
 * **Load samples** (``experiments.load.samples``, one per fresh process), grouped
   by file, method, populate mode and cache state, and split by readiness stage:
-  one figure of the stage's ``time_s`` per (cell, cache state, stage) that ran,
+  one figure of the stage's ``time_s`` per (cell, cache state, stage) that ran
+  (:data:`LOAD_STAGES`, first_response among them since results version 5),
   and one of ``peak_rss_bytes`` at each stage of :data:`RSS_STAGES`. A
   sample's cache state is its ``cache_proof.verdict`` when it has one (``cold``,
   ``warm``, ``cold_unproven``, ``warm_unverified``), else its ``cache_state``
@@ -34,13 +35,14 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
+from disklab_host.common.stages import STAGES as LOAD_STAGES
 from disklab_host.common.stats import percentile
 
-# Readiness stages of the load step, in the order a load reaches them.
-LOAD_STAGES = ("loader_return", "module_populated", "all_touched", "device_placed")
-# ru_maxrss is a peak since the process started, so it only grows along the stages: at all_touched it
-# covers the whole CPU load, and device_placed adds the copy to the device.
-RSS_STAGES = ("all_touched", "device_placed")
+# ru_maxrss is a peak since the process started, so it only grows along the stages (LOAD_STAGES, from
+# disklab_host.common.stages, in the order a load reaches them): at first_response it covers the load,
+# the module and the forward pass; at all_touched (last since results version 5) the whole process.
+# device_placed is kept for runs from before version 5, where it came after all_touched.
+RSS_STAGES = ("first_response", "all_touched", "device_placed")
 # Cache states whose proof holds; every other state is kept apart and never compared as cold or warm.
 PROVEN = ("cold", "warm")
 # The verdicts of a sample's three-part cache proof (cache_proof.verdict), when the run has one.

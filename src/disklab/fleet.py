@@ -8,11 +8,12 @@ and export) and the durable sync p50 from :func:`disklab.report.durable_sync`
 files did not change is not read again.
 
 Tables: the runs compared (profile, kernel, torch, load file sizes); durable
-sync p50; load at ``all_touched``, cold and warm, for each method; the host's
-own ceilings (``experiments.ceiling.cold_mib_s``, ``warm_mib_s`` and
-``parallel.cold_mib_s``, "not measured in this run" without that step or part); peak RSS at ``all_touched``;
-the power-cut verdicts. Two plots (load at all_touched, durable sync p50),
-one point per host, under ``reports/fleet-plots/``. With more than
+sync p50; load at ``all_touched`` and at ``first_response`` (:data:`STAGES`), cold and warm, for each
+method; the host's own ceilings (``experiments.ceiling.cold_mib_s``, ``warm_mib_s`` and
+``parallel.cold_mib_s``, "not measured in this run" without that step or part); peak RSS at
+``all_touched`` and at ``first_response``; the power-cut verdicts. A run from before results version 5
+has no first_response figure: its cells say "not measured in this run". Two plots (load at all_touched,
+durable sync p50), one point per host, under ``reports/fleet-plots/``. With more than
 :data:`MAX_COLUMNS` hosts the tables turn round (hosts as rows), so they stay
 readable.
 """
@@ -27,7 +28,14 @@ FLEET_PAGE = "fleet.md"
 TEMPLATE = "fleet.md.j2"
 PLOT_DIR = "fleet-plots"
 LOAD_PLOT, SYNC_PLOT = "load_all_touched.png", "durable_sync_p50.png"
-STAGE = "all_touched"
+STAGE = "all_touched"  # the stage of the load plot
+# The readiness stages tabled side by side, each cold and warm: every byte read once, and the first response.
+STAGES = ("all_touched", "first_response")
+# What each stage's table says it measures, after "Median [min, max] seconds from the load call until".
+STAGE_WORDS = {
+    "all_touched": "every byte of every tensor was touched",
+    "first_response": "one forward pass of a fixed prompt had its next-token id on the host",
+}
 MAX_COLUMNS = 16
 # Past this many hosts the sync plot drops the host names (sorted points instead of bars).
 MAX_BARS = 40
@@ -62,9 +70,9 @@ def host_column(doc: dict | None) -> dict | None:
     """What the fleet page needs of one host's latest run, JSON-able (kept in the host's render stamp).
 
     Returns None without a lab run, else ``{"run_id", "profile", "kernel", "torch",
-    "file_sizes": {file: bytes}, "load": [{"file", "method", "populate", "cache", "time": summary,
-    "peak_rss": summary | None}], "load_why", "ceiling": {"cold": summary | None, "warm": ...,
-    "parallel.cold": ...} (figures.CEILING's stems),
+    "file_sizes": {file: bytes}, "load": [{"file", "method", "populate", "cache", "stage" (of
+    :data:`STAGES`), "time": summary, "peak_rss": summary | None}], "load_why", "ceiling": {"cold":
+    summary | None, "warm": ..., "parallel.cold": ...} (figures.CEILING's stems),
     "ceiling_why", "powercut": [{"recipe", "model", "verdict", "states"}], "powercut_why"}``;
     each ``*_why`` is None when the section ran.
     """
@@ -75,9 +83,9 @@ def host_column(doc: dict | None) -> dict | None:
     found = figures.extract(doc, experiments=("load", "ceiling", "powercut"))
     load, rss = [], {}
     for f in found:
-        if f.experiment == "load" and f.stage == STAGE and f.cache in figures.PROVEN:
+        if f.experiment == "load" and f.stage in STAGES and f.cache in figures.PROVEN:
             if f.unit == "bytes":
-                rss[(f.file, f.method, f.populate, f.cache)] = f.summary
+                rss[(f.file, f.method, f.populate, f.cache, f.stage)] = f.summary
             else:
                 load.append(
                     {
@@ -85,11 +93,12 @@ def host_column(doc: dict | None) -> dict | None:
                         "method": f.method,
                         "populate": f.populate,
                         "cache": f.cache,
+                        "stage": f.stage,
                         "time": f.summary,
                     }
                 )
     for row in load:
-        row["peak_rss"] = rss.get((row["file"], row["method"], row["populate"], row["cache"]))
+        row["peak_rss"] = rss.get((row["file"], row["method"], row["populate"], row["cache"], row["stage"]))
     ceiling = {stem: None for stem, _, _ in figures.CEILING}  # by stem: the parallel read is cold too
     for f in found:
         for stem in ceiling:
@@ -129,10 +138,22 @@ def host_column(doc: dict | None) -> dict | None:
     }
 
 
+def _stage(row: dict) -> str:
+    """A load row's stage; a row cached by a renderer from before first_response was all_touched."""
+    return row.get("stage", STAGE)
+
+
+def load_keys(cols: list, stage: str = STAGE) -> list[tuple]:
+    """The (file, method, populate) cells with a figure at ``stage`` on any host, in the tables' order."""
+    rows = [x for _, c, _ in cols for x in c["load"] if _stage(x) == stage]
+    return sorted({(x["file"], x["method"], x["populate"]) for x in rows}, key=_cell_order)
+
+
 def _cell_order(key: tuple) -> tuple:
     file, method, populate = key
+    group = 0 if file.startswith("big") else 1 if file.startswith("small") else 2
     return (
-        populate is not None,
+        group,
         file,
         METHODS.index(method) if method in METHODS else 99,
         method,
@@ -215,41 +236,45 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
             ],
         )
     )
-    keys = sorted(
-        {(x["file"], x["method"], x["populate"]) for _, c, _ in cols for x in c["load"]}, key=_cell_order
-    )
+    keys = {st: load_keys(cols, st) for st in STAGES}
 
-    def load_cell(c: dict, key: tuple, cache: str, field: str) -> str:
+    def load_cell(c: dict, key: tuple, cache: str, field: str, stage: str) -> str:
         if c["load_why"]:
             return c["load_why"]
         for x in c["load"]:
-            if (x["file"], x["method"], x["populate"]) == key and x["cache"] == cache:
+            if (x["file"], x["method"], x["populate"]) == key and x["cache"] == cache and _stage(x) == stage:
                 if field == "time":
                     return _time(x["time"])
                 return units.ibytes(x["peak_rss"]["median"]) if x["peak_rss"] else NOT_MEASURED
         return NOT_MEASURED
 
     # Without a load figure on any host, one row says why for each host (a table with no rows says nothing).
-    no_load = [("load cells", [c["load_why"] or NOT_MEASURED for _, c, _ in cols])]
-    for cache, what in (
-        ("cold", "page cache emptied and proven cold before each call"),
-        ("warm", "file resident in the page cache"),
-    ):
-        out.append(
-            _table(
-                f"load_{cache}",
-                f"{cache.capitalize()} load at {STAGE}",
-                f"Median [min, max] seconds from the load call until every byte of every tensor was touched "
-                f"({STAGE}), {what}; one fresh process per sample. Samples whose cache proof failed "
-                f"(cold_unverified, cold_unproven, warm_unverified) are left out.",
-                hosts,
-                [
-                    (figures.cell_name(m, f, p), [load_cell(c, (f, m, p), cache, "time") for _, c, _ in cols])
-                    for f, m, p in keys
-                ]
-                or no_load,
+    def no_load(stage: str) -> list:
+        return [(f"load cells at {stage}", [c["load_why"] or NOT_MEASURED for _, c, _ in cols])]
+
+    for stage in STAGES:
+        for cache, what in (
+            ("cold", "page cache emptied and proven cold before each call"),
+            ("warm", "file resident in the page cache"),
+        ):
+            out.append(
+                _table(
+                    f"load_{cache}" if stage == STAGE else f"load_{cache}_{stage}",
+                    f"{cache.capitalize()} load at {stage}",
+                    f"Median [min, max] seconds from the load call until {STAGE_WORDS[stage]} ({stage}), "
+                    f"{what}; one fresh process per sample. Samples whose cache proof failed "
+                    f"(cold_unverified, cold_unproven, warm_unverified) are left out.",
+                    hosts,
+                    [
+                        (
+                            figures.cell_name(m, f, p),
+                            [load_cell(c, (f, m, p), cache, "time", stage) for _, c, _ in cols],
+                        )
+                        for f, m, p in keys[stage]
+                    ]
+                    or no_load(stage),
+                )
             )
-        )
     out.append(
         _table(
             "ceiling",
@@ -274,24 +299,25 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
             ],
         )
     )
-    out.append(
-        _table(
-            "rss",
-            f"Peak RSS at {STAGE}",
-            f"Median peak resident set size (getrusage ru_maxrss, since the process started, imports "
-            f"included) when the load reached {STAGE}.",
-            hosts,
-            [
-                (
-                    f"{figures.cell_name(m, f, p)} · {cache}",
-                    [load_cell(c, (f, m, p), cache, "rss") for _, c, _ in cols],
-                )
-                for f, m, p in keys
-                for cache in figures.PROVEN
-            ]
-            or no_load,
+    for stage in STAGES:
+        out.append(
+            _table(
+                "rss" if stage == STAGE else f"rss_{stage}",
+                f"Peak RSS at {stage}",
+                f"Median peak resident set size (getrusage ru_maxrss, since the process started, imports "
+                f"included) when the load reached {stage}.",
+                hosts,
+                [
+                    (
+                        f"{figures.cell_name(m, f, p)} · {cache}",
+                        [load_cell(c, (f, m, p), cache, "rss", stage) for _, c, _ in cols],
+                    )
+                    for f, m, p in keys[stage]
+                    for cache in figures.PROVEN
+                ]
+                or no_load(stage),
+            )
         )
-    )
     pkeys = []
     for _, c, _ in cols:
         for x in c["powercut"]:
@@ -347,7 +373,7 @@ def _plot_load(cols: list, keys: list):
             pts = [
                 (x["time"]["median"], keys.index((x["file"], x["method"], x["populate"])))
                 for x in c["load"]
-                if x["cache"] == cache and plotting.on_log_axis(x["time"]["median"])
+                if x["cache"] == cache and _stage(x) == STAGE and plotting.on_log_axis(x["time"]["median"])
             ]
             if pts:
                 xs, ys = zip(*pts, strict=True)
@@ -401,17 +427,22 @@ def plots(reports: Path, index_rows: list[dict]) -> dict[str, dict]:
     it) is not drawn again, so `disklab report` with nothing new costs no matplotlib time.
     """
     cols = [(r["host"], r["fleet"], r["durable_sync"]) for r in index_rows if r.get("fleet")]
-    keys = sorted(
-        {(x["file"], x["method"], x["populate"]) for _, c, _ in cols for x in c["load"]}, key=_cell_order
-    )
+    keys = load_keys(cols)
     measured = [(h, d["p50_us"], d["call"]) for h, _, d in cols if d["p50_us"] is not None]
     syncs = [s for s in measured if plotting.on_log_axis(s[1])]
-    medians = [x["time"]["median"] for _, c, _ in cols for x in c["load"]]
+    medians = [x["time"]["median"] for _, c, _ in cols for x in c["load"] if _stage(x) == STAGE]
     placed = sum(map(plotting.on_log_axis, medians))
     load_data = [
         [keys],
         *(
-            [h, [[x["file"], x["method"], x["populate"], x["cache"], x["time"]["median"]] for x in c["load"]]]
+            [
+                h,
+                [
+                    [x["file"], x["method"], x["populate"], x["cache"], x["time"]["median"]]
+                    for x in c["load"]
+                    if _stage(x) == STAGE
+                ],
+            ]
             for h, c, _ in cols
         ),
     ]

@@ -16,8 +16,9 @@ often judged by:
   cache and is never shown in its place (the host's OS is its latest run's ``facts.host.system``);
 * ``big_write``: the write rate and the durable sync's time;
 * the host's ceilings: cold and warm read rate, and the cold parallel direct read's (MiB/s);
-* load at ``all_touched`` for each method (every cell without a populate mode), cold and warm, and the
-  cold load's peak RSS at ``all_touched``.
+* load at ``all_touched`` and at ``first_response`` (:data:`LOAD_STAGES`) for each method of the big
+  file (populated by meta + assign since results version 5) and each cell without a populate mode (not
+  the small model's copy against assign), cold and warm, and the cold load's peak RSS at those stages.
 
 For each run a history records the run id, its start (UTC), profile, kernel
 (``facts.host.kernel``), torch (``facts.versions.torch``) and lab code
@@ -44,7 +45,8 @@ CHANGES = ("kernel", "torch", "lab")
 # The report's History shows this many of the latest runs (the command shows every one).
 REPORT_RUNS = 8
 PLOT_NAME = "history.png"
-LOAD_STAGE = "all_touched"
+# The load stages whose figures are key figures: every byte read once, and the first response.
+LOAD_STAGES = ("all_touched", "first_response")
 # The key figures that are not load figures, in their order (a stored ceiling has either form).
 _KEY_ORDER = (
     "experiments.write_buffering.modes.unbuffered.per_call_samples_ns",
@@ -163,10 +165,11 @@ def is_key(f: figures.Figure, system: str | None = None) -> bool:
         return f.key == _DURABLE.get(system or "Linux", _DURABLE["Linux"])
     if f.key in _KEY_ORDER:
         return True
+    big = (f.file or "").startswith("big")
     if (
         f.experiment != "load"
-        or f.stage != LOAD_STAGE
-        or f.populate is not None
+        or f.stage not in LOAD_STAGES
+        or (f.populate is not None and not big)
         or f.cache not in ("cold", "warm")
     ):
         return False
@@ -208,13 +211,19 @@ def key_figure_unit(key: str) -> str | None:
 def key_figure_keys() -> list[str]:
     """Every key figure's key a run of the registry's load cells can have, in the key figures' order: the
     candidates :func:`near_matches` names for a key that is none."""
+    from disklab_host.common.stages import PARTIAL_METHODS
     from disklab_host.steps import load  # the host step's cells (its module imports no torch)
 
     keys = list(_KEY_ORDER)
-    for fld in ("time_s", "peak_rss_bytes"):
-        for file, method in (*load.BIG_CELLS, *load.USER_CELLS):
-            for cache in ("cold", "warm") if fld == "time_s" else ("cold",):
-                keys.append(figures.load_key(file, method, None, cache, LOAD_STAGE, fld))
+    cells = [(f, m, None if m in PARTIAL_METHODS else load.BIG_POPULATE) for f, m in load.BIG_CELLS]
+    cells += [(f, m, None) for f, m in load.USER_CELLS]
+    for stage in LOAD_STAGES:
+        for fld in ("time_s", "peak_rss_bytes"):
+            for file, method, populate in cells:
+                if stage == "first_response" and populate is None:
+                    continue  # no module, no response
+                for cache in ("cold", "warm") if fld == "time_s" else ("cold",):
+                    keys.append(figures.load_key(file, method, populate, cache, stage, fld))
     return keys
 
 
@@ -222,7 +231,8 @@ def _order(f: figures.Figure) -> tuple:
     if f.key in _KEY_ORDER:
         return (0, _KEY_ORDER.index(f.key))
     method = _LOAD_METHODS.index(f.method) if f.method in _LOAD_METHODS else len(_LOAD_METHODS)
-    return (1 if f.unit == "s" else 2, method, f.method or "", f.file or "", f.cache != "cold")
+    stage = LOAD_STAGES.index(f.stage) if f.stage in LOAD_STAGES else len(LOAD_STAGES)
+    return (1 if f.unit == "s" else 2, stage, method, f.method or "", f.file or "", f.cache != "cold")
 
 
 def _all_figures(docs: list[dict]) -> tuple[list[list[figures.Figure]], dict[str, figures.Figure]]:

@@ -138,6 +138,25 @@ def _results_update_to_4(doc: dict) -> None:
     doc.setdefault("workbench", {"unavailable": NO_RUN_WORKBENCH})
 
 
+# What an older run's load section says of the first response (results version 5 added the stage).
+FIRST_RESPONSE_NOT_MEASURED = (
+    "not measured in this run: written before results version 5, which added the first response (one "
+    "forward pass of a fixed prompt) and made the big file a model"
+)
+
+
+def _results_update_to_5(doc: dict) -> None:
+    """The first response, as not measured: the load section's and its user model's (when it ran)."""
+    experiments = doc.get("experiments")
+    load = experiments.get("load") if isinstance(experiments, dict) else None
+    if not isinstance(load, dict) or load.get("status") != "ok":
+        return
+    load.setdefault("first_response", {"status": "not_run", "reason": FIRST_RESPONSE_NOT_MEASURED})
+    user = load.get("user_model")
+    if isinstance(user, dict) and user.get("status") == "ok":
+        user.setdefault("first_response", {"status": "not_run", "reason": FIRST_RESPONSE_NOT_MEASURED})
+
+
 def _audit_update_to_2(doc: dict) -> None:
     doc.pop("kind", None)
 
@@ -213,7 +232,12 @@ def _nothing(doc: dict) -> None:
 
 
 UPDATES: dict[str, dict[int, Callable[[dict], None]]] = {
-    "results": {2: _results_update_to_2, 3: _results_update_to_3, 4: _results_update_to_4},
+    "results": {
+        2: _results_update_to_2,
+        3: _results_update_to_3,
+        4: _results_update_to_4,
+        5: _results_update_to_5,
+    },
     "facts": {2: _facts_update_to_2, 3: _facts_update_to_3, 4: _facts_update_to_4, 5: _facts_update_to_5},
     "audit": {2: _audit_update_to_2},
     "failure": {2: _run_kind_update_to_2},

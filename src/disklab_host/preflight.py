@@ -99,7 +99,7 @@ def reusable_weights_bytes(load_dir: Path, sizes: dict[str, int]) -> int:
     """Bytes of weight files in ``load_dir`` that the load step will reuse, by its manifest alone.
 
     A file counts only when the manifest lists it, was made for these sizes
-    (``recipe``: big_tensors and the small config), exists at its recorded size,
+    (``recipe``: big_mib and the small config), exists at its recorded size,
     and is fully allocated (st_blocks): a sparse or truncated leftover, or any
     file the manifest does not name, counts as nothing, so preflight never
     mistakes it for weights already made.
@@ -109,7 +109,7 @@ def reusable_weights_bytes(load_dir: Path, sizes: dict[str, int]) -> int:
         recipe, files = manifest["recipe"], manifest["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return 0
-    want = {"big_tensors": sizes.get("load_big_tensors"),
+    want = {"big_mib": sizes.get("load_big_mib"),
             "small_config": "small" if sizes.get("load_small_full_size") else "tiny"}  # fmt: skip
     if not isinstance(recipe, dict) or any(recipe.get(k) != v for k, v in want.items()):
         return 0

@@ -23,8 +23,11 @@ from .common.units import MIB
 PROFILES = ("quick", "full")
 PLATFORMS = ("Linux", "Darwin")
 
-# One big-file tensor of the load lab: 4096 x 4096 bf16 (the lesson's big_src).
-BIG_TENSOR_BYTES = 4096 * 4096 * 2
+# The fewest MiB the load lab's big model fits in: the smallest of its family (loadlab/model.py big_config:
+# width 256, one layer, a 32,000-token vocabulary) is 17.1 MiB in bf16. tests/test_prep.py checks it.
+BIG_MIN_MIB = 18
+# A weights file's bytes beyond its tensors (the safetensors header, torch.save's zip records), at most.
+WEIGHTS_FILE_OVERHEAD_BYTES = 1 * MIB
 # The ~135M-parameter small model in bf16, and its tiny config, rounded up.
 SMALL_FULL_BYTES = 300 * MIB
 SMALL_TINY_BYTES = 16 * MIB
@@ -45,6 +48,8 @@ class Size:
     def describe(self) -> str:
         """One line for the role's defaults and specs: meaning (unit, rules; quick and full values)."""
         rules = f", a multiple of {self.multiple_of}" if self.multiple_of > 1 else ""
+        if self.minimum > 1 and self.minimum != self.multiple_of:
+            rules = f", at least {self.minimum}{rules}"
         return f"{self.meaning} ({self.unit}{rules}; quick {self.quick}, full {self.full})"
 
     def check(self, value: object) -> int:
@@ -92,7 +97,12 @@ class Step:
 def _load_weights_bytes(s: dict[str, int]) -> int:
     """The load lab's weights, kept on the workbench for reuse: .pt and .safetensors of both files."""
     small = SMALL_FULL_BYTES if s["load_small_full_size"] else SMALL_TINY_BYTES
-    return 2 * (small + s["load_big_tensors"] * BIG_TENSOR_BYTES)
+    return 2 * (small + _big_file_bytes(s))
+
+
+def _big_file_bytes(s: dict[str, int]) -> int:
+    """One big weights file at most: the model fits in load_big_mib MiB, plus the file's own records."""
+    return s["load_big_mib"] * MIB + WEIGHTS_FILE_OVERHEAD_BYTES
 
 
 def _check_ceiling(s: dict[str, int]) -> None:
@@ -238,18 +248,19 @@ STEPS: tuple[Step, ...] = (
                 0,
             ),
             Size(
-                "load_big_tensors",
-                8,
-                64,
-                "count",
-                "4096x4096 bf16 tensors of 32 MiB in the big file",
+                "load_big_mib",
+                256,
+                2048,
+                "MiB",
+                "big file: the largest Llama-style bf16 DecoderLM that fits",
+                BIG_MIN_MIB,
             ),
             Size("load_repeats", 3, 5, "count", "repeats of each load measurement"),
         ),
         needs_torch=True,
         platforms=PLATFORMS,
         # the kept weights, plus one cold copy of the big file
-        needed_bytes=lambda s: _load_weights_bytes(s) + s["load_big_tensors"] * BIG_TENSOR_BYTES,
+        needed_bytes=lambda s: _load_weights_bytes(s) + _big_file_bytes(s),
         uses=("loadlab", "cache"),
     ),
     Step(
@@ -267,6 +278,14 @@ STEP_NAMES: tuple[str, ...] = tuple(BY_NAME)
 SIZES: dict[str, Size] = {size.name: size for step in STEPS for size in step.sizes}
 # Steps whose files stay on the workbench between runs (reused through a manifest).
 KEPT = {"load": _load_weights_bytes}
+# Size settings that no longer exist, and what to set instead: an inventory that still sets one is refused
+# before any work (resolve), in one line, since the role would otherwise pass it over in silence.
+RETIRED: dict[str, str] = {
+    "load_big_tensors": (
+        "lab_run_load_big_mib, the big model file's size in MiB (quick 256, full 2048; the old count of "
+        "32 MiB tensors times 32: 8 tensors = 256 MiB)"
+    ),
+}
 
 
 def step(name: str) -> Step:
@@ -297,12 +316,15 @@ def resolve(profile: str, overrides: dict | None = None, *, strict: bool = True)
     ``overrides`` maps a size name (``lab_run_`` left off) to its value. With
     ``strict=False`` names that are not sizes are passed over: the lab_run role
     sends every lab_run_* setting that is set, and picks no names itself.
-    Raises ValueError naming the setting for an unknown profile, an unknown
-    size name (strict), a value that breaks its size's rules, or sizes that
-    break a rule between them (Step.check_sizes).
+    Raises ValueError naming the setting for an unknown profile, a retired size
+    (:data:`RETIRED`, strict or not: one line naming what to set instead), an
+    unknown size name (strict), a value that breaks its size's rules, or sizes
+    that break a rule between them (Step.check_sizes).
     """
     sizes = profile_sizes(profile)
     for name, value in (overrides or {}).items():
+        if name in RETIRED:
+            raise ValueError(f"lab_run_{name} is no longer a setting: set {RETIRED[name]} instead")
         if name not in SIZES:
             if strict:
                 raise ValueError(f"lab_run_{name} is not a known size setting; known: {sorted(SIZES)}")

@@ -3,7 +3,10 @@
 Every figure names its readiness stage and its cache state, and comparisons
 are drawn only between figures at the same stage and cache state. The
 explanations are computed from this host's own medians (the lesson's figures
-are never quoted as this host's).
+are never quoted as this host's). The stages and their order come from
+disklab_host.common.stages; "mapped, then resident" (:func:`residency_rows`) is
+each populating load's residency at loader_return against first_response, the
+measured counterpart of the reference's ML-216.
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ from disklab import markup, plotting
 from disklab.sections import evidence
 from disklab.units import ibytes, pct
 from disklab_host.cache.pagecache import WILLNEED_HINTS
+from disklab_host.common.stages import MEANING, STAGES
 
-STAGES = ("loader_return", "module_populated", "all_touched", "device_placed")
 STATES = ("cold", "warm", "cold_unverified", "warm_unverified")
 PROOF_PARTS = ("residency", "device_reads", "major_faults")
 PART_NAMES = {"residency": "residency", "device_reads": "device reads", "major_faults": "major faults"}
 BIG_METHODS = ("torch.load", "torch.load-mmap", "load_file", "one-tensor", "load_file+willneed")
 PLOT_NAME = "load_stages.png"
+# At or above this share of the file resident, the report calls the whole file resident (a page or two of
+# header or readahead edge may be missing from a fully read file).
+FULL_FRACTION = 0.99
 
 
 def _label(cell: dict) -> str:
@@ -52,10 +58,26 @@ def _find(cells: list[dict], method: str, state: str, populate=None, file=None) 
     return None
 
 
+def _big(cells: list[dict], method: str, state: str) -> dict | None:
+    """The big file's cell of ``method``: populating (results 5 on) or not (older runs), either file."""
+    return next(
+        (
+            c
+            for c in cells
+            if c["file"].startswith("big") and c["method"] == method and c["cache_state"] == state
+        ),
+        None,
+    )
+
+
+def _group(file: str) -> int:
+    return 0 if file.startswith("big") else 1 if file.startswith("small") else 2
+
+
 def _order(cell: dict) -> tuple:
     method = BIG_METHODS.index(cell["method"]) if cell["method"] in BIG_METHODS else 99
     return (
-        cell.get("populate") is not None,
+        _group(cell["file"]),
         cell["file"],
         method,
         cell.get("populate") or "",
@@ -88,7 +110,7 @@ def rows(section: dict) -> list[dict]:
 
 
 def _ratio_line(cells, state, stage, method, base="torch.load") -> str | None:
-    a, b = _median(_find(cells, method, state), stage), _median(_find(cells, base, state), stage)
+    a, b = _median(_big(cells, method, state), stage), _median(_big(cells, base, state), stage)
     if a is None or not b:
         return None
     return f"{state}, {stage}: {method} took {_x(a / b)} {base} here ({a:.3f} s against {b:.3f} s, medians)."
@@ -98,14 +120,15 @@ def explanations(section: dict) -> list[str]:
     """Sentences computed from this host's medians; each names its stage and cache state."""
     cells = section["cells"]
     lines = []
-    for stage in ("loader_return", "all_touched"):
+    for stage in ("loader_return", "first_response", "all_touched"):
         for state in ("cold", "warm"):
             for method in ("torch.load-mmap", "load_file"):
                 line = _ratio_line(cells, state, stage, method)
                 if line:
                     lines.append(line)
+    lines += _mapped_lines(section)
     methods = ("load_file+willneed", "load_file", "torch.load")
-    will_c, plain_c, tl_c = (_find(cells, m, "cold") for m in methods)
+    will_c, plain_c, tl_c = (_big(cells, m, "cold") for m in methods)
     will, plain, tl = (_median(c, "all_touched") for c in (will_c, plain_c, tl_c))
     if None not in (will, plain, tl) and plain and tl:
         # "beyond noise" as in disklab compare: the min..max ranges do not overlap
@@ -124,7 +147,7 @@ def explanations(section: dict) -> list[str]:
             f"cold, all_touched: load_file+willneed took {_x(will / plain)} load_file and "
             f"{_x(will / tl)} torch.load; {verdict}."
         )
-    one = _find(cells, "one-tensor", "cold")
+    one = _big(cells, "one-tensor", "cold")
     frac = _median(one, "all_touched", "resident_fraction")
     if frac is not None:
         share = _one_tensor_share(section)
@@ -149,6 +172,128 @@ def explanations(section: dict) -> list[str]:
                 f"copy ({ta:.3f} s against {tc:.3f} s); peak RSS {_mib(pa)} against {_mib(pc)}."
             )
     return lines
+
+
+def _mapped_lines(section: dict) -> list[str]:
+    """Mapped, then resident, in words: for each cold populating load of a mapped method on the big file,
+    the file's residency when the call returned against at the first response, and what the device
+    delivered up to it (this host's medians)."""
+    lines = []
+    for r in residency_rows(section):
+        if r["cache_state"] != "cold" or not r["mapped"] or not r["file"].startswith("big"):
+            continue
+        delivered = (
+            f"; the device delivered {ibytes(r['device_read_bytes'])} up to it"
+            if r["device_read_bytes"] is not None
+            else ""
+        )
+        came = max(r["first_bytes"] - r["return_bytes"], 0)
+        said = (
+            f"cold, {r['what']}: {pct(r['return_fraction'])} of the file ({ibytes(r['return_bytes'])}) was "
+            f"resident when the call returned"
+        )
+        if r["return_fraction"] >= FULL_FRACTION:
+            rest = "this loader read the whole file inside the call: no read was left to the first response"
+            lines.append(f"{said} (median): {rest}.")
+            continue
+        if r["first_fraction"] >= FULL_FRACTION:
+            verdict = (
+                "the forward pass needed the whole file: the mapping moved these reads into it, not away"
+            )
+        else:
+            verdict = f"{pct(1 - r['first_fraction'])} of the file was still not resident when it answered"
+        lines.append(
+            f"{said}, {pct(r['first_fraction'])} ({ibytes(r['first_bytes'])}) at first_response, "
+            f"{ibytes(came)} more{delivered} (medians); {verdict}."
+        )
+    return lines
+
+
+def _proof_text(section: dict, cell: dict) -> str:
+    """A cell's cache proof over its samples: ``residency ✓ 3/3 · device reads ✓ 3/3 ...`` (cold), or the
+    warm check (``residency ✓ 3/3, cachestat max 100.0 %``)."""
+    proof = [s["cache_proof"] for s in _cell_samples(section, cell)]
+    if not proof:
+        return "no samples"
+    return " · ".join(
+        _part_text(n, [p["parts"][n] for p in proof])
+        for n in PROOF_PARTS
+        if all(n in p["parts"] for p in proof)
+    )
+
+
+def _mapped(section: dict, cell: dict) -> bool:
+    """Whether the cell's method reads through a file mapping, as its cold proof judged it (the major-fault
+    part applies only to mapped methods, loadlab/proof.py); False for a cell without a cold proof."""
+    parts = [(s["cache_proof"].get("parts") or {}).get("major_faults") for s in _cell_samples(section, cell)]
+    return any(p and p.get("status") != "not_applicable" for p in parts)
+
+
+def residency_rows(section: dict) -> list[dict]:
+    """Mapped, then resident: every cell that reached first_response, with the file's residency at
+    loader_return and at first_response (medians, fraction and bytes), the first response's time, peak RSS
+    and the device's reads up to it, its next-token ids and its cache proof.
+
+    Each row: ``{"what", "file", "method", "mapped", "cache_state", "flag", "n", "return_fraction",
+    "return_bytes", "first_fraction", "first_bytes", "first_time_s", "peak_rss_bytes",
+    "device_read_bytes" (None when not recorded), "tokens", "proof"}``, in the table's order. Empty
+    for a run from before results version 5 (no first_response).
+    """
+    out = []
+    for cell in sorted(section["cells"], key=_order):
+        lr, fr = cell["stages"].get("loader_return"), cell["stages"].get("first_response")
+        if not fr or fr.get("status") != "ok" or not lr or lr.get("status") != "ok":
+            continue
+        dev = fr.get("device_read_bytes")
+        out.append(
+            {
+                "what": _label(cell),
+                "file": cell["file"],
+                "method": cell["method"],
+                "mapped": _mapped(section, cell),
+                "cache_state": cell["cache_state"],
+                "flag": cell["cache_state"] in ("cold_unverified", "warm_unverified"),
+                "n": cell["n"],
+                "return_fraction": lr["resident_fraction"]["median"],
+                "return_bytes": lr["resident_bytes"]["median"],
+                "first_fraction": fr["resident_fraction"]["median"],
+                "first_bytes": fr["resident_bytes"]["median"],
+                "first_time_s": fr["time_s"],
+                "peak_rss_bytes": fr["peak_rss_bytes"]["median"],
+                "device_read_bytes": dev["median"] if dev else None,
+                "tokens": ", ".join(str(t) for t in cell.get("next_token_ids", [])),
+                "proof": _proof_text(section, cell),
+            }
+        )
+    return out
+
+
+def first_response_lines(section: dict) -> dict:
+    """What the section says of the first responses: ``{"agree": bool | None, "lines": [str]}``, one line
+    per model, with the next-token ids its loads gave and how close the closest call was; ``agree`` None
+    when the stage was not measured (``lines`` then empty)."""
+    fr = section.get("first_response") or {}
+    if fr.get("status") != "ok":
+        return {"agree": None, "lines": []}
+    lines = []
+    for m in fr["models"]:
+        name = markup.md(m["model"])
+        if m["agree"]:
+            lines.append(
+                f"`{name}`: all {m['n']} loads that reached first_response gave next token "
+                f"{m['votes'][0]['next_token_id']} (every method and file of these weights, cold and warm; "
+                f"smallest gap between the top two logits {m['margin_min']:.3g})."
+            )
+            continue
+        votes = "; ".join(
+            f"token {v['next_token_id']} from {v['n']} ({', '.join(markup.md(c) for c in v['cells'])})"
+            for v in m["votes"]
+        )
+        lines.append(
+            f"`{name}`: the same weights gave different next tokens: {votes}; smallest gap between the top "
+            f"two logits {m['margin_min']:.3g}."
+        )
+    return {"agree": fr["agree"], "lines": lines}
 
 
 def _small_method(cells: list[dict], file: str) -> str:
@@ -222,6 +367,13 @@ def warnings(section: dict) -> list[str]:
             f"before the load call ({why}), so they are reported as "
             f"warm_unverified, never as warm: {', '.join(cells)}."
         )
+    fr = first_response_lines(section)
+    if fr["agree"] is False:
+        out.append(
+            "The first responses disagree: loads of the same weights gave different next tokens (see "
+            '"First responses" below). A near tie between the top two logits can flip with the order of a '
+            "sum; a wide gap means a load returned other weights."
+        )
     for trust in section["residency_trust"]:
         if trust != "ok":
             out.append(f"Residency: {trust}.")
@@ -264,7 +416,8 @@ def plot(section: dict, plot_dir: Path) -> str | None:
             times = [(s, _median(cell, s)) for s in STAGES if _median(cell, s) is not None]
             if times:
                 rows_by_state[state].append((y, times))
-    markers = {"loader_return": "o", "module_populated": "s", "all_touched": "D", "device_placed": "^"}
+    markers = {"loader_return": "o", "module_populated": "s", "device_placed": "^", "first_response": "*",
+               "all_touched": "D"}  # fmt: skip
 
     def draw():
         height = 0.45 * len(labels) + 1.8
@@ -289,7 +442,7 @@ def plot(section: dict, plot_dir: Path) -> str | None:
             [handles[s] for s in STAGES if s in handles],
             [s for s in STAGES if s in handles],
             loc="lower center",
-            ncol=4,
+            ncol=len(STAGES),
         )
         left = plotting.text_width_in(fig, labels) + 0.25
         plotting.margins(fig, left=left, right=0.15, bottom=1.05, top=0.35, wspace=0.08)
@@ -496,11 +649,11 @@ def network_mmap(section: dict, results: dict) -> dict | None:
     if ((wb.get("flags") or {}).get("network_or_fuse") or {}).get("state") != "set":
         return None
     cells = section["cells"]
-    eager = _find(cells, NETFS_EAGER, "cold")
+    eager = _big(cells, NETFS_EAGER, "cold")
     base = _median(eager, "all_touched")
     lines = []
     for method in NETFS_MAPPED:
-        mapped = _find(cells, method, "cold")
+        mapped = _big(cells, method, "cold")
         t = _median(mapped, "all_touched")
         if t is None or not base:
             missing = method if t is None else NETFS_EAGER
@@ -532,6 +685,10 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "ok": True,
         "proof": proof_rows(section, results),
         "rows": rows(section),
+        "stages": [(st, MEANING[st]) for st in STAGES],
+        "big_model": section.get("big_model"),
+        "residency": residency_rows(section),
+        "first_response": first_response_lines(section),
         "explanations": explanations(section),
         "willneed_hints": willneed_hints(section),
         "warnings": warnings(section),

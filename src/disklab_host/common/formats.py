@@ -25,6 +25,14 @@ results
      lab runner itself (audit.collect.collect_workbench) where it measured, beside the audit's facts
      (older runs: unavailable, their figures read against the audit's facts); a failed step's
      error_raised (the exception, when error names its cause instead: a full workbench).
+  5: load: the big file is a DecoderLM state dict of the profile's size (sizes.load_big_mib replaces
+     load_big_tensors; the section's big_model states its config, parameters and bytes), and every big
+     method that yields the whole state dict populates it by meta + assign; the first_response stage (one
+     forward pass of a fixed prompt: each sample's next_token_id and next_token_margin, each cell's
+     next_token_ids, the section's first_response saying whether they agree, and the user model's); the
+     stages in the order loader_return, module_populated, device_placed, first_response, all_touched
+     (all_touched now follows the forward pass; before, it came before device_placed). Older runs: the
+     section's and the user model's first_response not_run, saying the stage was not measured.
 facts (a host's audit; host.json on the host, inside every results and audit file)
   1: facts_schema_version 1.
   2: file_kind and schema_version replace facts_schema_version.
@@ -53,7 +61,7 @@ render_stamp (reports/<host>/.rendered.json)
 from __future__ import annotations
 
 VERSIONS: dict[str, int] = {
-    "results": 4,
+    "results": 5,
     "facts": 5,
     "audit": 2,
     "failure": 2,

@@ -6,22 +6,35 @@ Usage: python load_one.py METHOD PATH [PATH ...] [--model NAME --populate copy|a
 More than one PATH is a sharded safetensors model: each is loaded in turn into
 one state dict, and residency is summed over all of them.
 
-METHOD is one of :data:`METHODS`. Every readiness stage is timed from one
-start point, the moment recorded just before the load call, and the times
-leave out disklab's own probes (mincore, RSS), whose total is ``probe_s``:
+METHOD is one of :data:`METHODS`. Every readiness stage (common.stages, in
+that order) is timed from one start point, the moment recorded just before the
+load call, and the times leave out disklab's own probes (mincore, RSS), whose
+total is ``probe_s``:
 
 - ``loader_return``: the load call returned;
 - ``module_populated`` (with ``--model``): a DecoderLM holds the weights, either
   built normally then ``load_state_dict`` (``copy``), or built on the meta
-  device then ``load_state_dict(assign=True)`` (``assign``);
-- ``all_touched``: every tensor summed once (the lesson's touch, with a float32
-  accumulator instead of a float copy of each tensor);
-- ``device_placed``: ``.to(device)`` and the backend's synchronize, on the
-  first backend available of CUDA (``torch.cuda.synchronize()``) and MPS
-  (``torch.mps.synchronize()``); recorded as not run, with each backend checked
-  and why it is unavailable, when neither is, and on MPS when a tensor has a
-  dtype MPS cannot hold (:data:`MPS_UNSUPPORTED_DTYPES`: "MPS has no float64:
-  tensor w is F64"), with the earlier stages kept.
+  device then ``load_state_dict(assign=True)`` (``assign``: the module's
+  parameters are the loader's tensors, so a mapped file's pages stay where the
+  loader left them);
+- ``device_placed``: the module (else the tensors) ``.to(device)`` and the
+  backend's synchronize, on the first backend available of CUDA
+  (``torch.cuda.synchronize()``) and MPS (``torch.mps.synchronize()``);
+  recorded as not run, with each backend checked and why it is unavailable,
+  when neither is, and on MPS when a tensor has a dtype MPS cannot hold
+  (:data:`MPS_UNSUPPORTED_DTYPES`: "MPS has no float64: tensor w is F64");
+- ``first_response`` (with ``--model``): one forward pass of the model
+  module's fixed prompt (``next_token``: model.PROMPT_IDS in
+  ``torch.inference_mode()``) where the weights are (the device, else the CPU),
+  stopped when the next-token id is on the host (``.item()``); the sample
+  records ``next_token_id`` and ``next_token_margin`` (the gap between the top
+  two logits). On the meta device (``DEVICE_OVERRIDE``, the tests' stand-in
+  for a GPU) nothing can be computed, and a forward pass that raises is
+  recorded as not run with torch's error;
+- ``all_touched``: every tensor the loader returned summed once on the host
+  (the lesson's touch, with a float32 accumulator instead of a float copy of
+  each tensor). It comes last, so residency at ``first_response`` shows what
+  the forward pass itself brought in.
 
 Every measurement is a fresh process, so the backend's one-time start-up (CUDA
 context creation, the first small allocation, a synchronize) would otherwise
@@ -61,6 +74,7 @@ from safetensors.torch import load_file  # noqa: E402
 from ..cache import pagecache as cache  # noqa: E402
 from ..common import iorecord  # noqa: E402
 from ..common.facts import not_run, peak_rss_bytes, unavailable  # noqa: E402
+from ..common.stages import PARTIAL_METHODS, STAGES  # noqa: E402
 
 _IMPORT_NS = time.perf_counter_ns() - _IMPORT_START
 
@@ -204,6 +218,7 @@ class StageClock:
         self.start_ns = time.perf_counter_ns()
 
     def mark(self, stage: str) -> None:
+        """Record ``stage`` (one of common.stages.STAGES) now: its time, I/O record and snapshot."""
         now = time.perf_counter_ns()
         elapsed_ns = now - self.start_ns - self.probe_ns
         io = self.io.end(self._io_before, f"from just before the load call to {stage}")
@@ -217,6 +232,13 @@ class StageClock:
 
     def skip(self, stage: str, reason: str) -> None:
         self.stages[stage] = not_run(reason)
+
+    def order(self) -> list[str]:
+        """The stages recorded, in common.stages.STAGES order; raises ValueError naming an unknown one."""
+        unknown = [s for s in self.stages if s not in STAGES]
+        if unknown:
+            raise ValueError(f"readiness stages must be among {list(STAGES)}, got {unknown}")
+        return sorted(self.stages, key=STAGES.index)
 
 
 def touch(tensors) -> tuple[float, int]:
@@ -256,12 +278,13 @@ def populate(
 def warm_device_context(model_name: str, model_module: str, decoder_config: str | None = None) -> float:
     """Build the model once on the meta device before the clock starts; return its time in s.
 
-    The first module built under ``with torch.device(...)`` in a process imports
-    torch._dynamo (nn.Embedding's init did it here; seen with
-    ``python -X importtime`` on torch 2.13: over a second), a one-time process
-    cost like ``import torch``. Building one throwaway instance first keeps it
-    out of the module_populated stage of the meta + assign path; the time is
-    recorded as ``device_context_init_s``.
+    A module built under ``with torch.device(...)`` can meet one-time process
+    costs like ``import torch``: nn.Embedding's own init on meta imports
+    torch._dynamo (seen with ``python -X importtime`` on torch 2.13: over a
+    second; model.py's DecoderLM now skips that init on meta, a user's
+    ``--model-module`` may not). Building one throwaway instance first keeps such
+    a cost out of the module_populated stage of the meta + assign path; the time
+    is recorded as ``device_context_init_s``.
     """
     mod, config = model_config(model_name, model_module, decoder_config)
     t0 = time.perf_counter_ns()
@@ -383,10 +406,41 @@ def device_init(backend: str, device: str) -> float:
     return (time.perf_counter_ns() - t0) / 1e9
 
 
+def first_response(clock: StageClock, module, model_module: str, where: str) -> dict:
+    """Run the first response on ``module`` at ``where`` (a torch device string) and mark the stage.
+
+    Returns ``{"next_token_id", "next_token_margin"}``, or ``{}`` when the stage
+    is recorded as not run: on the meta device (nothing there holds values) or
+    when the forward pass raised (torch's error, in one line).
+    """
+    if where == "meta":
+        clock.skip(
+            "first_response",
+            "the weights were placed on the meta device (the tests' stand-in for a GPU), which holds no "
+            "values: there is no forward pass to run there",
+        )
+        return {}
+    next_token = importlib.import_module(model_module).next_token
+    try:
+        token, margin = next_token(module, where)
+    except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        clock.skip("first_response", f"the forward pass on {where} raised {why}")
+        return {}
+    clock.mark("first_response")
+    clock.stages["first_response"]["ran_on"] = where
+    return {"next_token_id": token, "next_token_margin": margin}
+
+
 def measure(args: argparse.Namespace) -> dict:
-    """Run every stage once for ``args``; return the JSON-able record."""
+    """Run every stage once for ``args``; return the JSON-able record.
+
+    Raises ValueError for ``--model`` with a method of :data:`PARTIAL_METHODS` (no whole state dict).
+    """
     paths = [args.path] if isinstance(args.path, str) else list(args.path)
     decoder = getattr(args, "decoder_config", None)
+    if args.model and args.method in PARTIAL_METHODS:
+        raise ValueError(f"--model needs the whole state dict, and {args.method} returns part of it")
     clock = StageClock(paths, io_record=not getattr(args, "no_io_record", False))
     backend, checked = find_backend()
     device_init_s = None
@@ -403,29 +457,31 @@ def measure(args: argparse.Namespace) -> dict:
     clock.start()
     sd, notes = load(args.method, paths, getattr(args, "state_key", None))
     clock.mark("loader_return")
-    holder = sd
+    module = None
     if args.model:
-        holder = populate(sd, args.model, args.populate, args.model_module, decoder)
+        module = populate(sd, args.model, args.populate, args.model_module, decoder)
         clock.mark("module_populated")
-    named = holder.state_dict() if args.model else sd
-    tensors = list(named.values())
-    checksum, touched = touch(tensors)
-    clock.mark("all_touched")
     t0 = time.perf_counter_ns()
-    refusal = mps_refusal(named) if backend == "mps" else None
+    refusal = mps_refusal(sd) if backend == "mps" else None
     clock.probe_ns += time.perf_counter_ns() - t0  # disklab's own check, outside the stage times
+    where, holder = "cpu", module if module is not None else sd
     if refusal:
         clock.skip("device_placed", refusal)
     elif backend:
-        if args.model:
-            holder.to(device)
+        if module is not None:
+            module.to(device)
         else:
             holder = {k: v.to(device) for k, v in sd.items()}
         synchronize(backend)
         clock.mark("device_placed")
         clock.stages["device_placed"].update(backend=backend, device=device)
+        where = device
     else:
         clock.skip("device_placed", device_rec["reason"])
+    response = first_response(clock, module, args.model_module, where) if module is not None else {}
+    tensors = list(sd.values())  # the loader's own tensors, on the host, wherever the module went
+    checksum, touched = touch(tensors)
+    clock.mark("all_touched")
     _KEEP[:] = [sd, holder]
     return {
         "method": args.method,
@@ -446,12 +502,13 @@ def measure(args: argparse.Namespace) -> dict:
         },
         "before": before,
         "residency_trust": cache.residency_trust(paths[0]),
-        "stage_order": list(clock.stages),
+        "stage_order": clock.order(),
         "stages": clock.stages,
         "probe_s": clock.probe_ns / 1e9,
         "n_tensors": len(tensors),
         "touched_bytes": touched,
         "checksum": checksum,
+        **response,
         **notes,
     }
 

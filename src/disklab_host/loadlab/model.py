@@ -18,12 +18,18 @@ weight once (safetensors' ``save_file`` refuses tensors that share memory) and
 ``.pt`` or a ``.safetensors`` state dict alike, with or without ``assign=True``.
 The module has no buffers (rotary frequencies are computed in ``forward``), so a
 model built on the meta device is complete after ``load_state_dict(assign=True)``.
+
+The big file of the load lab is a DecoderLM too, of the config :func:`big_config`
+picks for a size in MiB (the ``big`` family: Llama-style widths, a 32,000-token
+vocabulary; at 2 GiB it has TinyLlama-1.1B's layers, with the embedding tied).
+:func:`next_token` is the first response: one forward pass of :data:`PROMPT_IDS`.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import math
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -86,13 +92,96 @@ CONFIGS: dict[str, DecoderConfig] = {
 }
 
 
+# The big family (:func:`big_config`): Llama 2's 32,000-token vocabulary, 64-channel heads, one key/value
+# head per 8 query heads (TinyLlama's 32 and 4), and these widths, tried from the widest down.
+BIG_VOCAB = 32_000
+BIG_HEAD_DIM = 64
+BIG_KV_GROUP = 8
+BIG_WIDTHS = (8192, 4096, 2048, 1024, 512, 256)
+BIG_MIN_LAYERS = (
+    8  # a width is chosen only when at least this many layers of it fit (the narrowest always is)
+)
+BIG_ROPE_THETA = 10_000.0  # Llama's
+BIG_DTYPE_BYTES = 2  # bf16
+
+
+def llama_intermediate(hidden: int) -> int:
+    """Llama's SwiGLU width: 8/3 of ``hidden``, rounded up to a multiple of 256 (2048 -> 5632)."""
+    return 256 * math.ceil(8 * hidden / 3 / 256)
+
+
+def big_config(mib: int) -> DecoderConfig:
+    """The largest model of the big family whose bf16 weights fit in ``mib`` MiB.
+
+    The rule, deterministic: for each width ``h`` of :data:`BIG_WIDTHS`, widest
+    first, the layers that fit are ``floor((mib * 2**20 / 2 - vocab * h - h) /
+    per_layer(h))`` (tied embedding, final norm; per layer the attention's q, k,
+    v, o, the MLP's gate, up, down and two norms); the first width where at least
+    :data:`BIG_MIN_LAYERS` fit is taken with that many layers, else the narrowest
+    width with as many as fit. Heads: ``h / 64``; key/value heads: one per 8
+    (at least 1); MLP width: :func:`llama_intermediate`. So the weights are at
+    most ``mib`` MiB and within one layer of it: 32 MiB gives h=256, 11 layers
+    (16,488,192 parameters, 31.4 MiB); 256 MiB gives h=1024, 9 layers
+    (131,877,888, 251.5 MiB); 2048 MiB gives h=2048, 22 layers (1,034,512,384,
+    1.93 GiB: TinyLlama-1.1B's layers, 32 heads, 4 key/value heads, MLP 5632,
+    with the embedding tied).
+
+    Raises ValueError when ``mib`` is not an integer or below :func:`big_min_mib`.
+    """
+    if isinstance(mib, bool) or not isinstance(mib, int):
+        raise ValueError(f"the big model's size must be an integer number of MiB, got {mib!r}")
+    params = mib * (1 << 20) // BIG_DTYPE_BYTES
+    fallback = None
+    for hidden in BIG_WIDTHS:
+        heads = hidden // BIG_HEAD_DIM
+        shape = {
+            "vocab_size": BIG_VOCAB,
+            "hidden_size": hidden,
+            "num_heads": heads,
+            "num_kv_heads": max(1, heads // BIG_KV_GROUP),
+            "intermediate_size": llama_intermediate(hidden),
+            "rope_theta": BIG_ROPE_THETA,
+        }
+        one = param_count(DecoderConfig(num_layers=1, **shape))
+        zero = one - _layer_params(DecoderConfig(num_layers=1, **shape))
+        layers = (params - zero) // (one - zero)
+        if layers >= BIG_MIN_LAYERS:
+            return DecoderConfig(num_layers=layers, **shape)
+        fallback = (layers, shape)
+    layers, shape = fallback
+    if layers < 1:
+        raise ValueError(
+            f"the big model needs at least {big_min_mib()} MiB (one layer of width 256), got {mib}"
+        )
+    return DecoderConfig(num_layers=layers, **shape)
+
+
+def big_min_mib() -> int:
+    """The fewest whole MiB that hold the smallest model of the big family (width 256, one layer)."""
+    heads = BIG_WIDTHS[-1] // BIG_HEAD_DIM
+    config = DecoderConfig(
+        vocab_size=BIG_VOCAB, hidden_size=BIG_WIDTHS[-1], num_layers=1, num_heads=heads,
+        num_kv_heads=max(1, heads // BIG_KV_GROUP), intermediate_size=llama_intermediate(BIG_WIDTHS[-1]),
+    )  # fmt: skip
+    return math.ceil(param_count(config) * BIG_DTYPE_BYTES / (1 << 20))
+
+
+def describe_config(config: DecoderConfig) -> dict:
+    """A config as JSON-able facts: its fields, ``params`` (count) and ``weights_bytes`` in bf16."""
+    params = param_count(config)
+    return {"config": asdict(config), "params": params, "weights_bytes": params * BIG_DTYPE_BYTES}
+
+
+def _layer_params(config: DecoderConfig) -> int:
+    h, kv = config.hidden_size, config.num_kv_heads * config.head_dim
+    return 2 * h * h + 2 * h * kv + 3 * h * config.intermediate_size + 2 * h
+
+
 def param_count(config: DecoderConfig) -> int:
     """Number of parameters of ``DecoderLM(config)``, counting the tied embedding once."""
-    h, kv = config.hidden_size, config.num_kv_heads * config.head_dim
-    attention = 2 * h * h + 2 * h * kv  # q, o and k, v projections, no biases
-    mlp = 3 * h * config.intermediate_size  # gate, up, down
-    per_layer = attention + mlp + 2 * h  # two RMSNorm weights
-    return config.vocab_size * h + config.num_layers * per_layer + h  # + final norm
+    # per layer: q, o and k, v projections (no biases), gate, up, down, two RMSNorm weights
+    h = config.hidden_size
+    return config.vocab_size * h + config.num_layers * _layer_params(config) + h  # + final norm
 
 
 class RMSNorm(nn.Module):
@@ -182,7 +271,13 @@ class DecoderBody(nn.Module):
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # Built from an empty tensor and initialised here only off the meta device: on meta, nn.Embedding's
+        # own init (normal_) runs a Python decomposition that imports torch._dynamo, over a second in a
+        # fresh process (torch 2.13), for values a meta tensor never holds.
+        weight = torch.empty(config.vocab_size, config.hidden_size)
+        if weight.device.type != "meta":
+            nn.init.normal_(weight)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=weight)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -227,11 +322,14 @@ def derived_seed(seed: int, label: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{label}".encode()).digest()[:4], "little")
 
 
-def build_weights(config: DecoderConfig, seed: int = 0, dtype: torch.dtype = torch.bfloat16) -> dict:
+def build_weights(
+    config: DecoderConfig, seed: int = 0, dtype: torch.dtype = torch.bfloat16, label: str = ""
+) -> dict:
     """A seeded state dict for ``DecoderLM(config)``: name -> contiguous tensor of ``dtype``.
 
     Matrices are N(0, 0.02²) drawn in fp32 from a ``torch.Generator`` seeded
-    from ``seed`` and the entry's name, then cast; RMSNorm weights are ones.
+    from ``seed`` and ``label`` + the entry's name (the big file's label is
+    ``big/``, so its tensors never repeat the small model's), then cast; RMSNorm weights are ones.
     The same arguments give the same values on the same torch version (CPU
     generator). No two entries share memory, so the dict suits both
     ``torch.save`` and safetensors' ``save_file``. Raises ValueError for a
@@ -244,6 +342,35 @@ def build_weights(config: DecoderConfig, seed: int = 0, dtype: torch.dtype = tor
         if name.endswith("norm.weight"):
             state[name] = torch.ones(shape, dtype=dtype)
             continue
-        gen = torch.Generator().manual_seed(derived_seed(seed, name))
+        gen = torch.Generator().manual_seed(derived_seed(seed, label + name))
         state[name] = (torch.randn(shape, generator=gen) * INIT_STD).to(dtype)
     return state
+
+
+# The first response's fixed prompt: token ids, each taken modulo the model's vocabulary (so it fits any
+# vocabulary). Eight ids: a short prompt, so the forward pass reads every weight once and little more.
+PROMPT_IDS = (1, 415, 2936, 9060, 285, 1142, 461, 754)
+
+
+def prompt_ids(config: DecoderConfig, device: torch.device | str = "cpu") -> torch.Tensor:
+    """:data:`PROMPT_IDS` modulo ``config.vocab_size``: int64, shape [1, 8], on ``device``."""
+    ids = [i % config.vocab_size for i in PROMPT_IDS]
+    return torch.tensor([ids], dtype=torch.int64, device=device)
+
+
+def next_token(model: DecoderLM, device: torch.device | str = "cpu") -> tuple[int, float]:
+    """One forward pass of the fixed prompt; return (next-token id, margin) on the host.
+
+    Runs in ``torch.inference_mode()`` with the prompt on ``device`` (where the
+    weights are). The id is the argmax of the last position's logits, read with
+    ``.item()``, which waits for the device; the margin is the gap between the
+    top two logits (in the weights' dtype, as a float), so a disagreement
+    between two loads of the same weights can be read against how close the
+    call was. Raises RuntimeError (torch's) when the weights and ``device`` differ.
+    """
+    with torch.inference_mode():
+        logits = model(prompt_ids(model.config, device))[0, -1]
+        top = torch.topk(logits.float(), 2).values
+        token = int(logits.argmax().item())
+        margin = float((top[0] - top[1]).item())
+    return token, margin

@@ -7,8 +7,11 @@ nothing is downloaded at run time:
 - ``small.pt`` / ``small.safetensors``: a :class:`model.DecoderLM` state dict,
   config ``tiny`` when ``sizes["load_small_full_size"] == 0``, else ``small``
   (SmolLM2-135M's shape);
-- ``big.pt`` / ``big.safetensors``: ``sizes["load_big_tensors"]`` tensors
-  ``w0``.. of shape 4096 x 4096, bf16, 32 MiB each (the lesson's big_src);
+- ``big.pt`` / ``big.safetensors``: a :class:`model.DecoderLM` state dict in
+  bf16 of config ``model.big_config(sizes["load_big_mib"])``, the largest model
+  of the big family that fits in that many MiB (its rule is in model.py; the
+  manifest's ``big_model`` states the config, parameter count and bytes), so
+  every loader of the big file can populate a module and answer;
 - with the setting ``load_model`` (``cfg["settings"]["load_model"]``: a
   .safetensors file, a torch.save checkpoint or pytorch_model.bin, a sharded
   directory, or a Hugging Face repo id found in the host's cache; see
@@ -42,6 +45,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import safetensors
@@ -54,7 +58,9 @@ from ..common.units import MIB
 from . import model, usermodel
 
 MANIFEST = "prep_manifest.json"
-PREP_FORMAT = 1  # bump when the layout of the generated files changes
+# Bump when the layout of the generated files changes. 1: big.* were 4096 x 4096 bf16 tensors w0..;
+# 2: big.* are a DecoderLM state dict of model.big_config(load_big_mib).
+PREP_FORMAT = 2
 FILES = {
     "small_pt": "small.pt",
     "small_safetensors": "small.safetensors",
@@ -65,23 +71,26 @@ USER_PT = "user.pt"
 USER_ST = "user.safetensors"
 # The file made in the workbench from the user's weights, by the format of the user's own files.
 USER_MADE = {"user_pt": USER_PT, "user_safetensors": USER_ST}
-BIG_SHAPE = (4096, 4096)
-BIG_DTYPE = torch.bfloat16
+BIG_LABEL = "big/"  # the big file's seeds are derived from this label and each tensor's name
 SUM_BYTES = MIB  # head and tail hashed to recognise a file
 
 
 def recipe(cfg: dict) -> dict:
     """What decides the files' bytes, from ``cfg``. Equal recipes give equal files.
 
-    Reads ``cfg["sizes"]["load_small_full_size"]`` (0 or 1), ``["load_big_tensors"]``
-    (> 0) and ``cfg.get("prep_seed", 0)``; the user model's identity is added by :func:`prepare`.
-    Raises ValueError naming a bad setting.
+    Reads ``cfg["sizes"]["load_small_full_size"]`` (0 or 1), ``["load_big_mib"]``
+    (at least model.big_min_mib()) and ``cfg.get("prep_seed", 0)``; the user model's identity is added
+    by :func:`prepare`. Raises ValueError naming a bad setting.
     """
     sizes = cfg["sizes"]
-    big = sizes["load_big_tensors"]
+    big = sizes["load_big_mib"]
     if isinstance(big, bool) or not isinstance(big, int):
-        raise ValueError(f"load_big_tensors must be an integer > 0, got {big!r}")
-    require_positive("load_big_tensors", big)
+        raise ValueError(f"load_big_mib must be an integer >= {model.big_min_mib()}, got {big!r}")
+    require_positive("load_big_mib", big)
+    try:
+        config = model.big_config(big)
+    except ValueError as exc:
+        raise ValueError(f"load_big_mib: {exc}") from None
     seed = cfg.get("prep_seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ValueError(f"prep_seed must be an integer in [0, 2**32), got {seed!r}")
@@ -89,8 +98,8 @@ def recipe(cfg: dict) -> dict:
         "prep_format": PREP_FORMAT,
         "seed": seed,
         "small_config": "small" if sizes["load_small_full_size"] else "tiny",
-        "big_tensors": big,
-        "big_shape": list(BIG_SHAPE),
+        "big_mib": big,
+        "big_config": asdict(config),
         "torch_version": torch.__version__,
         "safetensors_version": safetensors.__version__,
         "user_model": None,
@@ -105,7 +114,9 @@ def prepare(cfg: dict, workdir: Path) -> dict:
     "big_safetensors" [| "user_safetensors" | "user_pt"]: {"path", "size_bytes",
     "format", "tensors", "dtype", "params", ...}}, "small_config": "tiny" |
     "small", "module_class": "DecoderLM", "module_config": "tiny" | "small" (the
-    CONFIGS name the small files load into), "user_model": None (no setting) |
+    CONFIGS name the small files load into), "big_model": {"family": "big",
+    "mib": load_big_mib, "config": DecoderConfig fields, "params": count,
+    "weights_bytes": bf16 bytes}, "user_model": None (no setting) |
     {"status": "ok", ...} | {"status": "not_run", "setting", "reason"}, "recipe",
     "generate_s", "reused": bool, "prep_s": float}``. The user's own files' entry
     (``user_safetensors`` for safetensors, ``user_pt`` for a torch.save model) has
@@ -209,17 +220,18 @@ def _files_match(workdir: Path, files: dict) -> bool:
     return True
 
 
-def big_weights(count: int, seed: int) -> dict[str, torch.Tensor]:
-    """``count`` tensors ``w0``.. of shape 4096 x 4096, bf16: N(0, 1) in fp32, then cast.
+def big_model(mib: int) -> dict:
+    """What the big file holds for ``load_big_mib`` = ``mib``: ``{"family": "big", "mib", "config" (the
+    DecoderConfig's fields), "params", "weights_bytes"}`` (model.big_config, model.describe_config).
+    Raises ValueError below model.big_min_mib()."""
+    return {"family": "big", "mib": mib, **model.describe_config(model.big_config(mib))}
 
-    One ``torch.Generator`` per tensor, seeded from ``seed`` and the index, so
-    the same arguments give the same bytes on the same torch version.
-    """
-    out = {}
-    for i in range(count):
-        gen = torch.Generator().manual_seed(model.derived_seed(seed, f"big/w{i}"))
-        out[f"w{i}"] = torch.randn(BIG_SHAPE, generator=gen).to(BIG_DTYPE)
-    return out
+
+def big_weights(mib: int, seed: int) -> dict[str, torch.Tensor]:
+    """The big file's state dict: ``model.build_weights`` of ``model.big_config(mib)``, bf16, seeded from
+    ``seed`` and :data:`BIG_LABEL` with each name, so the same arguments give the same bytes on the same
+    torch version. Raises ValueError below model.big_min_mib()."""
+    return model.build_weights(model.big_config(mib), seed=seed, label=BIG_LABEL)
 
 
 def _replace_into(path: Path, write) -> None:
@@ -335,7 +347,7 @@ def _write_user(user: dict, workdir: Path) -> tuple[dict, dict]:
 
 def _write_big(want: dict, workdir: Path) -> dict:
     """big.pt and big.safetensors; returns their descriptions."""
-    state = big_weights(want["big_tensors"], want["seed"])
+    state = big_weights(want["big_mib"], want["seed"])
     st_path, pt_path = workdir / FILES["big_safetensors"], workdir / FILES["big_pt"]
     _torch_save(state, pt_path)
     _replace_into(st_path, lambda tmp: save_file(state, str(tmp)))
@@ -361,6 +373,7 @@ def _generate(want: dict, workdir: Path, user: dict | None) -> dict:
         "small_config": want["small_config"],
         "module_class": "DecoderLM",
         "module_config": want["small_config"],
+        "big_model": big_model(want["big_mib"]),
         "user_model": user,
         "recipe": want,
     }

@@ -34,9 +34,10 @@ from __future__ import annotations
 
 from ..cache.pagecache import COLD_MAX_FRACTION
 from ..common.facts import is_unavailable
+from ..common.stages import LAST
 
 WARM_MIN_FRACTION = 0.99
-PROOF_STAGE = "all_touched"
+PROOF_STAGE = LAST  # all_touched: the last stop event, so the interval covers every read of the load
 # Methods that read the file through a mapping: torch.load(mmap=True) and safetensors (memory-mapped).
 MAPPED_METHODS = ("torch.load-mmap", "load_file", "one-tensor", "load_file+willneed")
 VERDICTS = ("cold", "cold_unproven", "warm", "warm_unverified")

@@ -15,10 +15,14 @@ fails a part is recorded as ``cold_unverified`` with the part named, and is
 never reported as cold. A warm run is ``warm`` only at 99 % residency or more
 just before the call, else ``warm_unverified``.
 
-Cells: the big file with torch.load, torch.load-mmap (the .pt), load_file,
-one-tensor and load_file+willneed (the .safetensors); the small model with
+Cells: the big file, a DecoderLM of the profile's size (prep.py: model.big_config
+of ``load_big_mib``), with torch.load, torch.load-mmap (the .pt), load_file,
+one-tensor and load_file+willneed (the .safetensors); every one of them that
+yields the whole state dict (all but one-tensor: common.stages.PARTIAL_METHODS)
+populates the big DecoderLM by meta + assign (:data:`BIG_POPULATE`) and runs the
+first response, so each reaches every readiness stage. The small model with
 torch.load (.pt) and load_file (.safetensors), each populating a DecoderLM by
-copy and by assign. With the setting ``load_model`` (prep.user_model), the
+copy and by assign, answers copy against assign. With the setting ``load_model`` (prep.user_model), the
 user's own files (one file or every shard, in place, never changed) and the
 other format made from them in the workbench (prep.py) get the same cells:
 torch.load and torch.load-mmap on the .pt (``user_pt``: the user's own
@@ -47,6 +51,7 @@ from pathlib import Path
 from ..cache import pagecache as cache
 from ..common.child import child_env, module_argv
 from ..common.facts import is_unavailable, not_run, require_positive, unavailable
+from ..common.stages import PARTIAL_METHODS, STAGES
 from ..common.stats import spread
 from ..common.units import MIB
 from ..loadlab import workers
@@ -55,8 +60,8 @@ from ..loadlab.usermodel import weights_note
 
 LOAD_ONE = "disklab_host.loadlab.load_one"
 CACHE_STATES = ("cold", "warm")
-STAGES = ("loader_return", "module_populated", "all_touched", "device_placed")
-# (manifest file key, load_one method) for the big file.
+# (manifest file key, load_one method) for the big file; a method that yields the whole state dict also
+# populates the big DecoderLM (BIG_MODEL, BIG_POPULATE) and runs the first response.
 BIG_CELLS = (
     ("big_pt", "torch.load"),
     ("big_pt", "torch.load-mmap"),
@@ -64,6 +69,12 @@ BIG_CELLS = (
     ("big_safetensors", "one-tensor"),
     ("big_safetensors", "load_file+willneed"),
 )
+BIG_MODEL = "big"  # the model name of the big file's cells; its DecoderConfig travels as --decoder-config
+# meta + load_state_dict(assign=True): the module's parameters are the loader's own tensors, so a mapped
+# loader's pages stay unread until the forward pass needs them (what first_response's residency shows), and
+# no second copy of the file is made (copy would read every mapped page at module_populated, and hold the
+# weights twice). Copy against assign is the small model's question.
+BIG_POPULATE = "assign"
 # (manifest file key, load_one method) for the small model, each run with both populate modes.
 SMALL_CELLS = (("small_pt", "torch.load"), ("small_safetensors", "load_file"))
 POPULATE = ("copy", "assign")
@@ -79,9 +90,13 @@ USER_MODEL = "user"  # the model name of the user's cells; its DecoderConfig tra
 COLD_COPIES = "cold_copies"  # under the step's workdir: where a cold method's copy is made and timed
 RUN_TIMEOUT_S = 1800
 # The quick profile skips cells whose answer the lesson does not ask for, to stay within
-# about 3 minutes on 2 cores (each cell costs a fresh process that imports torch, ~1 s):
+# about 3 minutes on 2 cores (each cell costs a fresh process that imports torch, ~1 s, and since results
+# version 5 each big-file cell also runs a forward pass of the 256 MiB model, ~0.5 s):
 # one-tensor and load_file+willneed are about cold residency and the cold mmap gap, and the
-# tiny model's 6 MiB fits in one readahead window, so only copy against assign matters there.
+# tiny model's 6 MiB fits in one readahead window, so only copy against assign matters there, and it is
+# asked once, of load_file (mapped pages kept by assign, or copied): torch.load's .pt is the full profile's.
+# Each entry: (a method, "module" for the small model or a small file's key; the cache state, None for
+# both; the reason the report gives).
 QUICK_SKIPS = (
     (
         "one-tensor",
@@ -99,6 +114,12 @@ QUICK_SKIPS = (
         "the small model is measured warm only in the quick profile: the tiny model fits in one readahead "
         "window, so its question is copy against assign",
     ),
+    (
+        "small_pt",
+        None,
+        "the small model's .pt (torch.load into a module by copy and by assign) is measured in the full "
+        "profile only: the quick profile asks copy against assign once, of load_file on small.safetensors",
+    ),
 )
 
 
@@ -106,9 +127,9 @@ def skipped(cell: dict, state: str, profile: str | None) -> str | None:
     """The reason this cell × cache state is not measured in ``profile``, or None when it is."""
     if profile != "quick":
         return None
-    kind = "module" if cell["model"] and cell["model"] != USER_MODEL else cell["method"]
+    kinds = ("module", cell["file"]) if cell["file"].startswith("small") else (cell["method"],)
     for what, skip_state, reason in QUICK_SKIPS:
-        if what == kind and skip_state == state:
+        if what in kinds and skip_state in (state, None):
             return reason
     return None
 
@@ -168,10 +189,17 @@ def cell_plan(manifest: dict) -> tuple[list[dict], dict | None]:
 
     Each cell is ``{"file", "path", "paths", "method", "model", "populate",
     "decoder_config"}``; ``paths`` lists a sharded file's shards (else just ``path``).
-    The user's cells come last, and only when ``manifest["user_model"]`` is ok.
+    The big file's cells of a method that yields the whole state dict carry
+    ``manifest["big_model"]["config"]`` as their decoder config. The user's cells
+    come last, and only when ``manifest["user_model"]`` is ok. Raises KeyError
+    when the manifest has no ``big_model`` (prep.py writes it).
     """
     files = manifest["files"]
-    plan = [_cell(files, key, m) for key, m in BIG_CELLS]
+    big = json.dumps(manifest["big_model"]["config"], sort_keys=True)
+    plan = [
+        _cell(files, key, m) if m in PARTIAL_METHODS else _cell(files, key, m, BIG_MODEL, BIG_POPULATE, big)
+        for key, m in BIG_CELLS
+    ]
     small = manifest.get("small_config")
     # prep.py names the DecoderLM config the small files load into (None when none fits).
     config = manifest.get("module_config", small if small in ("tiny", "small") else None)
@@ -350,6 +378,11 @@ def summarise(samples: list[dict]) -> list[dict]:
                     else {}
                 ),
                 "stages": stages,
+                **(
+                    {"next_token_ids": sorted(tokens)}
+                    if (tokens := {g["next_token_id"] for g in group if "next_token_id" in g})
+                    else {}
+                ),
                 "cache_proof": {
                     "verdicts": sorted({g["cache_proof"]["verdict"] for g in group}),
                     "failed": sorted({f for g in group for f in g["cache_proof"]["failed"]}),
@@ -434,7 +467,9 @@ def measure(
             k: {"path": str(v["path"]), "size_bytes": v["size_bytes"], "format": v["format"]}
             for k, v in manifest["files"].items()
         },
+        "big_model": manifest["big_model"],
         "module_populated": module_skip or {"status": "ok"},
+        "first_response": first_response_summary(samples),
         "cells_skipped": skips,
         "device_placed": {"status": "ok"} if device["status"] == "ok" else device,
         **({"device": backend} if backend else {}),
@@ -451,6 +486,55 @@ def measure(
         "two_workers": workers_result,
         "measure_wall_s": time.perf_counter() - start,
     }
+
+
+def first_response_summary(samples: list[dict]) -> dict:
+    """Whether the first responses agree: the same weights must give the same next token.
+
+    Per model (``big``, the small config, ``user``: the .pt and the
+    .safetensors of one model hold the same weights), every sample that reached
+    ``first_response``: ``{"model", "agree", "n", "margin_min", "votes":
+    [{"next_token_id", "n", "cells": [label]}]}``, most votes first. ``agree``
+    is False as soon as two samples of one model gave different tokens; the
+    section's ``agree`` is False when any model's is. ``{"status": "not_run",
+    "reason"}`` when no sample reached the stage (the first sample's reason, or
+    that no cell populates a module).
+    """
+    ran = [s for s in samples if s["stages"].get("first_response", {}).get("status") == "ok"]
+    if not ran:
+        skipped_ = [st for s in samples if (st := s["stages"].get("first_response"))]
+        reason = skipped_[0]["reason"] if skipped_ else "no cell populated a module, so none could respond"
+        return not_run(reason)
+    models = []
+    for name in dict.fromkeys(s["model"] for s in ran):
+        mine = [s for s in ran if s["model"] == name]
+        votes: dict[int, list[dict]] = {}
+        for s in mine:
+            votes.setdefault(s["next_token_id"], []).append(s)
+        ordered = sorted(votes.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        models.append(
+            {
+                "model": name,
+                "agree": len(votes) == 1,
+                "n": len(mine),
+                "margin_min": min(s["next_token_margin"] for s in mine),
+                "votes": [
+                    {
+                        "next_token_id": token,
+                        "n": len(group),
+                        "cells": sorted({_sample_label(s) for s in group}),
+                    }
+                    for token, group in ordered
+                ],
+            }
+        )
+    return {"status": "ok", "agree": all(m["agree"] for m in models), "models": models}
+
+
+def _sample_label(s: dict) -> str:
+    """``torch.load → module (assign), big_pt, cold`` (the report's cell name, and the cache state)."""
+    what = f"{s['method']} → module ({s['populate']})" if s.get("populate") else s["method"]
+    return f"{what}, {s['file']}, {s['cache_state']}"
 
 
 def user_section(manifest: dict, samples: list[dict]) -> dict | None:
@@ -480,6 +564,11 @@ def user_section(manifest: dict, samples: list[dict]) -> dict | None:
     )
     refused = (s["stages"]["device_placed"] for s in mine if s["stages"]["device_placed"]["status"] != "ok")
     placed = next(refused, None)
+    responses = [s["stages"]["first_response"] for s in mine if "first_response" in s["stages"]]
+    if module["status"] != "ok":
+        response = not_run(f"no module to run: {module['reason']}")
+    else:
+        response = next((r for r in responses if r["status"] != "ok"), None) or {"status": "ok"}
     made_key = "user_pt" if user.get("format", "safetensors") == "safetensors" else "user_safetensors"
     made = (
         {"status": "ok", "file": made_key, "path": files[made_key]["path"],
@@ -491,6 +580,7 @@ def user_section(manifest: dict, samples: list[dict]) -> dict | None:
         "status": "ok",
         **{k: user[k] for k in keep if k in user},
         "device_placed": placed or {"status": "ok"},
+        "first_response": response,
         **({"pt_path": made["path"], "pt_size_bytes": made["size_bytes"]} if made_key == "user_pt" and
            made["status"] == "ok" else {}),
         "made": made,
