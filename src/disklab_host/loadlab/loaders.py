@@ -414,9 +414,10 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def import_check(loader: str, python: str | None = None) -> dict:
-    """Import ``loader`` in a fresh ``python`` (default: this one) and read its version:
-    ``{"status": "ok", "version"}``, or ``{"status": "not_run", "reason"}`` with the error's last line."""
+def import_check(loader: str, python: str | None = None, env: dict | None = None) -> dict:
+    """Import ``loader`` in a fresh ``python`` (default: this one; environment ``env``, default this
+    process's) and read its version: ``{"status": "ok", "version"}``, or ``{"status": "not_run",
+    "reason"}`` with the error's last line."""
     spec = BY_NAME[loader]
     try:
         cp = subprocess.run(
@@ -425,6 +426,7 @@ def import_check(loader: str, python: str | None = None) -> dict:
             text=True,
             timeout=IMPORT_TIMEOUT_S,
             check=False,
+            env=env,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return not_run(f"`{spec.import_check}` could not be run: {exc}")
