@@ -53,10 +53,10 @@ HOST = "host0"
 TIMEOUT_S = 900
 # The steps that matter on network storage: the ceiling the load figures are read against, and the load.
 STEPS = "[ceiling,load]"
-# Where the opt-in production loaders go once `lab_run_load_loaders` is merged (issue 27, item 3): e.g.
-# ["-e", "lab_run_load_loaders=[model_streamer,fastsafetensors]"]; the sample checks below then cover
-# their rows too (MAPPED lists the methods that read through a mapping, as loadlab.proof does).
-LOADER_ARGS: list[str] = []
+# The opt-in production loaders (issue 27, item 3), installed by lab_venv at their pins on the host and
+# measured beside the others: the sample checks below cover their rows too (neither reads through a mapping).
+LOADERS = ("model_streamer", "fastsafetensors")
+LOADER_ARGS: list[str] = ["-e", f"lab_run_load_loaders=[{','.join(LOADERS)}]"]
 
 
 def _free_fleet_id() -> int:
@@ -150,6 +150,25 @@ def test_cold_proofs_check_what_they_can_and_say_why_device_reads_cannot(lab):
             s["method"],
             p,
         )
+
+
+def test_the_production_loaders_ran_on_the_network_filesystem_and_say_how_they_read(lab, reports):
+    section = lab["experiments"]["load"]
+    assert section["loaders"]["requested"] == list(LOADERS)
+    report = (reports / HOST / "report.md").read_text()
+    assert "### Production loaders (`lab_run_load_loaders`)" in report
+    for name in LOADERS:
+        rec = section["loaders"]["loaders"][name]
+        assert rec["status"] == "ok", rec
+        states = {s["cache_state_requested"] for s in section["samples"] if s["method"] == name}
+        assert states == {"cold", "warm"}
+        assert f"| {name}, big_safetensors | cold | all_touched |" in report
+        assert f"(`{name}`): installed {rec['version']}." in report
+    # fastsafetensors' own policy reads a network filesystem buffered, not with O_DIRECT
+    fst = section["loaders"]["loaders"]["fastsafetensors"]["observed"]
+    assert [o["page_cache"] for o in fst] == ["used"] and f"buffered on {NETFS_FS}" in fst[0]["how"]
+    streamer = section["loaders"]["loaders"]["model_streamer"]["observed"]
+    assert streamer and all(o["source"].startswith("the streamer's own log line") for o in streamer)
 
 
 def test_no_warm_run_passes_and_each_says_the_workbench_drops_the_cache_at_open(lab):

@@ -294,13 +294,14 @@ def check_loaders(names: list[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def install_loader(venv: Path, name: str, pip_args: list[str]) -> dict:
-    """pip install one loader's pins into the venv, then import it there (loaders.import_check).
+def install_loader(venv: Path, name: str, pip_args: list[str], pins: list[str] | None = None) -> dict:
+    """pip install one loader's pins (default: its pins in loaders.LOADERS) into the venv, then import
+    it there (loaders.import_check).
 
     Returns ``{"status": "ok", "version", "pins"}``, or ``{"status": "not_run", "reason", "pins"}`` with
     pip's last line (no wheel for this host, say) or the import's error; never raises for either.
     """
-    pins = list(loaderlib.BY_NAME[name].pins)
+    pins = list(pins or loaderlib.BY_NAME[name].pins)
     pip = [str(venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check"]
     try:
         _run([*pip, *pins, *pip_args], f"installing the loader {name}")

@@ -586,6 +586,8 @@ def _loader_proof(name: str, rec: dict, samples: list[dict]) -> list[str]:
     warm = [s for s in mine if s["cache_state_requested"] == "warm"]
     bypass = [s for s in mine if (s.get("read_path") or {}).get("page_cache") == "bypassed"]
     out = []
+    if not mine:
+        return out
     if rec["reads_through_mapping"]:
         out.append("major faults: checked (it reads through a file mapping)")
     else:
@@ -623,15 +625,18 @@ def _loader_proof(name: str, rec: dict, samples: list[dict]) -> list[str]:
                 "warm: cannot be proven by residency, so the device had to deliver less than the file: it "
                 f"did not in {failed}/{len(warm)} warm samples, reported warm_unverified"
             )
-    elif mine:
+    else:
         out.append("residency after the call: meaningful (its reads go through the page cache)")
-    if rec["needs_gpu"]:
-        out.append(
-            "its GPU path ran on this host"
-            if rec["gpu_path_run"]
-            else "its GPU path was not run on real hardware here"
-        )
     return out
+
+
+def _gpu_note(rec: dict) -> str | None:
+    """Whether a GPU-only loader's GPU path ran here (None for a loader that needs no GPU)."""
+    if not rec["needs_gpu"]:
+        return None
+    if rec["gpu_path_run"]:
+        return "its GPU path ran on this host"
+    return "it needs a GPU, and its GPU path was not run on real hardware here"
 
 
 def loaders_block(section: dict) -> dict | None:
@@ -672,6 +677,7 @@ def loaders_block(section: dict) -> dict | None:
                     for k, v in rec["knobs"].items()
                 ],
                 "proof": _loader_proof(name, rec, section["samples"]),
+                "gpu": _gpu_note(rec),
             }
         )
     files = section["files"]
