@@ -20,7 +20,7 @@ Sizes: the profile's tiny sizes (TINY_SIZES) with only the ceiling and load step
 a one-tensor big file (32 MiB) are enough to show what the mount does to the page cache and the proofs,
 which do not depend on size. The lab venv is provisioned once per lab root (DISKLAB_FLEET_LAB_ROOT keeps it
 across sessions, as for test_fleet_lab.py); from nothing the module takes about 3.5 minutes, 2.2 of them
-installing torch.
+installing torch, and the two production loaders (LOADERS) add their install and their cells.
 """
 
 from __future__ import annotations

@@ -318,7 +318,7 @@ kept = again["files"]["big_tensors"] == tz and os.stat(tz["path"]).st_mtime_ns =
 
 
 def raw(t):
-    return t.contiguous().view(torch.uint8).reshape(-1).tolist()
+    return t.contiguous().reshape(-1).view(torch.uint8).tolist()
 
 
 out = {"tensorizer_kept": kept}
