@@ -659,6 +659,9 @@ def loaders_block(section: dict) -> dict | None:
                 "ok": rec["status"] == "ok",
                 "version": markup.md(rec.get("version", "")),
                 "reason": markup.md(rec.get("reason", "")),
+                "status_text": f"installed {markup.md(rec['version'])}."
+                if rec["status"] == "ok"
+                else f"not run: {markup.md(rec['reason'].rstrip('.'))}.",
                 "pins": ", ".join(f"`{p}`" for p in rec["pins"]),
                 "pin_why": rec["pin_why"],
                 "read_path": [

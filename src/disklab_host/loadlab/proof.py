@@ -91,11 +91,12 @@ def _device_part(io: object, touched: int) -> dict:
 def _faults_part(io: object, method: str, read_path: dict | None = None) -> dict:
     mapped = read_path["mapping"] if read_path else method in MAPPED_METHODS
     if not mapped:
-        how = read_path["how"] if read_path else "the file with read(2)"
-        return {
-            "status": "not_applicable",
-            "why": f"{method} reads {how} into its own memory: no file mapping to fault on",
-        }
+        why = (
+            f"{method} reads the file into its own buffers ({read_path['how']}): no file mapping to fault on"
+            if read_path
+            else f"{method} reads the file with read(2) into its own memory: no file mapping to fault on"
+        )
+        return {"status": "not_applicable", "why": why}
     if is_unavailable(io):
         return {"status": "unavailable", "why": io["unavailable"]}
     major = io["faults"]["major"]
