@@ -25,6 +25,7 @@ installing torch, and the two production loaders (LOADERS) add their install and
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -55,6 +56,10 @@ TIMEOUT_S = 900
 STEPS = "[ceiling,load]"
 # The opt-in production loaders (issue 27, item 3), installed by lab_venv at their pins on the host and
 # measured beside the others: the sample checks below cover their rows too (neither reads through a mapping).
+# The fleet's hosts reach no package index (their pip sees only this machine's local wheel directories), as
+# an air-gapped host: the loaders' wheels are fetched here first, into a wheelhouse the host's pip is pointed
+# at with lab_venv_pip_args, as a user of such a host would (without it each is recorded not_run with pip's
+# "No matching distribution found").
 LOADERS = ("model_streamer", "fastsafetensors")
 LOADER_ARGS: list[str] = ["-e", f"lab_run_load_loaders=[{','.join(LOADERS)}]"]
 
@@ -85,9 +90,23 @@ def reports(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def lab(fleet, reports):
+def wheelhouse(tmp_path_factory) -> Path:
+    """The loaders' wheels and their dependencies (pip download here, where the index is reachable; ~10 s)."""
+    from disklab_host.loadlab import loaders
+
+    dest = tmp_path_factory.mktemp("wheelhouse")
+    pins = [p for name in LOADERS for p in loaders.BY_NAME[name].pins]
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest), *pins, "torch==2.13.0"]
+    cp = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    return dest
+
+
+@pytest.fixture(scope="module")
+def lab(fleet, reports, wheelhouse):
     """`disklab run` of the ceiling and load steps at tiny sizes on the netfs host; its stored results."""
-    args = ["-e", f"lab_run_steps={STEPS}", *LOADER_ARGS]
+    pip_args = json.dumps({"lab_venv_pip_args": [f"--find-links={wheelhouse}"]})
+    args = ["-e", f"lab_run_steps={STEPS}", *LOADER_ARGS, "-e", pip_args]
     for name, value in TINY_SIZES.items():
         args += ["-e", f"{name}={value}"]
     proc = run_disklab("run", "-i", str(fleet.inventory_path), *args, reports=reports, timeout=TIMEOUT_S)
@@ -189,7 +208,7 @@ def test_the_report_renders_whole_and_says_whether_mmap_lost_from_its_own_number
     assert f"| filesystem type | **{NETFS_FS}** |" in report
     assert "> **Flag: network or fuse.**" in report
     # the ceiling section rendered on a workbench with no block device (issue 27's template crash)
-    assert "## This host's ceiling: one file read cold and warm" in report
+    assert "## This host's ceilings: one file read cold (one stream, and in parallel) and warm" in report
     assert "| cold ceiling |" in report
     assert "### Mapped against eager loading on this network filesystem" in report
     verdict = load_section.network_mmap(lab["experiments"]["load"], lab)
