@@ -188,6 +188,8 @@ def test_the_production_loaders_ran_on_the_network_filesystem_and_say_how_they_r
     assert [o["page_cache"] for o in fst] == ["used"] and f"buffered on {NETFS_FS}" in fst[0]["how"]
     streamer = section["loaders"]["loaders"]["model_streamer"]["observed"]
     assert streamer and all(o["source"].startswith("the streamer's own log line") for o in streamer)
+    if any(o["page_cache"] == "bypassed" for o in streamer):  # O_DIRECT through FUSE: no device to ask either
+        assert "and no device counter on this host could show where the bytes came from" in report
 
 
 def test_no_warm_run_passes_and_each_says_the_workbench_drops_the_cache_at_open(lab):
@@ -209,7 +211,7 @@ def test_the_report_renders_whole_and_says_whether_mmap_lost_from_its_own_number
     assert "> **Flag: network or fuse.**" in report
     # the ceiling section rendered on a workbench with no block device (issue 27's template crash)
     assert "## This host's ceilings: one file read cold (one stream, and in parallel) and warm" in report
-    assert "| cold ceiling |" in report
+    assert "| cold ceiling, one stream (8 MiB buffered reads) |" in report
     assert "### Mapped against eager loading on this network filesystem" in report
     verdict = load_section.network_mmap(lab["experiments"]["load"], lab)
     assert verdict["fstype"] == NETFS_FS and len(verdict["lines"]) == 2

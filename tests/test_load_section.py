@@ -628,7 +628,11 @@ def test_production_loaders_rendered_beside_the_others_with_knobs_proof_and_reas
     assert "| model_streamer, big_safetensors | warm_unverified ⚠ | loader_return |" in md
     assert "| tensorizer, big_tensors | warm | all_touched | 0.300 s" in md
     assert "† This loader's reads bypassed the page cache (O_DIRECT)" in md
-    assert "3 warm run(s) of model_streamer are warm_unverified, never warm" in md
+    assert (
+        "3 warm run(s) of model_streamer are warm_unverified, never warm: these loaders read with O_DIRECT"
+        in md
+    )
+    assert "and the device delivered the file's bytes during the load; on this workbench" in md
     # computed comparisons at the same stage and state
     assert (
         "- cold, all_touched: tensorizer took 0.6× load_file here (1.100 s against 2.000 s, medians)." in md

@@ -237,11 +237,17 @@ def warnings(section: dict) -> list[str]:
     ]
     if bypassed:
         names = sorted({s["method"] for s in bypassed})
+        why = []
+        if any("device_reads" in s["cache_proof"]["failed"] for s in bypassed):
+            why.append("the device delivered the file's bytes during the load")
+        if any("device_reads" in s["cache_proof"]["unchecked"] for s in bypassed):
+            why.append("no device counter on this host could show where the bytes came from")
+        because = " and ".join(why) or "their device check failed"
         out.append(
-            f"{len(bypassed)} warm run(s) of {', '.join(names)} are warm_unverified, never warm: the file "
-            "was resident, but these loaders read with O_DIRECT, which bypasses the page cache, and the "
-            "device delivered the file's bytes during the load; on this workbench they have no warm state "
-            "(see Production loaders below)."
+            f"{len(bypassed)} warm run(s) of {', '.join(names)} are warm_unverified, never warm: these "
+            "loaders read with O_DIRECT, which bypasses the page cache, so residency cannot prove a warm "
+            f"read, and {because}; on this workbench they have no provable warm state (see Production "
+            "loaders below)."
         )
     not_bypassed = [
         s
