@@ -20,11 +20,12 @@ Sizes: the profile's tiny sizes (TINY_SIZES) with only the ceiling and load step
 a one-tensor big file (32 MiB) are enough to show what the mount does to the page cache and the proofs,
 which do not depend on size. The lab venv is provisioned once per lab root (DISKLAB_FLEET_LAB_ROOT keeps it
 across sessions, as for test_fleet_lab.py); from nothing the module takes about 3.5 minutes, 2.2 of them
-installing torch.
+installing torch, and the two production loaders (LOADERS) add their install and their cells.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -53,10 +54,14 @@ HOST = "host0"
 TIMEOUT_S = 900
 # The steps that matter on network storage: the ceiling the load figures are read against, and the load.
 STEPS = "[ceiling,load]"
-# Where the opt-in production loaders go once `lab_run_load_loaders` is merged (issue 27, item 3): e.g.
-# ["-e", "lab_run_load_loaders=[model_streamer,fastsafetensors]"]; the sample checks below then cover
-# their rows too (MAPPED lists the methods that read through a mapping, as loadlab.proof does).
-LOADER_ARGS: list[str] = []
+# The opt-in production loaders (issue 27, item 3), installed by lab_venv at their pins on the host and
+# measured beside the others: the sample checks below cover their rows too (neither reads through a mapping).
+# The fleet's hosts reach no package index (their pip sees only this machine's local wheel directories), as
+# an air-gapped host: the loaders' wheels are fetched here first, into a wheelhouse the host's pip is pointed
+# at with lab_venv_pip_args, as a user of such a host would (without it each is recorded not_run with pip's
+# "No matching distribution found").
+LOADERS = ("model_streamer", "fastsafetensors")
+LOADER_ARGS: list[str] = ["-e", f"lab_run_load_loaders=[{','.join(LOADERS)}]"]
 
 
 def _free_fleet_id() -> int:
@@ -85,9 +90,23 @@ def reports(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def lab(fleet, reports):
+def wheelhouse(tmp_path_factory) -> Path:
+    """The loaders' wheels and their dependencies (pip download here, where the index is reachable; ~10 s)."""
+    from disklab_host.loadlab import loaders
+
+    dest = tmp_path_factory.mktemp("wheelhouse")
+    pins = [p for name in LOADERS for p in loaders.BY_NAME[name].pins]
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest), *pins, "torch==2.13.0"]
+    cp = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    return dest
+
+
+@pytest.fixture(scope="module")
+def lab(fleet, reports, wheelhouse):
     """`disklab run` of the ceiling and load steps at tiny sizes on the netfs host; its stored results."""
-    args = ["-e", f"lab_run_steps={STEPS}", *LOADER_ARGS]
+    pip_args = json.dumps({"lab_venv_pip_args": [f"--find-links={wheelhouse}"]})
+    args = ["-e", f"lab_run_steps={STEPS}", *LOADER_ARGS, "-e", pip_args]
     for name, value in TINY_SIZES.items():
         args += ["-e", f"{name}={value}"]
     proc = run_disklab("run", "-i", str(fleet.inventory_path), *args, reports=reports, timeout=TIMEOUT_S)
@@ -152,6 +171,27 @@ def test_cold_proofs_check_what_they_can_and_say_why_device_reads_cannot(lab):
         )
 
 
+def test_the_production_loaders_ran_on_the_network_filesystem_and_say_how_they_read(lab, reports):
+    section = lab["experiments"]["load"]
+    assert section["loaders"]["requested"] == list(LOADERS)
+    report = (reports / HOST / "report.md").read_text()
+    assert "### Production loaders (`lab_run_load_loaders`)" in report
+    for name in LOADERS:
+        rec = section["loaders"]["loaders"][name]
+        assert rec["status"] == "ok", rec
+        states = {s["cache_state_requested"] for s in section["samples"] if s["method"] == name}
+        assert states == {"cold", "warm"}
+        assert f"| {name}, big_safetensors | cold | all_touched |" in report
+        assert f"(`{name}`): installed {rec['version']}." in report
+    # fastsafetensors' own policy reads a network filesystem buffered, not with O_DIRECT
+    fst = section["loaders"]["loaders"]["fastsafetensors"]["observed"]
+    assert [o["page_cache"] for o in fst] == ["used"] and f"buffered on {NETFS_FS}" in fst[0]["how"]
+    streamer = section["loaders"]["loaders"]["model_streamer"]["observed"]
+    assert streamer and all(o["source"].startswith("the streamer's own log line") for o in streamer)
+    if any(o["page_cache"] == "bypassed" for o in streamer):  # O_DIRECT through FUSE: no device to ask either
+        assert "and no device counter on this host could show where the bytes came from" in report
+
+
 def test_no_warm_run_passes_and_each_says_the_workbench_drops_the_cache_at_open(lab):
     section = lab["experiments"]["load"]
     page_cache = section["workbench_page_cache"]
@@ -171,7 +211,7 @@ def test_the_report_renders_whole_and_says_whether_mmap_lost_from_its_own_number
     assert "> **Flag: network or fuse.**" in report
     # the ceiling section rendered on a workbench with no block device (issue 27's template crash)
     assert "## This host's ceilings: one file read cold (one stream, and in parallel) and warm" in report
-    assert "| cold ceiling |" in report
+    assert "| cold ceiling, one stream (8 MiB buffered reads) |" in report
     assert "### Mapped against eager loading on this network filesystem" in report
     verdict = load_section.network_mmap(lab["experiments"]["load"], lab)
     assert verdict["fstype"] == NETFS_FS and len(verdict["lines"]) == 2

@@ -672,3 +672,115 @@ def test_a_user_checkpoint_names_its_format_copy_key_and_cells_not_run(tmp_path)
     x, md = render(section, tmp_path)
     assert "format found: sharded .bin, 2 files, in torch.save's zip format (torch 1.6 and later)" in md
     assert "no file in the other format was made from it: user.safetensors could not be made: Runtime" in md
+
+
+def _loader_sample(method, file, state, lr, at, rep, page_cache, warm_device_bytes=0):
+    """A production loader's sample (loadlab.loaders): its loader record and read path; proof recomputed."""
+    from disklab_host.loadlab import loaders
+
+    s = sample(method, file, None, state, lr, at, rep)
+    s["process"]["loader_import_s"] = 0.02
+    s["loader"] = {
+        "name": method,
+        "version": "1.0",
+        "knobs": loaders.resolve_knobs(method, {"concurrency": 4}),
+    }
+    how = "io_uring_direct: O_DIRECT reads" if page_cache == "bypassed" else "read(2) through the page cache"
+    s["read_path"] = {"mapping": False, "page_cache": page_cache, "how": how, "source": "its own log"}
+    if state == "cold" and page_cache == "bypassed":  # O_DIRECT leaves the page cache as it was
+        for st in ("loader_return", "all_touched"):
+            s["stages"][st].update(resident_fraction=0.0, resident_bytes=0)
+    if state == "warm":
+        s["stages"]["all_touched"]["io"]["device"]["read_bytes"] = warm_device_bytes
+    s["cache_proof"] = proof.cache_proof(s, s["cache_state_requested"])
+    s["cache_state"] = proof.CACHE_STATE[s["cache_proof"]["verdict"]]
+    return s
+
+
+def _with_loaders(section: dict) -> dict:
+    from disklab_host.loadlab import loaders
+
+    extra = []
+    for rep, scale in enumerate((0.9, 1.0, 1.2)):
+        extra.append(
+            _loader_sample(
+                "model_streamer", "big_safetensors", "cold", 0.5 * scale, 0.8 * scale, rep, "bypassed"
+            )
+        )
+        extra.append(
+            _loader_sample("model_streamer", "big_safetensors", "warm", 0.4, 0.6, rep, "bypassed", SIZE)
+        )
+        extra.append(
+            _loader_sample("tensorizer", "big_tensors", "cold", 0.7 * scale, 1.1 * scale, rep, "used")
+        )
+        extra.append(_loader_sample("tensorizer", "big_tensors", "warm", 0.1, 0.3, rep, "used"))
+    samples = section["samples"] + extra
+    statuses = {
+        "model_streamer": {"status": "ok", "version": "0.17.1"},
+        "tensorizer": {"status": "ok", "version": "2.12.1"},
+        "fastsafetensors": {
+            "status": "not_run",
+            "reason": "pip could not install it: ERROR: no | wheel <here>",
+        },
+        "instanttensor": {"status": "not_run", "reason": "needs CUDA: torch.cuda.is_available() is False"},
+    }
+    names = ["model_streamer", "fastsafetensors", "instanttensor", "tensorizer"]
+    summary = loaders.summary(names, {"model_streamer": {"concurrency": 4}}, statuses)
+    files = {
+        **section["files"],
+        "big_tensors": {"path": "/wb/load/big.tensors", "size_bytes": SIZE + 262_319, "format": "tensorizer"},
+    }
+    return {
+        **section,
+        "files": files,
+        "samples": samples,
+        "cells": load.summarise(samples),
+        "loaders": load.loaders_section(summary, samples),
+        "n_warm_unverified": sum(s["cache_state"] == "warm_unverified" for s in samples),
+    }
+
+
+@pytest.mark.heavy
+def test_production_loaders_rendered_beside_the_others_with_knobs_proof_and_reasons(tmp_path):
+    section = _with_loaders(make_section())
+    x, md = render(section, tmp_path)
+    # the generic table: each loader's rows at every stage, cold and warm, beside torch.load's
+    assert (
+        "| model_streamer, big_safetensors | cold | all_touched | 0.800 s [0.720 s–0.960 s] | 0.0 % (0 B) † |"
+        in md
+    )
+    assert "| model_streamer, big_safetensors | warm_unverified ⚠ | loader_return |" in md
+    assert "| tensorizer, big_tensors | warm | all_touched | 0.300 s" in md
+    assert "† This loader's reads bypassed the page cache (O_DIRECT)" in md
+    assert (
+        "3 warm run(s) of model_streamer are warm_unverified, never warm: these loaders read with O_DIRECT"
+        in md
+    )
+    assert "and the device delivered the file's bytes during the load; on this workbench" in md
+    # computed comparisons at the same stage and state
+    assert (
+        "- cold, all_touched: tensorizer took 0.6× load_file here (1.100 s against 2.000 s, medians)." in md
+    )
+    # the block: version, knobs and their source, not_run reasons escaped, tensorizer's file, proof
+    assert "**Run:ai Model Streamer** (`model_streamer`): installed 0.17.1." in md
+    assert "| concurrency | 4 | inventory | `RUNAI_STREAMER_CONCURRENCY` |" in md
+    assert "| chunk_bytesize | 2097152 | default | `RUNAI_STREAMER_CHUNK_BYTESIZE` |" in md
+    assert (
+        "| num_readers | dynamic: 8 for a local file, at most one per tensor | default | call argument |"
+        in md
+    )
+    assert "(`fastsafetensors`): not run: pip could not install it: ERROR: no \\| wheel &lt;here&gt;." in md
+    assert "(`instanttensor`): not run: needs CUDA: torch.cuda.is_available() is False." in md
+    assert "GPU: it needs a GPU, and its GPU path was not run on real hardware here." in md
+    assert "`big_tensors` 256.25 MiB (/wb/load/big.tensors)" in md
+    streamer = next(lo for lo in x["loaders"]["loaders"] if lo["name"] == "model_streamer")
+    assert "major faults: not applicable" in streamer["proof"][0]
+    assert any("residency after the call: meaningless here" in p for p in streamer["proof"])
+    assert any("it did not in 3/3 warm samples" in p for p in streamer["proof"])
+    tz = next(lo for lo in x["loaders"]["loaders"] if lo["name"] == "tensorizer")
+    assert "residency after the call: meaningful (its reads go through the page cache)" in tz["proof"]
+
+
+def test_a_section_without_loaders_renders_no_loader_block(tmp_path):
+    x, md = render(make_section(), tmp_path)
+    assert x["loaders"] is None and "Production loaders" not in md and "†" not in md

@@ -53,6 +53,7 @@ from .common.fsio import atomic_write_json, atomic_write_text
 from .common.lock import LockHeld, RunLock
 from .common.result import emit as emit_result
 from .common.units import MIB
+from .loadlab import loaders
 
 # The lock file under the lab root: one run at a time per lab root (its workbench, its venv).
 LOCK_NAME = "lab.lock"
@@ -107,6 +108,7 @@ def load_config(path: Path) -> dict:
     cfg["sizes"] = registry.resolve(cfg["profile"], cfg.get("settings") or {}, strict=False)
     cfg.setdefault("system", platform.system())
     registry.check_steps(cfg["steps"])
+    loaders.check_settings(cfg.get("settings") or {})
     return cfg
 
 

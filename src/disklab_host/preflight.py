@@ -6,6 +6,8 @@ Usage: python disklab_host.pyz preflight (--config CONFIG.json | --config-json J
 Checks, in order, each refusal naming the setting:
 - the profile and every size override, with each size's rules (registry.resolve);
 - the steps (registry.check_steps);
+- the production loaders and their knobs (loadlab.loaders.check_settings: lab_run_load_loaders,
+  lab_run_load_loader_knobs);
 - the workbench exists (or lab_run_workbench_create allows creating it) and is writable;
 - the free space on the workbench's filesystem covers the profile's peak need.
 
@@ -36,6 +38,7 @@ from pathlib import Path
 from . import registry, stage
 from .common.result import emit as emit_result
 from .common.units import MIB
+from .loadlab import loaders
 
 
 class Refused(Exception):
@@ -162,6 +165,7 @@ def preflight(cfg: dict, dry_run: bool = False) -> dict:
     sizes = registry.resolve(cfg["profile"], cfg.get("settings") or {}, strict=False)
     try:
         registry.check_steps(cfg["steps"])
+        loaders.check_settings(cfg.get("settings") or {})
     except ValueError as exc:
         raise Refused(str(exc)) from None
     wb, measured = check_workbench(cfg["workbench"], bool(cfg.get("workbench_create")), dry_run)

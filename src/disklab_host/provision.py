@@ -1,7 +1,7 @@
 """Provision the lab venv: pinned torch, safetensors and numpy, from the right torch build.
 
 Usage: python disklab_host.pyz provision --venv PATH --pin torch==2.13.0 --pin ... [--torch-index
-auto|cpu|cuda|pypi|URL] [--pip-arg=ARG ...] [--require-cuda] [--check]
+auto|cpu|cuda|pypi|URL] [--pip-arg=ARG ...] [--require-cuda] [--loader NAME ...] [--check]
 
 Standard library only: it runs with the host's own Python before the venv exists, and needs neither
 pip nor packaging nor setuptools in that interpreter (Homebrew's Python 3.12+ and a venv made with
@@ -25,15 +25,23 @@ pip nor packaging nor setuptools in that interpreter (Homebrew's Python 3.12+ an
    torch.backends.mps.is_available(). It starts the venv's Python and imports torch (seconds), so it
    runs once and is kept in the record with a fingerprint of what could change it; a kept venv whose
    fingerprint still matches is not probed again (the host audit reuses the same probe);
-6. the record, written atomically last (``fsio.atomic_write_json``), so an interrupted install has
+6. with ``--loader NAME`` (the lab_venv role's ``lab_venv_loaders``, from ``lab_run_load_loaders``):
+   each production loader's exact pins (loadlab.loaders.LOADERS), one pip install per loader after the
+   venv's own pins, so one that cannot be installed (pip's last line) or imported (the import's error)
+   is recorded ``not_run`` with the reason (``loader_results`` in the record and the printed object)
+   and the rest goes on. The loaders' pins are part of what the venv is made from (``loaders`` in the
+   record, absent when none is set, so a venv made without loaders is kept as it was): the same
+   setting keeps the venv, a changed one rebuilds it;
+7. the record, written atomically last (``fsio.atomic_write_json``), so an interrupted install has
    no record and is rebuilt next time.
 
 Prints one JSON object: ``{"ok", "changed", "action", "reason", "torch_index", "python", "versions",
-"versions_source"}`` (versions_source: ``{"from": "probed_now" | "venv_record", "probed_utc"}``)
-with action kept, created or rebuilt (``--check``: would_keep, would_create or would_rebuild, which
-change nothing; ``changed`` then says whether the real run would change the host). Exit status 0;
-2 for a refusal and 1 for a failed command or file operation, with ``{"ok": false, "error": ...}`` on stdout
-and the same line on stderr.
+"versions_source"}`` (versions_source: ``{"from": "probed_now" | "venv_record", "probed_utc"}``; and,
+when a loader is set, ``loaders``: each one's ``{"status": "ok", "version", "pins"}`` or ``{"status":
+"not_run", "reason", "pins"}``) with action kept, created or rebuilt (``--check``: would_keep,
+would_create or would_rebuild, which change nothing; ``changed`` then says whether the real run would
+change the host). Exit status 0; 2 for a refusal and 1 for a failed command or file operation, with
+``{"ok": false, "error": ...}`` on stdout and the same line on stderr.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ from pathlib import Path
 from . import venvprobe
 from .common.fsio import atomic_write_json
 from .common.result import emit as emit_result
+from .loadlab import loaders as loaderlib
 
 # PyTorch's wheel indexes (https://pytorch.org/get-started/locally/). One CUDA build for the fleet:
 # cu130 has wheels for Linux x86_64 and aarch64 (DGX Spark), so every GPU host gets the same build.
@@ -86,7 +95,11 @@ class Refused(Exception):
 
 
 class Failed(Exception):
-    """A venv or pip command that failed; the message gives the command and its last words."""
+    """A venv or pip command that failed; the message gives the command and its last words (``last``)."""
+
+    def __init__(self, message: str, last: str = ""):
+        super().__init__(message)
+        self.last = last or message
 
 
 @dataclass(frozen=True)
@@ -253,10 +266,13 @@ def _check_macos(have: tuple[int, ...] | None, torch: str) -> None:
         )
 
 
-def wanted_record(pins: list[str], index: str | None, pip_args: list[str]) -> dict:
+def wanted_record(
+    pins: list[str], index: str | None, pip_args: list[str], loader_names: list[str] | None = None
+) -> dict:
     """What the venv is made from: this interpreter (path and version), the pins, the resolved torch
-    index (None: PyPI's default) and the extra pip arguments."""
-    return {
+    index (None: PyPI's default), the extra pip arguments and, when any is set, the production loaders
+    with their pins (``loaders``: ``{name: [pin, ...]}``)."""
+    out = {
         "made_by": RECORD_KIND,
         "base_python": sys.executable,
         "base_python_version": platform.python_version(),
@@ -264,6 +280,54 @@ def wanted_record(pins: list[str], index: str | None, pip_args: list[str]) -> di
         "torch_index": index,
         "pip_args": list(pip_args),
     }
+    if loader_names:
+        out["loaders"] = {name: list(loaderlib.BY_NAME[name].pins) for name in loader_names}
+    return out
+
+
+def check_loaders(names: list[str]) -> list[str]:
+    """``names`` when each is a production loader (loadlab.loaders.NAMES); raises Refused naming the
+    setting and the known loaders."""
+    unknown = [n for n in names if n not in loaderlib.BY_NAME]
+    if unknown:
+        raise Refused(f"lab_venv_loaders has unknown loader(s) {unknown}; known: {list(loaderlib.NAMES)}")
+    return list(dict.fromkeys(names))
+
+
+def install_loader(venv: Path, name: str, pip_args: list[str], pins: list[str] | None = None) -> dict:
+    """pip install one loader's pins (default: its pins in loaders.LOADERS) into the venv, then import
+    it there (loaders.import_check).
+
+    Returns ``{"status": "ok", "version", "pins"}``, or ``{"status": "not_run", "reason", "pins"}`` with
+    pip's last line (no wheel for this host, say) or the import's error; never raises for either.
+    """
+    pins = list(pins or loaderlib.BY_NAME[name].pins)
+    pip = [str(venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check"]
+    try:
+        _run([*pip, *pins, *pip_args], f"installing the loader {name}")
+    except Failed as exc:
+        return {
+            "status": "not_run",
+            "reason": f"pip could not install {' '.join(pins)}: {exc.last}",
+            "pins": pins,
+        }
+    return {**loaderlib.import_check(name, str(venv_python(venv)), env=_clean_env()), "pins": pins}
+
+
+def recheck_loaders(venv: Path, results: dict) -> dict:
+    """Each installed loader imported again in the venv (after the venv changed under its record);
+    a loader pip could not install keeps its reason."""
+    out = {}
+    for name, rec in results.items():
+        pins = rec.get("pins") or list(loaderlib.BY_NAME[name].pins)
+        if rec.get("status") == "not_run" and str(rec.get("reason", "")).startswith("pip could not install"):
+            out[name] = rec
+        else:
+            out[name] = {
+                **loaderlib.import_check(name, str(venv_python(venv)), env=_clean_env()),
+                "pins": pins,
+            }
+    return out
 
 
 def _clean_env() -> dict:
@@ -353,11 +417,16 @@ def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict |
         )
     if record is None:
         return "rebuild", f"no {RECORD_NAME}: an older or interrupted install", None
-    changed = [k for k in sorted(want) if record.get(k) != want[k]]
+    keys = set(want) | ({"loaders"} & set(record))  # a venv made with loaders differs from one without
+    changed = [k for k in sorted(keys) if record.get(k) != want.get(k)]
     if changed:
         parts = [f"{k} {record.get(k)!r} -> {want[k]!r}" for k in changed]
         return "rebuild", f"the venv was made from other settings: {'; '.join(parts)}", None
     found, why = probe_or_recorded(venv, record)
+    installed = record.get(loaderlib.RECORD_KEY) or {}
+    for rec in installed.values():  # a loader that was installed must still be there, at its pins
+        if rec.get("status") == "ok":
+            pins = {**pins, **parse_pins([*rec.get("pins", []), "torch==" + pins["torch"]])}
     problem = _probe_problem(found, pins)
     if problem:
         return "rebuild", f"the venv matches its record but {problem}", found
@@ -377,7 +446,8 @@ def _run(argv: list[str], what: str) -> None:
     if cp.returncode != 0:
         lines = [ln.strip() for ln in (cp.stderr + "\n" + cp.stdout).splitlines() if ln.strip()]
         err = [ln for ln in lines if ln.startswith("ERROR")] or lines
-        raise Failed(f"{what} failed (exit {cp.returncode}): {' '.join(argv)}: {err[-1] if err else ''}")
+        last = err[-1] if err else ""
+        raise Failed(f"{what} failed (exit {cp.returncode}): {' '.join(argv)}: {last}", last)
 
 
 def install(venv: Path, pins: list[str], torch_pin: str, index: str | None, pip_args: list[str]) -> None:
@@ -451,14 +521,19 @@ def provision(
     require_cuda: bool = False,
     check: bool = False,
     facts: HostFacts | None = None,
+    loader_names: list[str] | None = None,
 ) -> dict:
-    """Decide, refuse or provision; return the JSON object main() prints. Raises Refused or Failed."""
+    """Decide, refuse or provision; return the JSON object main() prints. Raises Refused or Failed.
+
+    ``loader_names``: the production loaders to install beside the pins (see the module doc, step 6).
+    """
     pip_args = list(pip_args or [])
+    loader_names = check_loaders(list(loader_names or []))
     facts = facts or collect_host()
     parsed = parse_pins(pins)
     index = decide_index(setting, facts)
     check_host(facts, parsed, setting, index, require_cuda)
-    want = wanted_record(pins, index, pip_args)
+    want = wanted_record(pins, index, pip_args, loader_names)
     action, reason, found = plan(venv, want, parsed)
     out = {"torch_index": index or "pypi", "python": str(venv_python(venv)), "venv": str(venv)}
     if check:
@@ -466,26 +541,37 @@ def provision(
         versions = _versions(found) if kept else None
         if versions and require_cuda:
             _refuse_without_cuda(versions, venv, index)
+        recorded = (read_record(venv) or {}).get(loaderlib.RECORD_KEY) if kept and loader_names else None
         return {"ok": True, "changed": action != "keep", "action": f"would_{action}", "reason": reason,
-                **out, "versions": versions, "versions_source": _source(found) if kept else None}  # fmt: skip
+                **out, "versions": versions, "versions_source": _source(found) if kept else None,
+                **({"loaders": recorded} if recorded else {})}  # fmt: skip
+    results = None
     if action != "keep":
         if action == "rebuild":
             _remove_venv(venv)
         install(venv, pins, parsed["torch"], index, pip_args)
+        results = {name: install_loader(venv, name, pip_args) for name in loader_names}
         found = probe(venv)
         problem = _probe_problem(found, parsed)
         if problem:
             raise Failed(f"the new venv at {venv} was installed but {problem}")
-        atomic_write_json(venv / RECORD_NAME, {**want, venvprobe.PROBE_KEY: _record_entry(found)})
-    elif found["from"] == "probed_now":  # kept, and probed again: the record keeps the new probe
+        extra = {loaderlib.RECORD_KEY: results} if loader_names else {}
+        atomic_write_json(venv / RECORD_NAME, {**want, **extra, venvprobe.PROBE_KEY: _record_entry(found)})
+    else:
         record = read_record(venv) or want
-        atomic_write_json(venv / RECORD_NAME, {**record, venvprobe.PROBE_KEY: _record_entry(found)})
+        results = record.get(loaderlib.RECORD_KEY)
+        if found["from"] == "probed_now":  # kept, and probed again: the record keeps the new probe
+            if results:
+                results = recheck_loaders(venv, results)
+                record = {**record, loaderlib.RECORD_KEY: results}
+            atomic_write_json(venv / RECORD_NAME, {**record, venvprobe.PROBE_KEY: _record_entry(found)})
     versions = _versions(found)
     if require_cuda:
         _refuse_without_cuda(versions, venv, index)
     action = {"keep": "kept", "create": "created", "rebuild": "rebuilt"}[action]
     return {"ok": True, "changed": action != "kept", "action": action, "reason": reason, **out,
-            "versions": versions, "versions_source": _source(found)}  # fmt: skip
+            "versions": versions, "versions_source": _source(found),
+            **({"loaders": results} if loader_names else {})}  # fmt: skip
 
 
 def _refuse_without_cuda(versions: dict, venv: Path, index: str | None) -> None:
@@ -512,11 +598,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--torch-index", default="auto", help="auto, cpu, cuda, pypi or an index URL")
     ap.add_argument("--pip-arg", action="append", default=[], help="an extra pip argument: --pip-arg=ARG")
     ap.add_argument("--require-cuda", action="store_true", help="refuse a torch without CUDA")
+    ap.add_argument(
+        "--loader", action="append", default=[], help="a production loader to install, repeatable"
+    )
     ap.add_argument("--check", action="store_true", help="report what would be done, change nothing")
     args = ap.parse_args(argv)
     venv = Path(args.venv).expanduser().absolute()
     try:
-        verdict = provision(venv, args.pin, args.torch_index, args.pip_arg, args.require_cuda, args.check)
+        verdict = provision(
+            venv, args.pin, args.torch_index, args.pip_arg, args.require_cuda, args.check,
+            loader_names=args.loader,
+        )  # fmt: skip
     except (Refused, Failed, OSError) as exc:
         emit_result({"ok": False, "error": str(exc)})
         word = "refused" if isinstance(exc, Refused) else "failed"

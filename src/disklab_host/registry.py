@@ -85,6 +85,9 @@ class Step:
     # Rules between this step's sizes (each size's own rules are Size.check): raises ValueError naming the
     # settings; registry.resolve runs it, so a bad pair is refused before any work.
     check_sizes: Callable[[dict[str, int]], None] | None = None
+    # Bytes the step writes beyond needed_bytes only when a host's settings ask for them (sizes, settings):
+    # the load step's tensorizer files, made only when lab_run_load_loaders names tensorizer.
+    settings_bytes: Callable[[dict[str, int], dict], int] | None = None
 
     def enabled(self, settings: dict) -> bool:
         return self.setting is None or settings.get(self.setting) is True
@@ -103,6 +106,22 @@ def _load_weights_bytes(s: dict[str, int]) -> int:
 def _big_file_bytes(s: dict[str, int]) -> int:
     """One big weights file at most: the model fits in load_big_mib MiB, plus the file's own records."""
     return s["load_big_mib"] * MIB + WEIGHTS_FILE_OVERHEAD_BYTES
+
+
+# tensorizer's format adds about 256 KiB per file and ~100 bytes per tensor to the tensor bytes (tensorizer
+# 2.12.1, measured here: 262,319 bytes over one 32 MiB tensor, 262,977 over eight); 1 MiB per file covers it.
+TENSORIZER_OVERHEAD_BYTES = MIB
+# The setting that names the production loaders (loadlab/loaders.py), and the one that writes its own files.
+LOADERS_SETTING = "load_loaders"
+TENSORIZER = "tensorizer"
+
+
+def _tensorizer_bytes(s: dict[str, int], settings: dict) -> int:
+    """tensorizer's copy of the big weights (prep.TENSORIZER_FILES), kept on the workbench like the other
+    weight files, when lab_run_load_loaders names tensorizer; else 0."""
+    if TENSORIZER not in (settings.get(LOADERS_SETTING) or []):
+        return 0
+    return s["load_big_mib"] * MIB + TENSORIZER_OVERHEAD_BYTES
 
 
 def _check_ceiling(s: dict[str, int]) -> None:
@@ -262,6 +281,7 @@ STEPS: tuple[Step, ...] = (
         # the kept weights, plus one cold copy of the big file
         needed_bytes=lambda s: _load_weights_bytes(s) + _big_file_bytes(s),
         uses=("loadlab", "cache"),
+        settings_bytes=_tensorizer_bytes,
     ),
     Step(
         name="pickle_safety",
@@ -337,11 +357,14 @@ def resolve(profile: str, overrides: dict | None = None, *, strict: bool = True)
 
 
 def needed_bytes(sizes: dict[str, int], steps: list[str], settings: dict | None = None) -> dict[str, int]:
-    """Peak bytes each listed step writes to the workbench at once (its own files, while it runs); 0 for
-    a step whose setting is off (see Step.setting)."""
+    """Peak bytes each listed step writes to the workbench at once (its own files, while it runs, with
+    what its settings add: Step.settings_bytes); 0 for a step whose setting is off (see Step.setting)."""
     settings = settings or {}
-    return {
-        name: BY_NAME[name].needed_bytes(sizes) if BY_NAME[name].enabled(settings) else 0
-        for name in steps
-        if name in BY_NAME
-    }
+
+    def need(step: Step) -> int:
+        if not step.enabled(settings):
+            return 0
+        extra = step.settings_bytes(sizes, settings) if step.settings_bytes else 0
+        return step.needed_bytes(sizes) + extra
+
+    return {name: need(BY_NAME[name]) for name in steps if name in BY_NAME}

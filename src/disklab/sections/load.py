@@ -11,6 +11,7 @@ measured counterpart of the reference's ML-216.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from disklab import markup, plotting
@@ -85,9 +86,19 @@ def _order(cell: dict) -> tuple:
     )
 
 
+def _bypassing(section: dict) -> set[str]:
+    """The methods whose samples read around the page cache (a production loader's O_DIRECT reads)."""
+    return {
+        s["method"] for s in section["samples"] if (s.get("read_path") or {}).get("page_cache") == "bypassed"
+    }
+
+
 def rows(section: dict) -> list[dict]:
-    """One row per cell × stage that ran: medians and spreads, in a stable order."""
+    """One row per cell × stage that ran: medians and spreads, in a stable order. ``bypassed`` marks a
+    production loader whose reads bypassed the page cache: its residency at the stop event counts
+    nothing it read."""
     out = []
+    bypassing = _bypassing(section)
     for cell in sorted(section["cells"], key=_order):
         for stage in STAGES:
             st = cell["stages"].get(stage)
@@ -104,6 +115,7 @@ def rows(section: dict) -> list[dict]:
                     "resident_bytes": st["resident_bytes"]["median"],
                     "peak_rss_bytes": st["peak_rss_bytes"]["median"],
                     "flag": cell["cache_state"] in ("cold_unverified", "warm_unverified"),
+                    "bypassed": cell["method"] in bypassing,
                 }
             )
     return out
@@ -147,6 +159,13 @@ def explanations(section: dict) -> list[str]:
             f"cold, all_touched: load_file+willneed took {_x(will / plain)} load_file and "
             f"{_x(will / tl)} torch.load; {verdict}."
         )
+    for name in (section.get("loaders") or {}).get("requested", []):
+        for state in ("cold", "warm"):
+            for stage in ("loader_return", "first_response", "all_touched"):
+                for base in ("load_file", "torch.load"):
+                    line = _ratio_line(cells, state, stage, name, base)
+                    if line:
+                        lines.append(line)
     one = _big(cells, "one-tensor", "cold")
     frac = _median(one, "all_touched", "resident_fraction")
     if frac is not None:
@@ -355,15 +374,49 @@ def warnings(section: dict) -> list[str]:
             f"{section['n_cold_unverified']} cold run(s) found the file more than 1 % resident before the "
             f"load call, so they are reported as cold_unverified, never as cold: {', '.join(cells)}."
         )
-    if section.get("n_warm_unverified"):
-        cells = sorted({_label(c) for c in section["cells"] if c["cache_state"] == "warm_unverified"})
+    bypassed = [
+        s
+        for s in section["samples"]
+        if s["cache_state"] == "warm_unverified"
+        and (s["cache_proof"].get("page_cache") or {}).get("bypassed")
+    ]
+    if bypassed:
+        names = sorted({s["method"] for s in bypassed})
+        why = []
+        if any("device_reads" in s["cache_proof"]["failed"] for s in bypassed):
+            why.append("the device delivered the file's bytes during the load")
+        if any("device_reads" in s["cache_proof"]["unchecked"] for s in bypassed):
+            why.append("no device counter on this host could show where the bytes came from")
+        because = " and ".join(why) or "their device check failed"
+        out.append(
+            f"{len(bypassed)} warm run(s) of {', '.join(names)} are warm_unverified, never warm: these "
+            "loaders read with O_DIRECT, which bypasses the page cache, so residency cannot prove a warm "
+            f"read, and {because}; on this workbench they have no provable warm state (see Production "
+            "loaders below)."
+        )
+    not_bypassed = [
+        s
+        for s in section["samples"]
+        if s["cache_state"] == "warm_unverified"
+        and not (s["cache_proof"].get("page_cache") or {}).get("bypassed")
+    ]
+    if not_bypassed:
+        keys = {(s["file"], s["method"], s.get("populate")) for s in not_bypassed}
+        cells = sorted(
+            {
+                _label(c)
+                for c in section["cells"]
+                if c["cache_state"] == "warm_unverified"
+                and (c["file"], c["method"], c.get("populate")) in keys
+            }
+        )
         why = (
             "the workbench dropped it, as the warning above says"
             if page_cache.get("keeps_cache") is False
             else "something dropped it after the warm-up read"
         )
         out.append(
-            f"{section['n_warm_unverified']} warm run(s) found less than 99 % of the file resident just "
+            f"{len(not_bypassed)} warm run(s) found less than 99 % of the file resident just "
             f"before the load call ({why}), so they are reported as "
             f"warm_unverified, never as warm: {', '.join(cells)}."
         )
@@ -677,6 +730,127 @@ def network_mmap(section: dict, results: dict) -> dict | None:
     return {"fstype": markup.md(str(wb.get("fstype"))), "lines": lines}
 
 
+def _knob_value(knob: dict) -> str:
+    """A knob's value as the report shows it: the loader's own choice where its default is decided at
+    run time, inventory values escaped (markup.md)."""
+    if knob["value"] is None:
+        return markup.md(knob.get("default_text") or "the loader's choice")
+    return markup.md(json.dumps(knob["value"]) if isinstance(knob["value"], bool) else knob["value"])
+
+
+def _loader_proof(name: str, rec: dict, samples: list[dict]) -> list[str]:
+    """What this loader's cold proof could and could not check, from its own samples' proofs."""
+    mine = [s for s in samples if s["method"] == name]
+    cold = [s for s in mine if s["cache_state_requested"] == "cold"]
+    warm = [s for s in mine if s["cache_state_requested"] == "warm"]
+    bypass = [s for s in mine if (s.get("read_path") or {}).get("page_cache") == "bypassed"]
+    out = []
+    if not mine:
+        return out
+    if rec["reads_through_mapping"]:
+        out.append("major faults: checked (it reads through a file mapping)")
+    else:
+        out.append(
+            "major faults: not applicable (no file mapping to fault on: it reads into its own buffers)"
+        )
+    if cold:
+        parts = [p for s in cold for p in [s["cache_proof"]["parts"]["device_reads"]]]
+        passed = sum(p["status"] == "pass" for p in parts)
+        unchecked = [p.get("why", "") for p in parts if p["status"] == "unavailable"]
+        dev = (
+            f"device reads: unchecked ({markup.md(unchecked[0])})"
+            if unchecked
+            else f"device reads: passed in {passed}/{len(parts)} cold samples"
+        )
+        out.append(f"residency just before the call: checked (the eviction); {dev}")
+    if bypass:
+        after = [
+            s["stages"]["all_touched"]["resident_fraction"]
+            for s in bypass
+            if s["cache_state_requested"] == "cold"
+        ]
+        how = markup.md(bypass[0]["read_path"]["how"])
+        note = (
+            f" (after a cold load, {pct(max(after))} of the file was resident at all_touched)"
+            if after
+            else ""
+        )
+        out.append(
+            f"residency after the call: meaningless here, its reads bypassed the page cache ({how}){note}"
+        )
+        failed = sum(s["cache_state"] == "warm_unverified" for s in warm)
+        if warm:
+            out.append(
+                "warm: cannot be proven by residency, so the device had to deliver less than the file: it "
+                f"did not in {failed}/{len(warm)} warm samples, reported warm_unverified"
+            )
+    else:
+        out.append("residency after the call: meaningful (its reads go through the page cache)")
+    return out
+
+
+def _gpu_note(rec: dict) -> str | None:
+    """Whether a GPU-only loader's GPU path ran here (None for a loader that needs no GPU)."""
+    if not rec["needs_gpu"]:
+        return None
+    if rec["gpu_path_run"]:
+        return "its GPU path ran on this host"
+    return "it needs a GPU, and its GPU path was not run on real hardware here"
+
+
+def loaders_block(section: dict) -> dict | None:
+    """The "Production loaders" block: for each loader asked for (the section's ``loaders``), its title,
+    status (installed version, or not_run with the reason, escaped), pins and why, how it read the file
+    (its samples' ``read_path``, else its docs), its knobs with values and sources, and what its cold
+    proof could and could not check (:func:`_loader_proof`); with tensorizer's file sizes (the
+    section's ``files``). None when no loader was asked for (older runs too)."""
+    lo = section.get("loaders")
+    if not lo:
+        return None
+    out = []
+    for name in lo["requested"]:
+        rec = lo["loaders"][name]
+        observed = rec.get("observed") or []
+        out.append(
+            {
+                "name": name,
+                "title": rec["title"],
+                "ok": rec["status"] == "ok",
+                "version": markup.md(rec.get("version", "")),
+                "reason": markup.md(rec.get("reason", "")),
+                "status_text": f"installed {markup.md(rec['version'])}."
+                if rec["status"] == "ok"
+                else f"not run: {markup.md(rec['reason'].rstrip('.'))}.",
+                "pins": ", ".join(f"`{p}`" for p in rec["pins"]),
+                "pin_why": rec["pin_why"],
+                "read_path": [
+                    f"{markup.md(o['how'])} (from {markup.md(o['source'])}; {o['n']} sample(s))"
+                    for o in observed
+                ]
+                or [rec["read_path"] + " (its docs and code; no sample ran)"],
+                "knobs": [
+                    {
+                        "name": k,
+                        "value": _knob_value(v),
+                        "source": v["source"],
+                        "env": v["env"],
+                        "default_source": v["default_source"],
+                    }
+                    for k, v in rec["knobs"].items()
+                ],
+                "proof": _loader_proof(name, rec, section["samples"]),
+                "gpu": _gpu_note(rec),
+            }
+        )
+    files = section["files"]
+    tz = [
+        {"file": key, "path": markup.md(files[key]["path"]), "size_bytes": files[key]["size_bytes"]}
+        for key in ("big_tensors",)
+        if key in files
+    ]
+    return {"loaders": out, "tensorizer_files": tz}
+
+
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """Context for templates/sections/load.md.j2 (see disklab.sections). Never raises on not_run/failed."""
     if section.get("status") != "ok":
@@ -699,4 +873,5 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "user_model": user_model_summary(section),
         "plot": plot(section, plot_dir),
         "netfs": network_mmap(section, results),
+        "loaders": loaders_block(section),
     }

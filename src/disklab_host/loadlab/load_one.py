@@ -1,15 +1,19 @@
 """One load measurement in this fresh process; prints one JSON line.
 
 Usage: python load_one.py METHOD PATH [PATH ...] [--model NAME --populate copy|assign
-       [--decoder-config JSON]] [--state-key KEY] [--spawn-wall-ns NS] [--hold]
+       [--decoder-config JSON]] [--state-key KEY] [--loader-knobs JSON] [--spawn-wall-ns NS] [--hold]
 
 More than one PATH is a sharded safetensors model: each is loaded in turn into
 one state dict, and residency is summed over all of them.
 
-METHOD is one of :data:`METHODS`. Every readiness stage (common.stages, in
-that order) is timed from one start point, the moment recorded just before the
-load call, and the times leave out disklab's own probes (mincore, RSS), whose
-total is ``probe_s``:
+METHOD is one of :data:`METHODS`: torch's and safetensors' own, and the production loaders
+(loaders.LOADERS, by name), each run through its adapter: its knobs (``--loader-knobs``: those the
+inventory set; the rest keep the loader's defaults) and its import are done before the clock
+(``process.loader_import_s``), its own load call inside it; the sample then records ``loader``
+(name, version, every knob with its value and source) and ``read_path`` (how it read the file).
+Every readiness stage (common.stages, in that order) is timed from one start point, the moment
+recorded just before the load call, and the times leave out disklab's own probes (mincore, RSS),
+whose total is ``probe_s``:
 
 - ``loader_return``: the load call returned;
 - ``module_populated`` (with ``--model``): a DecoderLM holds the weights, either
@@ -75,10 +79,11 @@ from ..cache import pagecache as cache  # noqa: E402
 from ..common import iorecord  # noqa: E402
 from ..common.facts import not_run, peak_rss_bytes, unavailable  # noqa: E402
 from ..common.stages import PARTIAL_METHODS, STAGES  # noqa: E402
+from . import loaders  # noqa: E402
 
 _IMPORT_NS = time.perf_counter_ns() - _IMPORT_START
 
-METHODS = ("torch.load", "torch.load-mmap", "load_file", "one-tensor", "load_file+willneed")
+METHODS = ("torch.load", "torch.load-mmap", "load_file", "one-tensor", "load_file+willneed", *loaders.NAMES)
 POPULATE = ("copy", "assign")
 SYSTEM = platform.system()
 # Tests set "meta" to run device_placed's bookkeeping without a GPU: the weights go there instead.
@@ -109,20 +114,28 @@ def willneed_hint(path: str) -> str:
         os.close(fd)
 
 
-def load(method: str, path: str | list[str], state_key: str | None = None) -> tuple[dict, dict]:
+def load(
+    method: str, path: str | list[str], state_key: str | None = None, prepared: dict | None = None
+) -> tuple[dict, dict]:
     """Run one loader over ``path`` (a list: a sharded model's files, in turn); return (tensors, notes).
 
     The tensors are a dict of name -> CPU tensor; with ``state_key`` (a training
     checkpoint), torch.load's result under that key (the rest of the file is still
-    read by torch.load, and dropped).
+    read by torch.load, and dropped). A production loader (loaders.NAMES) runs its
+    own load call with ``prepared`` (loaders.prepare, done before the clock).
 
-    Raises ValueError naming METHOD for an unknown method. torch.load always
-    runs with weights_only=True. one-tensor reads the first tensor of the first file.
+    Raises ValueError naming METHOD for an unknown method, or for a production
+    loader without ``prepared``. torch.load always runs with weights_only=True.
+    one-tensor reads the first tensor of the first file.
     """
     paths = [path] if isinstance(path, str) else list(path)
     notes: dict = {}
     sd: dict = {}
-    if method == "torch.load":
+    if method in loaders.BY_NAME:
+        if prepared is None or prepared["loader"] != method:
+            raise ValueError(f"METHOD {method!r} is a production loader: loaders.prepare it first")
+        sd = loaders.load(prepared, paths)
+    elif method == "torch.load":
         for p in paths:
             obj = torch.load(p, map_location="cpu", weights_only=True)
             sd.update(obj[state_key] if state_key else obj)
@@ -452,10 +465,16 @@ def measure(args: argparse.Namespace) -> dict:
         reason = "; ".join(c["reason"] for c in checked)
         device_rec = {"status": "not_run", "reason": reason, "checked": checked}
     context_init_s = warm_device_context(args.model, args.model_module, decoder) if args.model else None
+    prepared, loader_import_s = None, None
+    if args.method in loaders.BY_NAME:  # its knobs and its import, outside the clock like import torch
+        t0 = time.perf_counter_ns()
+        knobs = json.loads(getattr(args, "loader_knobs", None) or "{}")
+        prepared = loaders.prepare(args.method, knobs, paths)
+        loader_import_s = (time.perf_counter_ns() - t0) / 1e9
     before = snapshot(paths)
     before["cache"] = cache_before(paths)
     clock.start()
-    sd, notes = load(args.method, paths, getattr(args, "state_key", None))
+    sd, notes = load(args.method, paths, getattr(args, "state_key", None), prepared)
     clock.mark("loader_return")
     module = None
     if args.model:
@@ -483,6 +502,8 @@ def measure(args: argparse.Namespace) -> dict:
     checksum, touched = touch(tensors)
     clock.mark("all_touched")
     _KEEP[:] = [sd, holder]
+    if prepared is not None:
+        notes["loader"], notes["read_path"] = loaders.describe(prepared)
     return {
         "method": args.method,
         "path": paths[0],
@@ -499,6 +520,7 @@ def measure(args: argparse.Namespace) -> dict:
             "import_s": _IMPORT_NS / 1e9,
             "device_init_s": device_init_s,
             "device_context_init_s": context_init_s,
+            **({"loader_import_s": loader_import_s} if prepared is not None else {}),
         },
         "before": before,
         "residency_trust": cache.residency_trust(paths[0]),
@@ -527,6 +549,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--populate", choices=POPULATE, default="copy")
     ap.add_argument("--decoder-config", default=None, help="DecoderConfig keyword arguments as JSON")
     ap.add_argument("--state-key", default=None, help="torch.load: the weights sit under this key")
+    ap.add_argument("--loader-knobs", default=None, help="a production loader's inventory knobs, JSON")
     ap.add_argument(
         "--model-module", default="disklab_host.loadlab.model", help="module with CONFIGS and DecoderLM"
     )

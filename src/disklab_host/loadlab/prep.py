@@ -25,7 +25,11 @@ nothing is downloaded at run time:
   file. The user's own files are loaded where they are and never changed; a
   user model that is missing or not what it claims is recorded in
   ``manifest["user_model"]`` with one line naming the file, and the synthetic
-  files are made as always.
+  files are made as always;
+- with the loader ``tensorizer`` set (``formats``, see :func:`prepare`):
+  ``big.tensors``, tensorizer's own format, written once from ``big.safetensors``
+  (load_file, then TensorSerializer), outside any clock; kept and reused like the others
+  (:func:`ensure_tensorizer`), and removed when the loader is no longer set.
 
 ``prep_manifest.json`` (written atomically, last) records the recipe and, per
 file, its size and the sha256 of its first and last MiB. A later call reuses
@@ -67,6 +71,10 @@ FILES = {
     "big_pt": "big.pt",
     "big_safetensors": "big.safetensors",
 }
+# tensorizer's files (loader tensorizer) by manifest key: the file, and the safetensors file it is made from.
+TENSORIZER_FILES = {
+    "big_tensors": ("big.tensors", "big_safetensors"),
+}
 USER_PT = "user.pt"
 USER_ST = "user.safetensors"
 # The file made in the workbench from the user's weights, by the format of the user's own files.
@@ -107,8 +115,12 @@ def recipe(cfg: dict) -> dict:
     return out
 
 
-def prepare(cfg: dict, workdir: Path) -> dict:
+def prepare(cfg: dict, workdir: Path, formats: tuple[str, ...] = ()) -> dict:
     """Make (or reuse) the weight files in ``workdir``; return the manifest.
+
+    ``formats`` names extra file formats the loaders set for this run read: ``tensorizer``
+    adds ``big_tensors`` (:func:`ensure_tensorizer`); without it
+    it is removed, so nothing here changes when no loader is set.
 
     The manifest is ``{"files": {"small_pt" | "small_safetensors" | "big_pt" |
     "big_safetensors" [| "user_safetensors" | "user_pt"]: {"path", "size_bytes",
@@ -146,12 +158,82 @@ def prepare(cfg: dict, workdir: Path) -> dict:
             old["user_model"] = user  # this call's check: unset, or what is wrong now
         for key in _made_keys(old["files"]):
             old["files"][key]["path"] = str((workdir / USER_MADE[key]).resolve())
+        old = ensure_tensorizer(old, workdir, "tensorizer" in formats)
         return dict(old, reused=True, prep_s=time.perf_counter() - start)
     manifest = _generate(want, workdir, user)
     manifest["generate_s"] = time.perf_counter() - start
     manifest["reused"] = False
     manifest["prep_s"] = manifest["generate_s"]
     atomic_write_json(workdir / MANIFEST, manifest)
+    if "tensorizer" in formats:
+        manifest = ensure_tensorizer(manifest, workdir, True)
+        manifest["prep_s"] = time.perf_counter() - start
+    return manifest
+
+
+def _tensorizer_matches(workdir: Path, entry: dict | None, source: dict, version: str) -> bool:
+    """Whether a kept tensorizer file still is the one its manifest entry describes, written from the
+    same safetensors file (its head and tail digests) by the same tensorizer version."""
+    if not entry or entry.get("tensorizer_version") != version:
+        return False
+    digests = [source.get("head_sha256"), source.get("tail_sha256")]
+    if [entry.get("source_head_sha256"), entry.get("source_tail_sha256")] != digests:
+        return False
+    path = workdir / Path(str(entry.get("path", ""))).name
+    if not path.is_file() or path.stat().st_size != entry.get("size_bytes"):
+        return False
+    return list(head_tail_sha256(path)) == [entry.get("head_sha256"), entry.get("tail_sha256")]
+
+
+def ensure_tensorizer(manifest: dict, workdir: Path, wanted: bool) -> dict:
+    """Make, keep or remove tensorizer's files (TENSORIZER_FILES); returns the manifest, rewritten
+    atomically when it changed.
+
+    Wanted: each kept file that still matches (:func:`_tensorizer_matches`) is reused, else it is
+    written from its safetensors file (load_file, then tensorizer's TensorSerializer, to a temp name,
+    fsynced and renamed, as the other files), its entry recording the tensorizer version, the source's
+    digests and ``write_s`` (seconds, outside any clock). Not wanted: the files and their entries go.
+    Imports tensorizer only when wanted, and raises its ImportError then.
+    """
+    files = manifest["files"]
+    if not wanted:
+        gone = [key for key in TENSORIZER_FILES if key in files]
+        for key, (name, _) in TENSORIZER_FILES.items():
+            (workdir / name).unlink(missing_ok=True)
+            files.pop(key, None)
+        if gone:
+            atomic_write_json(workdir / MANIFEST, manifest)
+        return manifest
+    import tensorizer
+    from tensorizer import TensorSerializer
+
+    changed = False
+    for key, (name, source_key) in TENSORIZER_FILES.items():
+        source = files[source_key]
+        if _tensorizer_matches(workdir, files.get(key), source, tensorizer.__version__):
+            files[key]["path"] = str((workdir / name).resolve())
+            continue
+        start = time.perf_counter()
+        state = load_file(source["path"])
+
+        def write(tmp: Path, state=state) -> None:
+            serializer = TensorSerializer(str(tmp))
+            serializer.write_state_dict(state)
+            serializer.close()
+
+        _replace_into(workdir / name, write)
+        entry = _describe(workdir / name, "tensorizer", state)
+        entry.update(
+            source=source_key,
+            source_head_sha256=source["head_sha256"],
+            source_tail_sha256=source["tail_sha256"],
+            tensorizer_version=tensorizer.__version__,
+            write_s=time.perf_counter() - start,
+        )
+        files[key] = entry
+        changed = True
+    if changed:
+        atomic_write_json(workdir / MANIFEST, manifest)
     return manifest
 
 

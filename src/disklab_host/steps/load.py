@@ -38,6 +38,15 @@ file (macOS coldcopy_nocache) copies it into the workbench's ``cold_copies/``
 and the copy is what is timed (``timed_path``); it is deleted after its
 measurement. Raw samples are kept; cells summarise them as median, min and max
 (labcommon.spread).
+
+With the setting ``load_loaders`` (loadlab.loaders), each production loader that
+can run in this lab venv (:func:`loader_plan`: installed, importable, and with a
+GPU where it needs one; else not_run with the reason) is a load method like the
+others: on the big file (``big_safetensors``, or tensorizer's ``big_tensors``
+that prep writes) cold and warm, and populating the small model by copy and by
+assign, with the same eviction, proofs, I/O record and stages. The section's
+``loaders`` says what was asked for, how each ran or why not, its version, pins
+and knobs; each of its samples carries ``loader`` and ``read_path``.
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ from ..common.facts import is_unavailable, not_run, require_positive, unavailabl
 from ..common.stages import PARTIAL_METHODS, STAGES
 from ..common.stats import spread
 from ..common.units import MIB
-from ..loadlab import workers
+from ..loadlab import loaders, workers
 from ..loadlab.proof import CACHE_STATE, cache_proof
 from ..loadlab.usermodel import weights_note
 
@@ -143,12 +152,34 @@ def run(cfg: dict, workdir: Path) -> dict:
         )
     from ..loadlab import prep  # written by the prep step's owner; imports torch
 
-    manifest = prep.prepare(cfg, workdir)
-    return measure(cfg, manifest, scratch_dir=Path(workdir) / COLD_COPIES)
+    plan = loader_plan(cfg)
+    usable = [n for n, rec in (plan or {}).get("loaders", {}).items() if rec["status"] == "ok"]
+    formats = tuple(sorted({loaders.BY_NAME[n].file_format for n in usable} - {"safetensors"}))
+    manifest = prep.prepare(cfg, workdir, formats)
+    return measure(cfg, manifest, scratch_dir=Path(workdir) / COLD_COPIES, loader_summary=plan)
+
+
+def loader_plan(cfg: dict, record: dict | None = None) -> dict | None:
+    """The production loaders the settings ask for (``load_loaders``, ``load_loader_knobs``, checked by
+    loaders.check_settings), each with whether it can run in this lab venv (loaders.status, reading
+    the venv's record ``record``, default the one in sys.prefix): loaders.summary's dict, or None when
+    none is set. Raises ValueError naming a bad setting."""
+    names, knobs = loaders.check_settings(cfg.get("settings") or {})
+    if not names:
+        return None
+    record = loaders.venv_record() if record is None else record
+    return loaders.summary(names, knobs, {n: loaders.status(n, record) for n in names})
 
 
 def _cell(
-    files: dict, key: str, method: str, model=None, populate=None, decoder_config=None, state_key=None
+    files: dict,
+    key: str,
+    method: str,
+    model=None,
+    populate=None,
+    decoder_config=None,
+    state_key=None,
+    loader_knobs=None,
 ) -> dict:
     entry = files[key]
     return {
@@ -160,6 +191,7 @@ def _cell(
         "populate": populate,
         "decoder_config": decoder_config,
         **({"state_key": state_key} if state_key else {}),
+        **({"loader_knobs": loader_knobs} if loader_knobs is not None else {}),
     }
 
 
@@ -184,15 +216,33 @@ def user_cells_not_run(manifest: dict) -> list[dict]:
     return out
 
 
-def cell_plan(manifest: dict) -> tuple[list[dict], dict | None]:
+def loader_cells(files: dict, summary: dict | None, big_config: str) -> list[dict]:
+    """The cells of each production loader that can run (``summary``: :func:`loader_plan`): its big file
+    (big_safetensors, or tensorizer's big_tensors: the same weights), populating the big DecoderLM
+    (``big_config``, JSON) as every whole-file method does, so a loader reaches every stage up to
+    first_response on the same model as torch.load and load_file. Each carries ``loader_knobs``: the
+    knobs the inventory set for it, as JSON for load_one.py."""
+    out = []
+    for name, rec in ((summary or {}).get("loaders") or {}).items():
+        if rec["status"] != "ok":
+            continue
+        spec = loaders.BY_NAME[name]
+        knobs = json.dumps({k: v["value"] for k, v in rec["knobs"].items() if v["source"] == "inventory"})
+        big_file = loaders.BIG_FILE[spec.file_format]
+        out.append(_cell(files, big_file, name, BIG_MODEL, BIG_POPULATE, big_config, loader_knobs=knobs))
+    return out
+
+
+def cell_plan(manifest: dict, loader_summary: dict | None = None) -> tuple[list[dict], dict | None]:
     """The cells to measure, and a not_run record for the small model's module_populated when it cannot run.
 
     Each cell is ``{"file", "path", "paths", "method", "model", "populate",
     "decoder_config"}``; ``paths`` lists a sharded file's shards (else just ``path``).
     The big file's cells of a method that yields the whole state dict carry
-    ``manifest["big_model"]["config"]`` as their decoder config. The user's cells
-    come last, and only when ``manifest["user_model"]`` is ok. Raises KeyError
-    when the manifest has no ``big_model`` (prep.py writes it).
+    ``manifest["big_model"]["config"]`` as their decoder config. The production
+    loaders' cells (:func:`loader_cells`) follow the small model's; the user's
+    cells come last, and only when ``manifest["user_model"]`` is ok. Raises
+    KeyError when the manifest has no ``big_model`` (prep.py writes it).
     """
     files = manifest["files"]
     big = json.dumps(manifest["big_model"]["config"], sort_keys=True)
@@ -210,6 +260,7 @@ def cell_plan(manifest: dict) -> tuple[list[dict], dict | None]:
     else:
         for key, m in SMALL_CELLS:
             plan.extend(_cell(files, key, m, config, mode) for mode in POPULATE)
+    plan.extend(loader_cells(files, loader_summary, big))
     user = manifest.get("user_model")
     if user and user.get("status") == "ok":
         off = {(c["file"], c["method"]) for c in user_cells_not_run(manifest)}
@@ -293,6 +344,8 @@ def measure_one(
             cmd += ["--decoder-config", cell["decoder_config"]]
     if cell.get("state_key"):
         cmd += ["--state-key", cell["state_key"]]
+    if cell.get("loader_knobs") is not None:
+        cmd += ["--loader-knobs", cell["loader_knobs"]]
     try:
         proc = subprocess.run(
             workers.fresh_argv(cmd),
@@ -417,17 +470,20 @@ def measure(
     two_workers: bool = True,
     model_module: str = "disklab_host.loadlab.model",
     scratch_dir: Path | None = None,
+    loader_summary: dict | None = None,
 ) -> dict:
     """Measure every cell ``sizes["load_repeats"]`` times, cold and warm; return the section.
 
     ``scratch_dir`` is where a cold method that must copy makes the copy it times (see measure_one).
+    ``loader_summary`` (:func:`loader_plan`) adds the production loaders' cells and the section's
+    ``loaders`` (:func:`loaders_section`).
 
     Raises ValueError naming ``sizes.load_repeats`` when it is not > 0.
     """
     start = time.perf_counter()
     repeats = require_positive("sizes.load_repeats", cfg["sizes"]["load_repeats"])
     system = cfg.get("system") or platform.system()
-    plan, module_skip = cell_plan(manifest)
+    plan, module_skip = cell_plan(manifest, loader_summary)
     page_cache = page_cache_check(manifest["files"]["big_safetensors"]["path"])
     warm_why = page_cache.get("why") if not is_unavailable(page_cache) else None
     samples = []
@@ -474,6 +530,7 @@ def measure(
         "device_placed": {"status": "ok"} if device["status"] == "ok" else device,
         **({"device": backend} if backend else {}),
         "user_model": user_section(manifest, samples),
+        **({"loaders": loaders_section(loader_summary, samples)} if loader_summary else {}),
         "eviction_methods_used": used,
         "drop_caches_used": "drop_caches" in used,
         "become_allowed": bool(cfg.get("become_allowed")),
@@ -535,6 +592,21 @@ def _sample_label(s: dict) -> str:
     """``torch.load → module (assign), big_pt, cold`` (the report's cell name, and the cache state)."""
     what = f"{s['method']} → module ({s['populate']})" if s.get("populate") else s["method"]
     return f"{what}, {s['file']}, {s['cache_state']}"
+
+
+def loaders_section(summary: dict, samples: list[dict]) -> dict:
+    """loaders.summary's dict with, for each loader that ran, how its samples actually read the file
+    (``observed``: each distinct ``read_path`` of its samples, with the sample count)."""
+    out = json.loads(json.dumps(summary))
+    for name, rec in out["loaders"].items():
+        seen: dict[str, dict] = {}
+        for s in samples:
+            if s["method"] == name and s.get("read_path"):
+                key = json.dumps(s["read_path"], sort_keys=True)
+                seen.setdefault(key, {**s["read_path"], "n": 0})["n"] += 1
+        if rec["status"] == "ok":
+            rec["observed"] = list(seen.values())
+    return out
 
 
 def user_section(manifest: dict, samples: list[dict]) -> dict | None:

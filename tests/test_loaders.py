@@ -1,0 +1,442 @@
+"""The production loaders (loadlab/loaders.py): settings refused before any work, a real lab venv provisioned
+with them at their pins (kept on a second run), each CPU loader giving load_file's tensors bit for bit, and
+the load step measuring them beside the others while a GPU-only, a not-installed and an uninstallable loader
+are recorded not_run with the reason.
+
+One lab venv for the module (provisioning it is the slow part, a few minutes on 2 cores): the tests that
+run a loader run it there, in a child process, as the lab does; nothing of a loader is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from disklab_host import preflight, provision, registry
+from disklab_host.common import result as result_line
+from disklab_host.loadlab import loaders, proof
+from disklab_host.steps import load
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((REPO / "src/disklab/schema/experiments/load.schema.json").read_text())
+PINS = ["torch==2.13.0", "safetensors==0.8.0", "numpy==2.4.6"]
+ALL = ["model_streamer", "fastsafetensors", "instanttensor", "tensorizer"]
+CPU = ["model_streamer", "fastsafetensors", "tensorizer"]
+
+
+# --- settings, refused before any work -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        (
+            {"load_loaders": ["model_streamer", "vllm"]},
+            "lab_run_load_loaders has unknown loader(s) ['vllm']; known: ",
+        ),
+        ({"load_loaders": "model_streamer"}, "lab_run_load_loaders must be a list of loader names"),
+        ({"load_loaders": ["tensorizer", "tensorizer"]}, "names a loader more than once"),
+        (
+            {"load_loaders": ["model_streamer"], "load_loader_knobs": {"nope": {}}},
+            "lab_run_load_loader_knobs names unknown loader 'nope'; known: ",
+        ),
+        (
+            {"load_loaders": ["model_streamer"], "load_loader_knobs": {"tensorizer": {"num_readers": 2}}},
+            "lab_run_load_loader_knobs sets knobs of 'tensorizer', which lab_run_load_loaders does not name",
+        ),
+        (
+            {"load_loaders": ["model_streamer"], "load_loader_knobs": {"model_streamer": {"conc": 4}}},
+            "lab_run_load_loader_knobs.model_streamer has unknown knob 'conc'; known: ['chunk_bytesize', ",
+        ),
+        (
+            {"load_loaders": ["model_streamer"], "load_loader_knobs": {"model_streamer": {"concurrency": 0}}},
+            "lab_run_load_loader_knobs.model_streamer.concurrency must be >= 1, got 0",
+        ),
+        (
+            {"load_loaders": ["fastsafetensors"], "load_loader_knobs": {"fastsafetensors": {"nogds": "yes"}}},
+            "lab_run_load_loader_knobs.fastsafetensors.nogds must be bool, got 'yes'",
+        ),
+        (
+            {
+                "load_loaders": ["fastsafetensors"],
+                "load_loader_knobs": {"fastsafetensors": {"odirect": "maybe"}},
+            },
+            "lab_run_load_loader_knobs.fastsafetensors.odirect must be one of ['auto', 'on', 'off'], got "
+            "'maybe'",
+        ),
+    ],
+)
+def test_bad_loader_settings_are_refused_naming_the_variable(settings, said, workbench):
+    with pytest.raises(ValueError) as info:
+        loaders.check_settings(settings)
+    assert said in str(info.value)
+    if "known: " in said:
+        assert str(list(loaders.NAMES)) in str(info.value) or "['chunk_bytesize'" in str(info.value)
+    cfg = {"profile": "quick", "steps": ["load"], "workbench": str(workbench), "settings": settings}
+    with pytest.raises(preflight.Refused) as refused:  # before any work: the preflight refuses the same
+        preflight.preflight(cfg)
+    assert said in str(refused.value)
+
+
+def test_good_settings_pass_and_knobs_record_their_source():
+    names, knobs = loaders.check_settings(
+        {
+            "load_loaders": ["model_streamer", "tensorizer"],
+            "load_loader_knobs": {"model_streamer": {"concurrency": 8}},
+        }
+    )
+    assert names == ["model_streamer", "tensorizer"] and knobs == {"model_streamer": {"concurrency": 8}}
+    resolved = loaders.resolve_knobs("model_streamer", knobs["model_streamer"])
+    assert resolved["concurrency"] | {} == {**resolved["concurrency"], "value": 8, "source": "inventory"}
+    assert (
+        resolved["chunk_bytesize"]["value"] == 2097152 and resolved["chunk_bytesize"]["source"] == "default"
+    )
+    assert loaders.check_settings({}) == ([], {})
+
+
+def test_the_roles_offer_exactly_the_table_and_pass_the_setting_to_lab_venv():
+    run_spec = yaml.safe_load((REPO / "roles/lab_run/meta/argument_specs.yml").read_text())
+    venv_spec = yaml.safe_load((REPO / "roles/lab_venv/meta/argument_specs.yml").read_text())
+    assert run_spec["argument_specs"]["main"]["options"]["lab_run_load_loaders"]["choices"] == list(
+        loaders.NAMES
+    )
+    assert venv_spec["argument_specs"]["main"]["options"]["lab_venv_loaders"]["choices"] == list(
+        loaders.NAMES
+    )
+    assert (
+        yaml.safe_load((REPO / "roles/lab_run/defaults/main.yml").read_text())["lab_run_load_loaders"] == []
+    )
+    assert yaml.safe_load((REPO / "roles/lab_venv/defaults/main.yml").read_text())["lab_venv_loaders"] == []
+    assert "--loader=" in (REPO / "roles/lab_venv/vars/main.yml").read_text()
+    site = (REPO / "playbooks/site.yml").read_text()
+    assert 'lab_venv_loaders: "{{ lab_run_load_loaders }}"' in site
+
+
+def test_every_pin_is_exact_and_says_why():
+    for spec in loaders.LOADERS:
+        parsed = provision.parse_pins([*spec.pins, "torch==2.13.0"])
+        assert provision._canonical(spec.dist) in parsed, spec.name
+        assert len(spec.pin_why) > 40 and spec.import_check, spec.name
+
+
+def test_with_no_loader_set_nothing_changes():
+    """The venv's record, the disk preflight counts and the cells are what they were before loaders."""
+    want = provision.wanted_record(PINS, provision.CPU_INDEX, [])
+    assert "loaders" not in want and want == provision.wanted_record(PINS, provision.CPU_INDEX, [], [])
+    sizes = registry.resolve("quick")
+    plain = registry.needed_bytes(sizes, ["load"])["load"]
+    assert registry.needed_bytes(sizes, ["load"], {"load_loaders": []})["load"] == plain
+    assert registry.needed_bytes(sizes, ["load"], {"load_loaders": ["model_streamer"]})["load"] == plain
+    with_tz = registry.needed_bytes(sizes, ["load"], {"load_loaders": ["tensorizer"]})["load"]
+    assert with_tz - plain == sizes["load_big_mib"] * (1 << 20) + registry.TENSORIZER_OVERHEAD_BYTES
+    assert load.loader_plan({"settings": {}}) is None
+    files = {
+        k: {"path": f"/x/{k}", "size_bytes": 1}
+        for k in ("big_pt", "big_safetensors", "small_pt", "small_safetensors")
+    }
+    big_model = {"config": {"vocab_size": 32000, "hidden_size": 256, "num_layers": 1, "num_heads": 4,
+                            "num_kv_heads": 1, "intermediate_size": 512}}  # fmt: skip
+    plan, _ = load.cell_plan({"files": files, "small_config": "tiny", "big_model": big_model})
+    assert {c["method"] for c in plan} <= {
+        "torch.load",
+        "torch.load-mmap",
+        "load_file",
+        "one-tensor",
+        "load_file+willneed",
+    }
+
+
+def test_a_loader_not_installed_in_this_venv_is_not_run_with_the_reason():
+    """This test venv has no loader installed: the load step's own check says so, naming the setting."""
+    got = loaders.status("model_streamer", None)
+    assert got["status"] == "not_run"
+    assert "runai-model-streamer is not installed in the lab venv" in got["reason"]
+    assert (
+        "lab_run_load_loaders" in got["reason"] and "No module named 'runai_model_streamer'" in got["reason"]
+    )
+
+
+def test_a_gpu_only_loader_that_is_not_installed_says_so_before_needing_cuda():
+    """The import is checked first: a GPU host without the loader needs it installed, not a GPU."""
+    got = loaders.status("instanttensor", None, cuda_why=lambda: None)
+    assert got["status"] == "not_run" and "instanttensor is not installed in the lab venv" in got["reason"]
+
+
+# --- the cache proof of a loader that bypasses the page cache ---------------------------------------------
+
+SIZE = 64 << 20
+
+
+def _record(method, state_fraction, device_read, page_cache="bypassed"):
+    return {
+        "method": method,
+        "touched_bytes": SIZE,
+        "file_size_bytes": SIZE,
+        "before": {"cache": {"method": "cachestat", "fraction": state_fraction, "trust": "ok"}},
+        "read_path": {
+            "mapping": False,
+            "page_cache": page_cache,
+            "how": "io_uring_direct: O_DIRECT reads",
+            "source": "log",
+        },
+        "stages": {
+            "all_touched": {
+                "io": {
+                    "process": {"read_bytes": 0, "write_bytes": 0, "source": "/proc/self/io"},
+                    "device": {"name": "vda", "read_bytes": device_read, "written_bytes": 0},
+                    "faults": {"major": 0, "minor": 10},
+                }
+            }
+        },
+    }
+
+
+def test_a_bypassing_loader_is_cold_without_faults_and_never_warm_when_the_device_delivered():
+    cold = proof.cache_proof(_record("model_streamer", 0.0, SIZE + 4096), "cold")
+    assert cold["verdict"] == "cold" and cold["parts"]["major_faults"]["status"] == "not_applicable"
+    assert "io_uring_direct" in cold["parts"]["major_faults"]["why"] and cold["page_cache"]["bypassed"]
+    warm = proof.cache_proof(_record("model_streamer", 1.0, SIZE), "warm")
+    assert warm["verdict"] == "warm_unverified" and warm["failed"] == ["device_reads"]
+    assert "read the device, not the page cache" in warm["parts"]["device_reads"]["why"]
+    quiet = proof.cache_proof(_record("model_streamer", 1.0, 8192), "warm")
+    assert quiet["verdict"] == "warm"
+    buffered = proof.cache_proof(_record("tensorizer", 1.0, SIZE, page_cache="used"), "warm")
+    assert (
+        buffered["verdict"] == "warm"
+        and "page_cache" not in buffered
+        and list(buffered["parts"]) == ["residency"]
+    )
+
+
+# --- one real lab venv with the loaders --------------------------------------------------------------------
+
+
+def _provision(venv: Path, *extra: str, timeout: int = 1500) -> subprocess.CompletedProcess:
+    """``python -m disklab_host provision`` as the lab_venv role runs it, with every loader."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    argv = [sys.executable, "-m", "disklab_host", "provision", "--venv", str(venv), "--torch-index", "pypi"]
+    argv += [f"--pin={p}" for p in PINS] + [f"--loader={n}" for n in ALL] + list(extra)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def lab_venv(tmp_path_factory) -> tuple[Path, dict]:
+    venv = tmp_path_factory.mktemp("loaders") / "venv"
+    first = _provision(venv)
+    assert first.returncode == 0, first.stderr[-3000:]
+    return venv, result_line.parse(first.stdout)
+
+
+def _in_venv(venv: Path, script: str, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run ``script`` with the venv's Python, the host package on PYTHONPATH, as the lab runs its steps."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    return subprocess.run(
+        [str(venv / "bin" / "python"), "-c", script, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+def test_provisioning_pins_the_loaders_and_a_second_run_changes_nothing(lab_venv):
+    venv, first = lab_venv
+    assert (first["action"], first["changed"]) == ("created", True)
+    for name in ALL:
+        got = first["loaders"][name]
+        assert got["status"] == "ok" and got["pins"] == list(loaders.BY_NAME[name].pins), got
+        assert f"{loaders.BY_NAME[name].dist}=={got['version']}" in got["pins"]
+    record = json.loads((venv / provision.RECORD_NAME).read_text())
+    assert record["loaders"] == {n: list(loaders.BY_NAME[n].pins) for n in ALL}
+    again = _provision(venv)
+    out = result_line.parse(again.stdout)
+    assert (out["action"], out["changed"]) == ("kept", False), out
+    assert out["loaders"] == first["loaders"]
+    same = _provision(venv, "--check")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    argv = [
+        sys.executable,
+        "-m",
+        "disklab_host",
+        "provision",
+        "--venv",
+        str(venv),
+        "--torch-index",
+        "pypi",
+        "--check",
+    ]
+    argv += [f"--pin={p}" for p in PINS] + [f"--loader={n}" for n in CPU]
+    would = result_line.parse(
+        subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600).stdout
+    )
+    assert (would["action"], would["changed"]) == ("would_rebuild", True) and "loaders" in would["reason"]
+    assert result_line.parse(same.stdout)["action"] == "would_keep"
+    assert json.loads((venv / provision.RECORD_NAME).read_text()) == record  # --check changed nothing
+
+
+@pytest.mark.slow
+def test_a_loader_pip_cannot_install_is_not_run_with_pips_last_line(lab_venv):
+    venv, _ = lab_venv
+    got = provision.install_loader(venv, "instanttensor", [], pins=["instanttensor==0.0.0"])
+    assert got["status"] == "not_run" and got["reason"].startswith(
+        "pip could not install instanttensor==0.0.0: "
+    )
+    assert "instanttensor==0.0.0" in got["reason"].split(": ", 1)[1]  # pip's own last line names it
+    assert loaders.status("instanttensor", {loaders.RECORD_KEY: {"instanttensor": got}}) == {
+        "status": "not_run",
+        "reason": got["reason"],
+    }
+
+
+BITWISE = r"""
+import json, os, sys, torch
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+from disklab_host.loadlab import loaders, prep
+workdir = Path(sys.argv[1])
+path = workdir / "m.safetensors"
+g = torch.Generator().manual_seed(7)
+sd = {"w.bf16": torch.randn(300, 257, generator=g).to(torch.bfloat16), "b.f32": torch.randn(31, generator=g),
+      "h.f16": torch.randn(5, 3, generator=g).to(torch.float16), "i.i64": torch.arange(-5, 6),
+      "u.u8": torch.arange(0, 200, dtype=torch.uint8), "s.scalar": torch.tensor(3.5),
+      "z.empty": torch.zeros(0, 4)}
+save_file(sd, str(path))
+want = load_file(str(path))
+entry = prep._describe(path, "safetensors", want)
+manifest = {"files": {"big_safetensors": entry, "small_safetensors": dict(entry)}}
+manifest = prep.ensure_tensorizer(manifest, workdir, True)  # tensorizer's file, as prep writes it
+tz = manifest["files"]["big_tensors"]
+mtime = os.stat(tz["path"]).st_mtime_ns
+again = prep.ensure_tensorizer(json.loads(json.dumps(manifest)), workdir, True)
+kept = again["files"]["big_tensors"] == tz and os.stat(tz["path"]).st_mtime_ns == mtime
+
+
+def raw(t):
+    return t.contiguous().reshape(-1).view(torch.uint8).tolist()
+
+
+out = {"tensorizer_kept": kept}
+for name in sys.argv[2:]:
+    p = tz["path"] if name == "tensorizer" else str(path)
+    got = loaders.load(loaders.prepare(name, {}, [p]), [p])
+    out[name] = sorted(got) == sorted(want) and all(
+        got[k].dtype == want[k].dtype and got[k].shape == want[k].shape and got[k].device.type == "cpu"
+        and raw(got[k]) == raw(want[k]) for k in want)
+gone = prep.ensure_tensorizer(again, workdir, False)
+out["tensorizer_removed"] = "big_tensors" not in gone["files"] and not (workdir / "big.tensors").exists()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_each_cpu_loader_gives_load_files_tensors_bit_for_bit(lab_venv, tmp_path):
+    venv, _ = lab_venv
+    cp = _in_venv(venv, BITWISE, str(tmp_path), *CPU)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    want = {**dict.fromkeys(CPU, True), "tensorizer_kept": True, "tensorizer_removed": True}
+    assert json.loads(cp.stdout.strip().splitlines()[-1]) == want
+
+
+STEP = r"""
+import json, sys
+from pathlib import Path
+from disklab_host import registry
+from disklab_host.steps import load
+from disklab_host.loadlab import loaders
+workdir, names, record = Path(sys.argv[1]), sys.argv[2].split(","), json.loads(sys.argv[3])
+sizes = registry.resolve("quick", {"load_big_mib": 32, "load_repeats": 1})
+knobs = {"model_streamer": {"concurrency": 4}}
+cfg = {"sizes": sizes, "system": "Linux", "become_allowed": False, "profile": "quick",
+       "settings": {"load_loaders": names, "load_loader_knobs": knobs}}
+from disklab_host.loadlab import prep
+plan = load.loader_plan(cfg, {**(loaders.venv_record() or {}), **record})
+usable = [n for n, r in plan["loaders"].items() if r["status"] == "ok"]
+formats = tuple(sorted({loaders.BY_NAME[n].file_format for n in usable} - {"safetensors"}))
+manifest = prep.prepare(cfg, workdir, formats)
+section = load.measure(cfg, manifest, eviction_methods=["fadvise_dontneed"], two_workers=False,
+                       loader_summary=plan)
+print(json.dumps(section))
+"""
+
+
+@pytest.mark.slow
+def test_the_load_step_measures_the_loaders_beside_the_others_and_names_what_did_not_run(lab_venv, workbench):
+    """fastsafetensors as if pip had failed on this host (its outcome in the venv's record), instanttensor
+    without a GPU: both not_run with the reason, while model_streamer and tensorizer run every cell."""
+    venv, _ = lab_venv
+    failed = {
+        "status": "not_run",
+        "reason": "pip could not install fastsafetensors==0.5.0: ERROR: no wheel (test)",
+    }
+    record = {loaders.RECORD_KEY: {"fastsafetensors": failed}}
+    cp = _in_venv(venv, STEP, str(workbench), ",".join(ALL), json.dumps(record), timeout=1500)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    section = json.loads(cp.stdout.strip().splitlines()[-1])
+    jsonschema.validate(section, SCHEMA)
+    lo = section["loaders"]["loaders"]
+    assert lo["fastsafetensors"] == {**lo["fastsafetensors"], **failed}
+    assert lo["instanttensor"]["status"] == "not_run" and lo["instanttensor"]["reason"].startswith(
+        "needs CUDA: "
+    )
+    assert "torch.cuda.is_available() is False" in lo["instanttensor"]["reason"]
+    assert lo["instanttensor"]["gpu_path_run"] is False
+    for name in ("model_streamer", "tensorizer"):
+        assert lo[name]["status"] == "ok" and lo[name]["version"] in " ".join(lo[name]["pins"])
+    assert lo["model_streamer"]["knobs"]["concurrency"] == {
+        **lo["model_streamer"]["knobs"]["concurrency"],
+        "value": 4,
+        "source": "inventory",
+    }
+    assert lo["tensorizer"]["knobs"]["num_readers"]["source"] == "default"
+    methods = {
+        (c["method"], c["file"], c["populate"], c["cache_state_requested"]) for c in section["samples"]
+    }
+    for name, big in (("model_streamer", "big_safetensors"), ("tensorizer", "big_tensors")):
+        # a loader populates the big model, as every whole-file method does, up to first_response
+        assert {(name, big, load.BIG_POPULATE, "cold"), (name, big, load.BIG_POPULATE, "warm")} <= methods
+    assert not {m for m, *_ in methods} & {"fastsafetensors", "instanttensor"}
+    assert section["files"]["big_tensors"]["format"] == "tensorizer"
+    assert section["files"]["big_tensors"]["size_bytes"] > section["files"]["big_safetensors"]["size_bytes"]
+    for s in section["samples"]:
+        if s["method"] not in loaders.NAMES:
+            assert "loader" not in s and "read_path" not in s
+            continue
+        assert s["loader"]["knobs"]["concurrency" if s["method"] == "model_streamer" else "num_readers"]
+        assert s["process"]["loader_import_s"] >= 0 and s["touched_bytes"] > 0
+        st = s["stages"]
+        assert st["loader_return"]["time_s"] <= st["all_touched"]["time_s"]
+        if s["populate"]:
+            assert (
+                st["loader_return"]["time_s"]
+                <= st["module_populated"]["time_s"]
+                <= st["all_touched"]["time_s"]
+            )
+        if s["cache_state_requested"] == "cold":
+            assert s["cache_state"] == "cold", s["cache_proof"]
+            assert s["cache_proof"]["parts"]["major_faults"]["status"] == "not_applicable"
+    streamed = next(s for s in section["samples"] if s["method"] == "model_streamer")
+    assert streamed["read_path"]["source"].startswith("the streamer's own log line")
+    tz_warm = [
+        s for s in section["samples"] if s["method"] == "tensorizer" and s["cache_state_requested"] == "warm"
+    ]
+    assert tz_warm and all(
+        s["cache_state"] == "warm" and s["read_path"]["page_cache"] == "used" for s in tz_warm
+    )
+    # the same file, and the same tensors touched, as load_file's rows
+    lf = next(s for s in section["samples"] if s["method"] == "load_file" and s["file"] == "big_safetensors")
+    ms = next(
+        s for s in section["samples"] if s["method"] == "model_streamer" and s["file"] == "big_safetensors"
+    )
+    assert (ms["touched_bytes"], ms["checksum"], ms["file_size_bytes"]) == (
+        lf["touched_bytes"],
+        lf["checksum"],
+        lf["file_size_bytes"],
+    )
