@@ -30,8 +30,14 @@ lint: $(TEST_VENV)/.installed
 	$(TEST_VENV)/bin/ruff format --check src tests bench roles plugins
 	cd $(CURDIR) && $(TEST_VENV)/bin/ansible-lint --profile production playbooks roles
 
-test: lint
-	$(TEST_VENV)/bin/pytest
+# The whole suite: ruff, then pytest in TEST_WORKERS processes, a module to a worker at a time (pytest-xdist's
+# loadfile, longest modules first: tests/conftest.py); ansible-lint runs inside it (tests/test_lint.py), beside
+# the other modules. Much of the suite waits on SSH, Ansible's polls and fsync, so more workers than cores pay.
+TEST_WORKERS ?= 4
+test: $(TEST_VENV)/.installed
+	$(TEST_VENV)/bin/ruff check src tests bench roles plugins
+	$(TEST_VENV)/bin/ruff format --check src tests bench roles plugins
+	$(TEST_VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The edit-and-check loop: ruff, and the tests that need no root, no test fleet and no lab experiment (the
 # markers in pyproject.toml; tests/conftest.py marks heavy a test that shares a module or session set-up).

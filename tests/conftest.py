@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import shared
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -37,8 +39,11 @@ TINY_SIZES = {
 
 @pytest.fixture(scope="session")
 def lab_root(tmp_path_factory) -> Path:
-    """One lab root for the whole session, so the lab venv (torch) is installed once."""
-    return tmp_path_factory.mktemp("labroot")
+    """One lab root for the worker's session, its venv the run's one provisioned lab venv (tests/shared.py):
+    the lab_venv role keeps it, so torch is installed once per run, not once per worker."""
+    root = tmp_path_factory.mktemp("labroot")
+    shared.seed_lab_venv(tmp_path_factory, root / "venv", sys.executable)
+    return root
 
 
 def write_local_inventory(path: Path, lab_root: Path, workbench: Path, **overrides) -> Path:
@@ -96,10 +101,34 @@ def run_disklab(*args: str, reports: Path, timeout: int = 900):
     )
 
 
+# The modules that take longest, longest first, from the suite's own per-module times (a run's
+# --junitxml, setup and teardown included). `make test` hands whole modules to its workers (pytest-xdist's
+# loadfile) in collection order, so these start first and the short ones fill in around them. test_cache
+# leads: its one test that empties the whole page cache then waits for no one (tests/shared.py).
+LONGEST_FIRST = (
+    "test_cache",
+    "test_fleet_profiles",
+    "test_fleet_users_world",
+    "test_fleet_lab",
+    "test_fleet_netfs",
+    "test_load",
+    "test_playbook_local",
+    "test_powercut_cli",
+    "test_killed_controller",
+    "test_provision",
+    "test_fleet_infra",
+    "test_powercut",
+    "test_lint",
+)
+
+
 def pytest_collection_modifyitems(items):
-    """A test that shares a set-up of module or session scope is heavy (make test-fast leaves it out; make
-    test runs it): such a set-up is shared because it is costly (a lab root and its venv, a real lab step,
-    a measured results document)."""
+    """Order the modules longest first (:data:`LONGEST_FIRST`; the rest keep their order), and mark heavy
+    a test that shares a set-up of module or session scope (make test-fast leaves it out; make test runs
+    it): such a set-up is shared because it is costly (a lab root and its venv, a real lab step, a
+    measured results document)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).stem, len(rank)))  # stable: keeps the rest
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs if info is not None else {}
@@ -107,8 +136,18 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.heavy)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Every test holds the page cache shared for its setup, call and teardown (a module's shared set-up is
+    made in its first test's setup), and a test marked ``drops_page_cache`` holds it alone
+    (tests/shared.py)."""
+    with shared.page_cache(exclusive=item.get_closest_marker("drops_page_cache") is not None):
+        yield
+
+
 # Where the suite's time goes (printed after pytest's slowest-tests listing): the whole run, and each shared
-# set-up, a fixture of module or session scope, by name and the module that defines it.
+# set-up, a fixture of module or session scope, by name and the module that defines it. Under pytest-xdist
+# each worker times its own set-ups and sends them to the controller when it ends (workeroutput).
 _SUITE_START = time.monotonic()
 _SHARED_SETUPS: dict[str, float] = {}
 
@@ -123,12 +162,26 @@ def pytest_fixture_setup(fixturedef, request):
         _SHARED_SETUPS[key] = _SHARED_SETUPS.get(key, 0.0) + time.monotonic() - start
 
 
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: hand the set-up times to the controller
+        workeroutput["shared_setups"] = dict(_SHARED_SETUPS)
+
+
+def pytest_testnodedown(node, error):
+    for key, secs in getattr(node, "workeroutput", {}).get("shared_setups", {}).items():
+        _SHARED_SETUPS[key] = _SHARED_SETUPS.get(key, 0.0) + secs
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter):
     total = time.monotonic() - _SUITE_START
-    shared = sorted(_SHARED_SETUPS.items(), key=lambda kv: -kv[1])
-    top = ", ".join(f"{name} {secs:.0f} s" for name, secs in shared[:8] if secs >= 1)
+    setups = sorted(_SHARED_SETUPS.items(), key=lambda kv: -kv[1])
+    top = ", ".join(f"{name} {secs:.0f} s" for name, secs in setups[:8] if secs >= 1)
+    workers = getattr(terminalreporter.config.option, "numprocesses", None)
     terminalreporter.write_line(
-        f"suite time: {total:.0f} s in all; shared set-ups {sum(s for _, s in shared):.0f} s"
+        f"suite time: {total:.0f} s in all"
+        + (f" on {workers} workers" if workers else "")
+        + f"; shared set-ups {sum(s for _, s in setups):.0f} s"
         + (f" (slowest: {top})" if top else "")
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+import shared
 from conftest import FIXTURES, REPO
 from disklab_host.audit import collect as audit
 from disklab_host.audit import parse as ap
@@ -84,10 +85,12 @@ def fake_nvme_sysfs(root: Path, scheduler: str = "[none] mq-deadline", read_ahea
 
 @pytest.fixture(scope="module")
 def real_facts(tmp_path_factory) -> tuple[Path, dict]:
-    """One real audit of a workbench on this host, with the test venv as the lab venv."""
+    """One real audit of a workbench on this host, with the test venv as the lab venv. The module's tests
+    compare it with /proc/sys/vm, so no other test may change those settings meanwhile (tests/shared.py)."""
     wb = tmp_path_factory.mktemp("audit") / "workbench"
     wb.mkdir()
-    return wb, audit.collect_all(str(wb), VENV_PYTHON)
+    with shared.machine_lock("vm_sysctl", shared=True):
+        yield wb, audit.collect_all(str(wb), VENV_PYTHON)
 
 
 @pytest.mark.heavy

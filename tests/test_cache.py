@@ -120,6 +120,7 @@ def test_missing_file_raises(workbench):
 
 
 @pytest.mark.root
+@pytest.mark.drops_page_cache
 def test_drop_caches_evicts(workbench):
     """Global: this empties the page cache of the whole machine."""
     path = write_file(workbench / "drop.bin", 4 * MIB)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import shared
 from conftest import FLEET_TABLES, REPO, TINY_SIZES, fleet_tables, run_disklab
 from disklab import compare, store, stored, units
 
@@ -86,6 +87,8 @@ def fleet(tmp_path_factory):
     state_dir = Path(tempfile.mkdtemp(prefix="dlfl", dir="/tmp"))  # short: ssh's ControlPath lives here
     f = Fleet.up(4, state_dir, fleet_id=_free_fleet_id(), size_mib=MIN_SIZE_MIB, lab_root=lab_root)
     try:
+        # what this module tests starts after provisioning (tests/shared.py: the run's one lab venv)
+        shared.seed_fleet_hosts(tmp_path_factory, f, LAB_HOSTS)
         yield f
     finally:
         problems = f.down()
@@ -119,29 +122,30 @@ def cut_run(fleet, reports, first_run):
     (CompletedProcess-like dict, old dirty_expire, new dirty_expire).
     """
     assert first_run.returncode == 0, first_run.stdout + first_run.stderr
-    old_expire = int(DIRTY_EXPIRE.read_text())
-    new_expire = old_expire + 1234
-    cmd = [sys.executable, "-m", "disklab.cli", "--reports", str(reports), "run"]
-    cmd += ["-i", str(fleet.inventory_path), *_lab_args()]
-    stopped = threading.Event()
-    try:
-        DIRTY_EXPIRE.write_text(f"{new_expire}\n")
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        out: list[str] = []
-        reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
-        reader.start()
-        err = []
-        for line in proc.stderr:
-            err.append(line)
-            if not stopped.is_set() and f"host1: running: {LAB_TASK}" in line:
-                fleet.stop_sshd("host1")
-                stopped.set()
-        proc.wait(timeout=TIMEOUT_S)
-        reader.join(timeout=60)
-    finally:
-        DIRTY_EXPIRE.write_text(f"{old_expire}\n")
-        if stopped.is_set():
-            fleet.start_sshd("host1")
+    with shared.machine_lock("vm_sysctl"):  # tests/test_audit.py compares /proc/sys/vm with its facts
+        old_expire = int(DIRTY_EXPIRE.read_text())
+        new_expire = old_expire + 1234
+        cmd = [sys.executable, "-m", "disklab.cli", "--reports", str(reports), "run"]
+        cmd += ["-i", str(fleet.inventory_path), *_lab_args()]
+        stopped = threading.Event()
+        try:
+            DIRTY_EXPIRE.write_text(f"{new_expire}\n")
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            out: list[str] = []
+            reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+            reader.start()
+            err = []
+            for line in proc.stderr:
+                err.append(line)
+                if not stopped.is_set() and f"host1: running: {LAB_TASK}" in line:
+                    fleet.stop_sshd("host1")
+                    stopped.set()
+            proc.wait(timeout=TIMEOUT_S)
+            reader.join(timeout=60)
+        finally:
+            DIRTY_EXPIRE.write_text(f"{old_expire}\n")
+            if stopped.is_set():
+                fleet.start_sshd("host1")
     return {
         "rc": proc.returncode,
         "stdout": "".join(out),

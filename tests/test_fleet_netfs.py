@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+import shared
 from conftest import TINY_SIZES, run_disklab
 from disklab import stored
 from disklab.sections import load as load_section
@@ -78,6 +79,8 @@ def fleet(tmp_path_factory):
         1, state_dir, fleet_id=_free_fleet_id(), size_mib=MIN_SIZE_MIB, profiles=["netfs"], lab_root=lab_root
     )
     try:
+        # the lab venv is local, not on the network filesystem: the run's one lab venv (tests/shared.py)
+        shared.seed_fleet_hosts(tmp_path_factory, f, [HOST])
         yield f
     finally:
         problems = f.down()

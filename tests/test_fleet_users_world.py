@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import shared
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
 import fleet as fleetmod  # noqa: E402
 from fleet import LOGIN_USER, MIN_SIZE_MIB, NOISY_BANNER, NOISY_PYTHON_WARNING, WORKBENCH, Fleet  # noqa: E402
@@ -89,13 +91,16 @@ def _user_ssh(fleet: Fleet, name: str, command: str) -> subprocess.CompletedProc
 
 
 @pytest.fixture(scope="module")
-def fleet():
+def fleet(tmp_path_factory):
     state_dir = Path(tempfile.mkdtemp(prefix="dluw", dir="/tmp"))  # short: ssh's ControlPath lives here
     f = Fleet.up(
         3, state_dir, fleet_id=_free_fleet_id(), size_mib=MIN_SIZE_MIB, profiles=list(PROFILES.values())
     )
     try:
         assert {h.name: h.profile for h in f.hosts} == PROFILES
+        # the bastion host's lab venv is the run's one (tests/shared.py); the sudo-password host provisions
+        # its own, as the non-root login, through the organisation's pip mirror
+        shared.seed_fleet_hosts(tmp_path_factory, f, [BASTION])
         yield f
     finally:
         assert f.down() == []  # a no-op after test_down_leaves_nothing_behind

@@ -91,6 +91,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -106,6 +107,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_STATE_DIR = Path("/tmp/dlab-fleet")
+# free_fleet_id's reservations: one file per fleet id, holding the pid of the process that took it.
+ID_RESERVATIONS = Path("/tmp/dlab-fleet-ids")
 WORKBENCH = "/srv/dlab/workbench"
 # A fresh host's filesystem is mounted here, so WORKBENCH (below it) does not exist until the lab makes it.
 FRESH_MOUNT = "/srv/dlab"
@@ -348,18 +351,50 @@ def fleet_netns() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.startswith("dlab-")]
 
 
-def free_fleet_id(top: int, bottom: int) -> int:
-    """The highest fleet id in ``top`` down to ``bottom`` that no namespace or route here uses.
+def _reserved_by_live_process(fid: int) -> bool:
+    """Whether a live process reserved fleet id ``fid`` (:func:`free_fleet_id`) and has not released it."""
+    try:
+        pid = int((ID_RESERVATIONS / str(fid)).read_text())
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
-    Lets several test modules run fleets side by side without colliding.
+
+def free_fleet_id(top: int, bottom: int) -> int:
+    """The highest fleet id in ``top`` down to ``bottom`` that no namespace or route here uses, reserved
+    for this process.
+
+    Lets several test modules, and several processes (pytest-xdist workers), run fleets side by side
+    without colliding: the choice is made under an flock(2), and the id is reserved in
+    :data:`ID_RESERVATIONS` under this process's pid until :meth:`Fleet.down` releases it or the process
+    ends, so a second process does not take it before this one has made its namespaces.
     Raises FleetError when every id in the range is taken.
     """
-    used = {ns.split("-")[1] for ns in fleet_netns()}
-    routes = _run(["ip", "-4", "route"], check=False).stdout
-    for fid in range(top, bottom - 1, -1):
-        if str(fid) not in used and f"10.213.{fid}." not in routes:
+    ID_RESERVATIONS.mkdir(parents=True, exist_ok=True)
+    with open(ID_RESERVATIONS / ".lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        used = {ns.split("-")[1] for ns in fleet_netns()}
+        routes = _run(["ip", "-4", "route"], check=False).stdout
+        for fid in range(top, bottom - 1, -1):
+            if str(fid) in used or f"10.213.{fid}." in routes or _reserved_by_live_process(fid):
+                continue
+            (ID_RESERVATIONS / str(fid)).write_text(str(os.getpid()))
             return fid
     raise FleetError(f"no free fleet id in {bottom}..{top}")
+
+
+def release_fleet_id(fid: int) -> None:
+    """Drop this process's reservation of fleet id ``fid`` (another process's is left alone)."""
+    path = ID_RESERVATIONS / str(fid)
+    with contextlib.suppress(OSError, ValueError):
+        if int(path.read_text()) == os.getpid():
+            path.unlink()
 
 
 def profile_constraints(profile: str) -> tuple[str, ...]:
@@ -1381,6 +1416,7 @@ class Fleet:
             problems.append(f"kept lab roots under {lab_root} (outside the state dir)")
         if not [p for p in problems if not p.startswith("kept ")]:
             shutil.rmtree(self.state_dir, ignore_errors=True)
+            release_fleet_id(st["fleet_id"])
         else:
             self.save()  # keep the record, so a second down can retry
         return problems
