@@ -34,7 +34,6 @@ from pathlib import Path
 
 import pytest
 
-import shared
 from conftest import TINY_SIZES, run_disklab
 from disklab import stored
 from disklab.sections import load as load_section
@@ -79,8 +78,7 @@ def fleet(tmp_path_factory):
         1, state_dir, fleet_id=_free_fleet_id(), size_mib=MIN_SIZE_MIB, profiles=["netfs"], lab_root=lab_root
     )
     try:
-        # the lab venv is local, not on the network filesystem: the run's one lab venv (tests/shared.py)
-        shared.seed_fleet_hosts(tmp_path_factory, f, [HOST])
+        # no seeded lab venv (tests/shared.py): this host's venv also holds the loaders, from the wheelhouse
         yield f
     finally:
         problems = f.down()
