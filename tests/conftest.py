@@ -37,6 +37,12 @@ TINY_SIZES = {
 }
 
 
+# pip's byte-compiling of torch is two thirds of provisioning a lab venv here (38 s against 14 s for torch
+# alone, pip install in a new venv): a test whose hosts provision from nothing, and that does not test what
+# pip compiles, passes this (lab_venv_pip_args reaches pip and the venv's record as any extra argument).
+PROVISION_QUICKLY = {"lab_venv_pip_args": ["--no-compile"]}
+
+
 @pytest.fixture(scope="session")
 def lab_root(tmp_path_factory) -> Path:
     """One lab root for the worker's session, its venv the run's one provisioned lab venv (tests/shared.py):
@@ -168,6 +174,7 @@ def pytest_sessionfinish(session):
         workeroutput["shared_setups"] = dict(_SHARED_SETUPS)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: the controller, as each worker ends
 def pytest_testnodedown(node, error):
     for key, secs in getattr(node, "workeroutput", {}).get("shared_setups", {}).items():
         _SHARED_SETUPS[key] = _SHARED_SETUPS.get(key, 0.0) + secs

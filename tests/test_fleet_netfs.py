@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY_SIZES, run_disklab
+from conftest import PROVISION_QUICKLY, TINY_SIZES, run_disklab
 from disklab import stored
 from disklab.sections import load as load_section
 
@@ -106,7 +106,9 @@ def wheelhouse(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def lab(fleet, reports, wheelhouse):
     """`disklab run` of the ceiling and load steps at tiny sizes on the netfs host; its stored results."""
-    pip_args = json.dumps({"lab_venv_pip_args": [f"--find-links={wheelhouse}"]})
+    pip_args = json.dumps(
+        {"lab_venv_pip_args": [f"--find-links={wheelhouse}", *PROVISION_QUICKLY["lab_venv_pip_args"]]}
+    )
     args = ["-e", f"lab_run_steps={STEPS}", *LOADER_ARGS, "-e", pip_args]
     for name, value in TINY_SIZES.items():
         args += ["-e", f"{name}={value}"]

@@ -29,8 +29,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-import shared
-
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
 import fleet as fleetmod  # noqa: E402
 from fleet import LOGIN_USER, MIN_SIZE_MIB, NOISY_BANNER, NOISY_PYTHON_WARNING, WORKBENCH, Fleet  # noqa: E402
@@ -91,16 +89,13 @@ def _user_ssh(fleet: Fleet, name: str, command: str) -> subprocess.CompletedProc
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
+def fleet():
     state_dir = Path(tempfile.mkdtemp(prefix="dluw", dir="/tmp"))  # short: ssh's ControlPath lives here
     f = Fleet.up(
         3, state_dir, fleet_id=_free_fleet_id(), size_mib=MIN_SIZE_MIB, profiles=list(PROFILES.values())
     )
     try:
         assert {h.name: h.profile for h in f.hosts} == PROFILES
-        # the bastion host's lab venv is the run's one (tests/shared.py); the sudo-password host provisions
-        # its own, as the non-root login, through the organisation's pip mirror
-        shared.seed_fleet_hosts(tmp_path_factory, f, [BASTION])
         yield f
     finally:
         assert f.down() == []  # a no-op after test_down_leaves_nothing_behind
@@ -314,9 +309,15 @@ def _disklab(fleet: Fleet, *args: str, cwd: Path | None = None, env: dict | None
 
 
 def _tiny() -> list[str]:
-    from conftest import TINY_SIZES
+    """Tiny sizes, and pip without byte-compiling: the bastion and the sudo-password host provision their
+    lab venvs from nothing (conftest.PROVISION_QUICKLY)."""
+    from conftest import PROVISION_QUICKLY, TINY_SIZES
 
-    return [a for name, value in TINY_SIZES.items() for a in ("-e", f"{name}={value}")]
+    return [
+        "-e",
+        json.dumps(PROVISION_QUICKLY),
+        *(a for n, v in TINY_SIZES.items() for a in ("-e", f"{n}={v}")),
+    ]
 
 
 def _without_vault(fleet: Fleet, tmp_path: Path) -> tuple[Path, dict]:

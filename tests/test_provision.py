@@ -264,14 +264,19 @@ def test_versions_match_the_way_pip_reads_a_pin():
 @pytest.mark.slow
 def test_a_real_venv_from_a_python_without_pip_is_created_kept_and_rebuilt(tmp_path):
     """From a base made with ``/usr/bin/python3 -m venv --without-pip`` (no pip, no packaging): the CPU
-    build from its index, then a second run that changes nothing, then a new index that rebuilds."""
+    build from its index, then a second run that changes nothing, then a new index that rebuilds.
+
+    Every run passes pip ``--no-compile`` (lab_venv_pip_args): byte-compiling torch's files is two thirds
+    of pip's time here (38 s against 14 s for torch alone) and none of what this test checks; it also shows
+    that the extra pip arguments reach pip and the record."""
     base = tmp_path / "base"
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(base)], check=True, timeout=120)
     base_py = str(base / "bin" / "python")
     assert subprocess.run([base_py, "-c", "import pip"], capture_output=True).returncode != 0
     venv = tmp_path / "lab" / "venv"
 
-    first = _cli(venv, "--torch-index", "cpu", python=base_py)
+    nc = "--pip-arg=--no-compile"
+    first = _cli(venv, "--torch-index", "cpu", nc, python=base_py)
     assert first.returncode == 0, first.stderr
     out = result_line.parse(first.stdout)
     assert (out["ok"], out["changed"], out["action"]) == (True, True, "created"), out
@@ -281,7 +286,7 @@ def test_a_real_venv_from_a_python_without_pip_is_created_kept_and_rebuilt(tmp_p
     assert v["torch_cuda"] is None and v["cuda_available"] is False and v["mps_available"] is False
     record = json.loads((venv / pv.RECORD_NAME).read_text())
     assert record["base_python"] == base_py and record["pins"] == PINS
-    assert record["torch_index"] == pv.CPU_INDEX and record["pip_args"] == []
+    assert record["torch_index"] == pv.CPU_INDEX and record["pip_args"] == ["--no-compile"]
     bare_env = {k: val for k, val in os.environ.items() if k != "PYTHONPATH"}
     imports = subprocess.run(
         [out["python"], "-c", "import torch, safetensors.torch, numpy; print(torch.ones(3).sum().item())"],
@@ -289,16 +294,16 @@ def test_a_real_venv_from_a_python_without_pip_is_created_kept_and_rebuilt(tmp_p
     )  # fmt: skip
     assert imports.returncode == 0 and imports.stdout.strip() == "3.0", imports.stderr
 
-    again = result_line.parse(_cli(venv, "--torch-index", "cpu", python=base_py).stdout)
+    again = result_line.parse(_cli(venv, "--torch-index", "cpu", nc, python=base_py).stdout)
     assert (again["changed"], again["action"]) == (False, "kept"), again
     assert again["versions"] == v
 
-    would = result_line.parse(_cli(venv, "--torch-index", "pypi", "--check", python=base_py).stdout)
+    would = result_line.parse(_cli(venv, "--torch-index", "pypi", nc, "--check", python=base_py).stdout)
     assert (would["changed"], would["action"]) == (True, "would_rebuild")
     assert f"torch_index {pv.CPU_INDEX!r} -> None" in would["reason"]
     assert json.loads((venv / pv.RECORD_NAME).read_text()) == record  # --check changed nothing
 
-    rebuilt = _cli(venv, "--torch-index", "pypi", python=base_py)
+    rebuilt = _cli(venv, "--torch-index", "pypi", nc, python=base_py)
     assert rebuilt.returncode == 0, rebuilt.stderr
     out = result_line.parse(rebuilt.stdout)
     assert (out["changed"], out["action"], out["torch_index"]) == (True, "rebuilt", "pypi"), out
