@@ -784,3 +784,15 @@ def test_production_loaders_rendered_beside_the_others_with_knobs_proof_and_reas
 def test_a_section_without_loaders_renders_no_loader_block(tmp_path):
     x, md = render(make_section(), tmp_path)
     assert x["loaders"] is None and "Production loaders" not in md and "†" not in md
+
+
+def test_a_proof_part_that_failed_says_in_how_many_samples():
+    mib = 1 << 20
+    failed = {"status": "fail", "device_read_bytes": 0, "touched_bytes": mib}
+    parts = [failed, failed, {"status": "pass", "device_read_bytes": mib, "touched_bytes": mib}]
+    text = section_mod._part_text("device_reads", parts)
+    assert text == "device reads ✗ failed in 2 of 3, min 0 B for 1.00 MiB touched", text
+    assert (
+        section_mod._part_text("device_reads", parts[2:])
+        == "device reads ✓ 1/1, min 1.00 MiB for 1.00 MiB touched"
+    )

@@ -567,8 +567,9 @@ def _part_text(name: str, parts: list[dict]) -> str:
         got = [p["major_faults"] for p in parts if "major_faults" in p]
         if got:
             detail = f", min {min(got)}"
-    mark = "✓" if not fails else f"✗ in {fails}"
-    return f"{label} {mark} {n - fails}/{n}{detail}"
+    if fails:
+        return f"{label} ✗ failed in {fails} of {n}{detail}"
+    return f"{label} ✓ {n}/{n}{detail}"
 
 
 def proof_rows(section: dict, results: dict) -> dict:
