@@ -19,7 +19,7 @@ import pytest
 
 from conftest import FLEET_TABLES
 from disklab import cli, compare, export, figures, fleet, report, schemas, stored
-from disklab_host.steps import ceiling
+from disklab_host.steps import ceiling, load
 from test_load_section import make_section, make_v5_section
 from test_report import linux_doc  # noqa: F401  (the fixture: a results document measured here)
 
@@ -346,6 +346,28 @@ def test_first_response_side_by_side_and_an_older_run_not_measured(linux_doc):  
     at = dict(by_name["load_cold"]["rows"])
     assert at["torch.load, big_pt"] == [fleet.NOT_MEASURED, "1.000 s [0.900 s, 1.200 s] (n=3)"]
     assert at["torch.load → module (assign), big_pt"][0] == "1.000 s [0.900 s, 1.200 s] (n=3)"
+
+
+def test_a_method_measured_with_no_sample_proven_says_so_not_not_measured(linux_doc):  # noqa: F811
+    """Every warm load_file sample failed its warm check (an O_DIRECT loader has no provable warm state, a
+    network filesystem drops the cache at open): its warm cells say it was measured and why none counts."""
+    doc = copy.deepcopy(linux_doc)
+    section = make_v5_section()
+    for s in section["samples"]:
+        if (s["method"], s["file"], s["cache_state"]) == ("load_file", "big_safetensors", "warm"):
+            s["cache_state"] = s["cache_proof"]["verdict"] = "warm_unverified"
+    section["cells"] = load.summarise(section["samples"])
+    doc["experiments"]["load"] = section
+    rows = [{"host": "h", "fleet": fleet.host_column(doc), "durable_sync": report.durable_sync(doc)}]
+    _, tables = fleet.tables(rows)
+    by_name = {t["name"]: t for t in tables}
+    for name in ("load_warm", "load_warm_first_response"):
+        cells = dict(by_name[name]["rows"])
+        assert cells["load_file → module (assign), big_safetensors"] == [
+            "measured, no sample proven warm (3 warm_unverified)"
+        ], name
+    cold = dict(by_name["load_cold_first_response"]["rows"])  # its cold samples were proven: a figure
+    assert cold["load_file → module (assign), big_safetensors"][0].endswith("(n=3)")
 
 
 def test_a_fleet_without_load_figures_says_why_in_each_load_table(linux_doc):  # noqa: F811

@@ -12,7 +12,9 @@ sync p50; load at ``all_touched`` and at ``first_response`` (:data:`STAGES`), co
 method; the host's own ceilings (``experiments.ceiling.cold_mib_s``, ``warm_mib_s`` and
 ``parallel.cold_mib_s``, "not measured in this run" without that step or part); peak RSS at
 ``all_touched`` and at ``first_response``; the power-cut verdicts. A run from before results version 5
-has no first_response figure: its cells say "not measured in this run". Two plots (load at all_touched,
+has no first_response figure: its cells say "not measured in this run"; a cell whose samples all failed
+their cache proof says it was measured and that none was proven (a loader reading with O_DIRECT has no
+provable warm state, nor has a network filesystem that drops the page cache at open). Two plots (load at all_touched,
 durable sync p50), one point per host, under ``reports/fleet-plots/``. With more than
 :data:`MAX_COLUMNS` hosts the tables turn round (hosts as rows), so they stay
 readable.
@@ -81,8 +83,14 @@ def host_column(doc: dict | None) -> dict | None:
     exps = doc.get("experiments") or {}
     facts = doc.get("facts") or {}
     found = figures.extract(doc, experiments=("load", "ceiling", "powercut"))
-    load, rss = [], {}
+    load, rss, unproven = [], {}, []
     for f in found:
+        measured = f.experiment == "load" and f.stage in STAGES and f.unit != "bytes"
+        if measured and f.cache and f.cache not in figures.PROVEN:  # its cell says so, not "not measured"
+            unproven.append(
+                {"file": f.file, "method": f.method, "populate": f.populate, "cache": f.cache,
+                 "stage": f.stage, "n": f.summary.get("n")}
+            )  # fmt: skip
         if f.experiment == "load" and f.stage in STAGES and f.cache in figures.PROVEN:
             if f.unit == "bytes":
                 rss[(f.file, f.method, f.populate, f.cache, f.stage)] = f.summary
@@ -119,6 +127,7 @@ def host_column(doc: dict | None) -> dict | None:
         "torch": markup.fact((facts.get("versions") or {}).get("torch")),
         "file_sizes": {k: v["size_bytes"] for k, v in (ls.get("files") or {}).items()} if ok(ls) else {},
         "load": load,
+        "load_unproven": unproven,
         "load_why": None if ok(ls) else _why(ls, "load"),
         "ceiling": ceiling,
         "ceiling_why": None if ok(cs) else _why(cs, "ceiling"),
@@ -144,8 +153,9 @@ def _stage(row: dict) -> str:
 
 
 def load_keys(cols: list, stage: str = STAGE) -> list[tuple]:
-    """The (file, method, populate) cells with a figure at ``stage`` on any host, in the tables' order."""
-    rows = [x for _, c, _ in cols for x in c["load"] if _stage(x) == stage]
+    """The (file, method, populate) cells with a figure at ``stage`` on any host, proven or not, in the
+    tables' order."""
+    rows = [x for _, c, _ in cols for x in [*c["load"], *c.get("load_unproven", [])] if _stage(x) == stage]
     return sorted({(x["file"], x["method"], x["populate"]) for x in rows}, key=_cell_order)
 
 
@@ -246,6 +256,15 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
                 if field == "time":
                     return _time(x["time"])
                 return units.ibytes(x["peak_rss"]["median"]) if x["peak_rss"] else NOT_MEASURED
+        failed = [
+            f"{x['n']} {x['cache']}" if x.get("n") is not None else x["cache"]
+            for x in c.get("load_unproven", [])  # a column kept from a renderer before it had them: none
+            if (x["file"], x["method"], x["populate"]) == key
+            and x["cache"].startswith(cache)
+            and x["stage"] == stage
+        ]
+        if failed:
+            return f"measured, no sample proven {cache} ({', '.join(failed)})"
         return NOT_MEASURED
 
     # Without a load figure on any host, one row says why for each host (a table with no rows says nothing).
