@@ -14,8 +14,8 @@ method; the host's own ceilings (``experiments.ceiling.cold_mib_s``, ``warm_mib_
 ``all_touched`` and at ``first_response``; the power-cut verdicts. A run from before results version 5
 has no first_response figure: its cells say "not measured in this run"; a cell whose samples all failed
 their cache proof says it was measured and that none was proven (a loader reading with O_DIRECT has no
-provable warm state, nor has a network filesystem that drops the page cache at open). Two plots (load at all_touched,
-durable sync p50), one point per host, under ``reports/fleet-plots/``. With more than
+provable warm state, nor has a network filesystem that drops the page cache at open). Two plots (load
+at all_touched, durable sync p50), one point per host, under ``reports/fleet-plots/``. With more than
 :data:`MAX_COLUMNS` hosts the tables turn round (hosts as rows), so they stay
 readable.
 """
