@@ -116,6 +116,62 @@ def test_python_without_torch_exits_2(capfd, workbench):
     assert "cannot import torch" in capfd.readouterr().err
 
 
+@pytest.fixture
+def python_without_torch(tmp_path) -> Path:
+    """A real Python with no torch: a venv of this interpreter's Python, without pip or any package."""
+    venv = tmp_path / "notorch"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    assert subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0
+    return python
+
+
+@needs_strace
+def test_a_python_that_runs_the_check_but_has_no_torch_exits_2(capfd, private_tmp, python_without_torch):
+    """No probe imports torch first: the check runs, the first save's child cannot import torch, and the
+    controller says so in its one line, as for a --python that is no Python at all."""
+    assert powercut_cli.main([f"{USER}:good_save", "--python", str(python_without_torch)]) == 2
+    message = f"--python {python_without_torch} cannot import torch and safetensors"
+    _assert_no_verdict(capfd.readouterr(), message, private_tmp)
+
+
+@needs_strace
+def test_host_side_check_without_torch_says_so_in_one_line(private_tmp, python_without_torch):
+    cmd = [str(python_without_torch), "-m", "disklab_host.powercut.simulate", "check", f"{USER}:good_save"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), check=False)
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip()
+    assert err == (
+        f"disklab powercut: this Python ({python_without_torch}) cannot import torch and safetensors: "
+        "ModuleNotFoundError: No module named 'torch'"
+    )
+    assert list(private_tmp.iterdir()) == [] and _processes_mentioning(str(private_tmp)) == []
+
+
+@needs_strace
+def test_without_torch_here_the_check_runs_with_the_local_lab_venv(tmp_path, python_without_torch):
+    """The controller's own Python lacks torch: ./.lab/venv/bin/python runs the check (it reaches the
+    save's import, which names the missing function); without that Python, one line says what to pass."""
+    lab_python = tmp_path / ".lab" / "venv" / "bin" / "python"
+    lab_python.parent.mkdir(parents=True)
+    lab_python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # this venv's Python, with torch
+    lab_python.chmod(0o755)
+    code = "import sys; from disklab import powercut_cli; sys.exit(powercut_cli.main(sys.argv[1:]))"
+    cmd = [str(python_without_torch), "-c", code, f"{USER}:missing_fn"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), cwd=tmp_path, check=False)
+    assert (
+        proc.returncode == 2
+        and proc.stderr.strip() == f"disklab powercut: {USER} has no function 'missing_fn'"
+    )
+    lab_python.unlink()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        == "disklab powercut: no Python with torch found: pass --python PATH (the lab venv's python)"
+    )
+
+
 def test_controller_does_not_import_torch():
     code = "import sys; from disklab import powercut_cli; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
