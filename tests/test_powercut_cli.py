@@ -445,6 +445,17 @@ def test_a_save_past_the_analysis_bounds_is_refused_naming_what_it_did_and_the_o
         assert said in capfd.readouterr().err
 
 
+@needs_strace
+@pytest.mark.slow
+def test_the_analysis_timeout_kills_the_traced_save_too(capfd, private_tmp):
+    """The traced save runs in a session of its own (strace and the save): the --analysis-timeout-s kill
+    must reach it too, here while it sleeps in its call (or still imports torch), long before its own
+    --timeout-s."""
+    argv = [f"{USER}:hanging_save", "--timeout-s", "600", "--analysis-timeout-s", "3"]
+    assert powercut_cli.main(argv) == 2
+    _assert_no_verdict(capfd.readouterr(), "the check took longer than --analysis-timeout-s 3", private_tmp)
+
+
 def test_the_check_runs_with_its_address_space_bounded():
     """The bound is the kernel's (RLIMIT_AS in the check's process), not a number the check reports."""
     code = "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"
