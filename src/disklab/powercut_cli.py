@@ -277,20 +277,35 @@ def _run_check(cmd: list[str], args) -> int | None:
 
 
 def _kill_check(proc: subprocess.Popen) -> None:
-    """SIGKILL the check and every process it started, then reap it.
+    """SIGKILL the check and every process it started, reap it, and wait (a while) until they have ended.
 
     The check leads its own group, but each save it traces runs in a session of its own (strace and
     the save: disklab_host.powercut.record.run_traced), which killing the check's group would leave
     running. So the check's group is stopped first (it starts nothing more), the groups of all its
-    descendants are found in /proc, and every one of those groups is killed.
+    descendants are found in /proc, and every one of those groups is killed. A SIGKILL takes effect
+    when its process next runs, so each descendant is waited for until it is gone or a zombie (the
+    check's children are no longer this process's to reap).
     """
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGSTOP)
-    groups = {proc.pid} | {pgid for _, pgid in _descendants(proc.pid)}
-    for pgid in groups:
+    found = _descendants(proc.pid)
+    for pgid in {proc.pid} | {pgid for _, pgid in found}:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
     proc.wait()
+    deadline = time.monotonic() + CHILD_CLEANUP_S
+    for pid, _ in found:
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (neither gone nor a zombie), from /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _descendants(pid: int) -> list[tuple[int, int]]:
