@@ -166,6 +166,7 @@ def test_host_side_check_without_torch_says_so_in_one_line(private_tmp, python_w
 
 
 @needs_strace
+@pytest.mark.heavy
 def test_without_torch_here_the_check_runs_with_the_local_lab_venv(tmp_path, python_without_torch):
     """The controller's own Python lacks torch: ./.lab/venv/bin/python runs the check (it reaches the
     save's import, which names the missing function); without that Python, one line says what to pass."""
