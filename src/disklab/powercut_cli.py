@@ -4,8 +4,8 @@ The controller never imports torch, nor the user's file. This module checks
 the input (FILE must be a .py file that compiles) and runs ``python -m
 disklab_host.powercut.simulate check`` with a Python that has torch (see
 :func:`python_candidates`) in a temp directory it owns and removes afterwards,
-passing its output and exit status through: 0 when no crash state under the chosen model is corrupt or
-missing, 1 when one is, 2 for bad input or a save that gets no verdict (a
+passing its output and exit status through: 0 when no crash state under the
+chosen model is corrupt or missing, 1 when one is, 2 for bad input or a save that gets no verdict (a
 one-line error, never a traceback): one that exits, is killed, hangs past
 --timeout-s, raises, writes more than --max-write-mib, leaves a file
 outside its directory, or returns without leaving its state dict at the
