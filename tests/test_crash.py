@@ -191,20 +191,23 @@ def test_make_state_and_savers_refuse_bad_input(workbench):
 
 @pytest.mark.heavy
 def test_progress_kills_land_at_the_planned_write_beside_a_cpu_hog(states, workbench):
-    """Two busy processes share the cores; every progress kill still stops at its planned write."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
-        with crash.SaverServer(STATE_MIB) as srv:
+    """Two busy processes share the cores; every progress kill still stops at its planned write.
+
+    A server of its own, planning both modes beside the hogs; they start once it serves (its start, a
+    Python importing torch, is not what is tested, and would only keep them burning longer)."""
+    with crash.SaverServer(STATE_MIB) as srv:
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+        try:
             for mode in ("naive", "atomic"):
                 m = _progress_run(srv, mode, workbench, states, crash.PROGRESS_POINTS)
                 for k in m["kills"]:
                     assert k["kill_method"] == "strace_stop" and not k["save_completed"], k
                     written = k["progress_at_kill_fraction"] * m["full_bytes"]
                     assert written == k["stopped_at"]["planned_bytes"] >= k["kill_point"] * m["full_bytes"]
-    finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
+        finally:
+            for h in hogs:
+                h.kill()
+                h.wait()
 
 
 @pytest.mark.heavy

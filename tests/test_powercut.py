@@ -31,10 +31,28 @@ pytestmark = pytest.mark.skipif(pc_record.find_strace() is None, reason="strace 
 
 
 @pytest.fixture(scope="module")
-def section(tmp_path_factory) -> dict:
-    """The quick-profile step, once for the module (every recipe recorded for real)."""
+def step_run(tmp_path_factory) -> tuple[dict, dict]:
+    """The quick-profile step, once for the module (every recipe recorded for real), and what it recorded of
+    each recipe: ``{spec: (Recording, the real files its saves left)}``, kept as simulate.record returned
+    them (the step removes its files once a recipe is judged)."""
+    recorded = {}
+    real_record = powercut.record
+
+    def record(spec, fmt, base, state_mib, **limits):
+        rec, facts = real_record(spec, fmt, base, state_mib, **limits)
+        recorded[spec] = (rec, pc_record.snapshot(base / "ckpt_dir")[0])
+        return rec, facts
+
     cfg = {"sizes": registry.resolve("quick"), "system": "Linux"}
-    return powercut_step.run(cfg, tmp_path_factory.mktemp("powercut"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(powercut, "record", record)  # the real record, its result kept
+        section = powercut_step.run(cfg, tmp_path_factory.mktemp("powercut"))
+    return section, recorded
+
+
+@pytest.fixture(scope="module")
+def section(step_run) -> dict:
+    return step_run[0]
 
 
 def _recipe(section: dict, name: str) -> dict:
@@ -128,16 +146,16 @@ def test_section_matches_schema_and_renders(section, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def atomic_recording(tmp_path_factory):
-    base = tmp_path_factory.mktemp("atomic")
-    rec, _facts = powercut.record("recipe:atomic", "torch", base, 4)
-    return rec, base
+def atomic_recording(step_run):
+    """The step's own recording of recipe:atomic (the quick profile's state), and the real files it left."""
+    section, recorded = step_run
+    assert section["state_mib"] == 4
+    return recorded["recipe:atomic"]
 
 
 @pytest.mark.slow
 def test_replay_equals_the_real_files_byte_for_byte(atomic_recording):
-    rec, base = atomic_recording
-    real, _ = pc_record.snapshot(base / "ckpt_dir")
+    rec, real = atomic_recording
     final = pc_states.enumerate_states(rec.ops, len(rec.calls), rec.returned, pc_states.PROCESS_KILL)[-1]
     assert pc_states.apply_ops(rec.initial, rec.initial_inodes, rec.ops, final.applied) == real
     assert set(real) == {"ckpt.pt"} and real["ckpt.pt"] != rec.initial["ckpt.pt"]

@@ -49,6 +49,23 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    """The module's `disklab powercut` runs by argument list: tests that check other lines of the same run
+    (the same save, recorded for real under strace: seconds each) share one run (:func:`_main_once`)."""
+    return {}
+
+
+def _main_once(runs: dict, capfd, argv: list[str]) -> tuple[int, str, str]:
+    """``powercut_cli.main(argv)``'s exit status, stdout and stderr; run once per ``argv`` in the module."""
+    key = tuple(argv)
+    if key not in runs:
+        rc = powercut_cli.main(argv)
+        captured = capfd.readouterr()
+        runs[key] = (rc, captured.out, captured.err)
+    return runs[key]
+
+
 def _assert_no_verdict(captured, message: str, private_tmp: Path) -> None:
     err = captured.err.strip()
     assert message in err, err
@@ -116,6 +133,63 @@ def test_python_without_torch_exits_2(capfd, workbench):
     assert "cannot import torch" in capfd.readouterr().err
 
 
+@pytest.fixture
+def python_without_torch(tmp_path) -> Path:
+    """A real Python with no torch: a venv of this interpreter's Python, without pip or any package."""
+    venv = tmp_path / "notorch"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    assert subprocess.run([python, "-c", "import torch"], capture_output=True).returncode != 0
+    return python
+
+
+@needs_strace
+def test_a_python_that_runs_the_check_but_has_no_torch_exits_2(capfd, private_tmp, python_without_torch):
+    """No probe imports torch first: the check runs, the first save's child cannot import torch, and the
+    controller says so in its one line, as for a --python that is no Python at all."""
+    assert powercut_cli.main([f"{USER}:good_save", "--python", str(python_without_torch)]) == 2
+    message = f"--python {python_without_torch} cannot import torch and safetensors"
+    _assert_no_verdict(capfd.readouterr(), message, private_tmp)
+
+
+@needs_strace
+def test_host_side_check_without_torch_says_so_in_one_line(private_tmp, python_without_torch):
+    cmd = [str(python_without_torch), "-m", "disklab_host.powercut.simulate", "check", f"{USER}:good_save"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), check=False)
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip()
+    assert err == (
+        f"disklab powercut: this Python ({python_without_torch}) cannot import torch and safetensors: "
+        "ModuleNotFoundError: No module named 'torch'"
+    )
+    assert list(private_tmp.iterdir()) == [] and _processes_mentioning(str(private_tmp)) == []
+
+
+@needs_strace
+@pytest.mark.heavy
+def test_without_torch_here_the_check_runs_with_the_local_lab_venv(tmp_path, python_without_torch):
+    """The controller's own Python lacks torch: ./.lab/venv/bin/python runs the check (it reaches the
+    save's import, which names the missing function); without that Python, one line says what to pass."""
+    lab_python = tmp_path / ".lab" / "venv" / "bin" / "python"
+    lab_python.parent.mkdir(parents=True)
+    lab_python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # this venv's Python, with torch
+    lab_python.chmod(0o755)
+    code = "import sys; from disklab import powercut_cli; sys.exit(powercut_cli.main(sys.argv[1:]))"
+    cmd = [str(python_without_torch), "-c", code, f"{USER}:missing_fn"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), cwd=tmp_path, check=False)
+    assert (
+        proc.returncode == 2
+        and proc.stderr.strip() == f"disklab powercut: {USER} has no function 'missing_fn'"
+    )
+    lab_python.unlink()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        == "disklab powercut: no Python with torch found: pass --python PATH (the lab venv's python)"
+    )
+
+
 def test_controller_does_not_import_torch():
     code = "import sys; from disklab import powercut_cli; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -162,12 +236,12 @@ def test_options_before_the_spec_reach_the_checks(capfd):
     ],
 )
 @pytest.mark.heavy
-def test_save_that_does_not_leave_its_checkpoint_exits_2(capfd, argv, message):
-    assert powercut_cli.main(argv) == 2
-    captured = capfd.readouterr()
-    err = captured.err.strip()
+def test_save_that_does_not_leave_its_checkpoint_exits_2(capfd, runs, argv, message):
+    rc, out, err = _main_once(runs, capfd, argv)  # the two lines of noop_save's refusal: one run
+    assert rc == 2
+    err = err.strip()
     assert message in err and "Traceback" not in err and len(err.splitlines()) == 1
-    assert "verdict" not in captured.out  # no verdict table for a save that does not work uncrashed
+    assert "verdict" not in out  # no verdict table for a save that does not work uncrashed
 
 
 @needs_strace
@@ -207,10 +281,11 @@ STEP1 = "the save function (step 1, the old checkpoint)"
         ([f"{USER}:os_exit_save"], f"{STEP1} ended its process with exit status 1 before returning"),
         ([f"{USER}:interrupted_save"], f"{STEP1} raised KeyboardInterrupt"),
         ([f"{USER}:killed_save"], f"{STEP1} was killed by SIGKILL before it returned"),
-        (
-            [f"{USER}:hanging_save", "--timeout-s", "2"],
-            f"{STEP1} did not return within --timeout-s 2; it was",
+        (  # it sleeps from its call on (the --timeout-s clock starts there), so half a second shows it
+            [f"{USER}:hanging_save", "--timeout-s", "0.5"],
+            f"{STEP1} did not return within --timeout-s 0.5; it was",
         ),
+        # step 1 of hang_second_save saves 4 MiB under strace within its --timeout-s: 2 s leaves room
         (
             [f"{USER}:hang_second_save", "--timeout-s", "2"],
             "the save function (step 2, traced) did not return within --timeout-s 2; it was killed",
@@ -369,6 +444,17 @@ def test_a_save_past_the_analysis_bounds_is_refused_naming_what_it_did_and_the_o
                        (["--max-memory-mib", "-1"], "--max-memory-mib must be > 0")):  # fmt: skip
         assert powercut_cli.main([f"{USER}:good_save", *argv]) == 2
         assert said in capfd.readouterr().err
+
+
+@needs_strace
+@pytest.mark.slow
+def test_the_analysis_timeout_kills_the_traced_save_too(capfd, private_tmp):
+    """The traced save runs in a session of its own (strace and the save): the --analysis-timeout-s kill
+    must reach it too, here while it sleeps in its call (or still imports torch), long before its own
+    --timeout-s."""
+    argv = [f"{USER}:hanging_save", "--timeout-s", "600", "--analysis-timeout-s", "3"]
+    assert powercut_cli.main(argv) == 2
+    _assert_no_verdict(capfd.readouterr(), "the check took longer than --analysis-timeout-s 3", private_tmp)
 
 
 def test_the_check_runs_with_its_address_space_bounded():

@@ -1,11 +1,11 @@
 """``disklab powercut FILE.py:FUNC``: check a user's save function against simulated crashes.
 
 The controller never imports torch, nor the user's file. This module checks
-the input (FILE must be a .py file that compiles), picks a Python that has
-torch, and runs ``python -m disklab_host.powercut.simulate check`` with it in a
-temp directory it owns and removes afterwards, passing its output and exit
-status through: 0 when no crash state under the chosen model is corrupt or
-missing, 1 when one is, 2 for bad input or a save that gets no verdict (a
+the input (FILE must be a .py file that compiles) and runs ``python -m
+disklab_host.powercut.simulate check`` with a Python that has torch (see
+:func:`python_candidates`) in a temp directory it owns and removes afterwards,
+passing its output and exit status through: 0 when no crash state under the
+chosen model is corrupt or missing, 1 when one is, 2 for bad input or a save that gets no verdict (a
 one-line error, never a traceback): one that exits, is killed, hangs past
 --timeout-s, raises, writes more than --max-write-mib, leaves a file
 outside its directory, or returns without leaving its state dict at the
@@ -54,28 +54,24 @@ class UsageError(ValueError):
     """Bad input; the message is the one line the user sees."""
 
 
-def _has_torch(python: str) -> bool:
-    probe = [python, "-c", "import torch, safetensors"]
-    try:
-        return subprocess.run(probe, capture_output=True, check=False, timeout=120).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+def python_candidates(requested: str | None) -> list[str]:
+    """The Pythons to run the check with, in order: --python if given, else this interpreter, then
+    ./.lab/venv/bin/python where it exists.
 
-
-def pick_python(requested: str | None) -> str:
-    """--python if given, else this interpreter if it has torch, else ./.lab/venv/bin/python.
-
-    Raises UsageError when the chosen Python cannot import torch and safetensors.
+    The first that can import torch and safetensors runs it. No separate probe imports torch first: the
+    check says on its --ready-fd pipe that it started ("check") and, when the first save's child could
+    not import them ("notorch"), says nothing else, so the next candidate is tried (:func:`_run_check`).
     """
     if requested:
-        if not _has_torch(requested):
-            raise UsageError(f"--python {requested} cannot import torch and safetensors")
-        return requested
-    if _has_torch(sys.executable):
-        return sys.executable
-    if LOCAL_LAB_PYTHON.is_file() and _has_torch(str(LOCAL_LAB_PYTHON)):
-        return str(LOCAL_LAB_PYTHON)
-    raise UsageError("no Python with torch found: pass --python PATH (the lab venv's python)")
+        return [requested]
+    return [sys.executable] + ([str(LOCAL_LAB_PYTHON)] if LOCAL_LAB_PYTHON.is_file() else [])
+
+
+def no_torch_message(requested: str | None) -> str:
+    """The one line when no candidate Python could import torch and safetensors."""
+    if requested:
+        return f"--python {requested} cannot import torch and safetensors"
+    return "no Python with torch found: pass --python PATH (the lab venv's python)"
 
 
 def check_spec(spec: str) -> str:
@@ -205,11 +201,10 @@ def _run(args) -> int:
                 raise UsageError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
         if not args.analysis_timeout_s > 0:
             raise UsageError(f"--analysis-timeout-s must be > 0, got {args.analysis_timeout_s:g}")
-        python = pick_python(args.python)
     except UsageError as exc:
         print(f"disklab powercut: {exc}", file=sys.stderr)
         return 2
-    cmd = [python, "-m", SIMULATOR, "check", spec, "--model", args.model, "--format", args.format]
+    cmd = ["-m", SIMULATOR, "check", spec, "--model", args.model, "--format", args.format]
     cmd += ["--state-mib", str(args.state_mib), "--timeout-s", repr(args.timeout_s)]
     cmd += ["--max-write-mib", str(args.max_write_mib), "--max-files", str(args.max_files)]
     cmd += ["--max-memory-mib", str(args.max_memory_mib)]
@@ -218,20 +213,38 @@ def _run(args) -> int:
     if args.real_fs:
         cmd += ["--real-fs", args.real_fs]
     workdir = Path(tempfile.mkdtemp(prefix="disklab-powercut-"))
+    try:
+        for python in python_candidates(args.python):
+            rc = _run_check([python, *cmd, "--workdir", str(workdir)], args)
+            if rc is not None:
+                return rc
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"disklab powercut: {no_torch_message(args.python)}", file=sys.stderr)
+    return 2
+
+
+def _run_check(cmd: list[str], args) -> int | None:
+    """Run the host-side check ``cmd``; its exit status, or None when its Python cannot import torch and
+    safetensors (it never started the check, or the check said "notorch" on its --ready-fd pipe)."""
+    read_fd, write_fd = os.pipe()
     proc = None
     try:
         # Its own session, SIGINT ignored until its handler is in place: Ctrl-C reaches only this
         # process, which passes it on (_stop), so the check sees it once and cleans up.
-        proc = subprocess.Popen(
-            [*cmd, "--workdir", str(workdir)], env=child_env(), start_new_session=True,
-            preexec_fn=lambda: _child_setup(args.max_memory_mib),
-        )  # fmt: skip
+        try:
+            proc = subprocess.Popen(
+                [*cmd, "--ready-fd", str(write_fd)], env=child_env(), start_new_session=True,
+                pass_fds=(write_fd,), preexec_fn=lambda: _child_setup(args.max_memory_mib),
+            )  # fmt: skip
+        except OSError:  # not an executable at all
+            return None
+        finally:
+            os.close(write_fd)
         try:
             rc = proc.wait(timeout=args.analysis_timeout_s)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):  # the check leads its own group: its saves too
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            _kill_check(proc)
             print(
                 f"disklab powercut: no verdict: the check took longer than --analysis-timeout-s "
                 f"{args.analysis_timeout_s:g} (its saves, recordings and analysis); it was stopped. Raise "
@@ -245,7 +258,10 @@ def _run(args) -> int:
             print("disklab powercut: interrupted; no verdict", file=sys.stderr)
         return INTERRUPTED
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        said = _read_all(read_fd).split()
+        os.close(read_fd)
+    if "check" not in said or "notorch" in said:
+        return None
     if rc == -signal.SIGKILL:
         print(
             "disklab powercut: no verdict: the host-side check was killed (SIGKILL; the kernel's OOM killer "
@@ -258,6 +274,69 @@ def _run(args) -> int:
         print(f"disklab powercut: the host-side check ended with status {rc}", file=sys.stderr)
         return 2
     return rc
+
+
+def _kill_check(proc: subprocess.Popen) -> None:
+    """SIGKILL the check and every process it started, reap it, and wait (a while) until they have ended.
+
+    The check leads its own group, but each save it traces runs in a session of its own (strace and
+    the save: disklab_host.powercut.record.run_traced), which killing the check's group would leave
+    running. So the check's group is stopped first (it starts nothing more), the groups of all its
+    descendants are found in /proc, and every one of those groups is killed. A SIGKILL takes effect
+    when its process next runs, so each descendant is waited for until it is gone or a zombie (the
+    check's children are no longer this process's to reap).
+    """
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGSTOP)
+    found = _descendants(proc.pid)
+    for pgid in {proc.pid} | {pgid for _, pgid in found}:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + CHILD_CLEANUP_S
+    for pid, _ in found:
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (neither gone nor a zombie), from /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _descendants(pid: int) -> list[tuple[int, int]]:
+    """(pid, process group) of every live descendant of ``pid``, from /proc/*/stat (none without /proc)."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(entry.path, "stat").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+            children.setdefault(int(fields[1]), []).append((int(entry.name), int(fields[2])))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += [kid for kid, _ in kids]
+    return found
+
+
+def _read_all(fd: int) -> str:
+    """What is in the pipe ``fd`` now (its writer has ended, or its lines are not needed any more)."""
+    os.set_blocking(fd, False)
+    chunks = []
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
 
 
 def _child_setup(max_memory_mib: int) -> None:

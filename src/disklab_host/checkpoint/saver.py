@@ -186,6 +186,15 @@ def fsync_error_ignoring_save(obj: dict, path: str | os.PathLike, *, fsync=os.fs
     fsync_dir(path.parent)
 
 
+def import_safetensors() -> None:
+    """Import safetensors' torch API (as :func:`safetensors_save` does); raises what that import raises.
+
+    torch is imported with this module; the power-cut check's first child calls this too, so a Python
+    that lacks either is found before any save runs.
+    """
+    import safetensors.torch  # noqa: F401
+
+
 def safetensors_save(obj: dict, path: str | os.PathLike) -> None:
     """``safetensors.torch.save_file``: its own hidden temp file and rename, no fsync.
 

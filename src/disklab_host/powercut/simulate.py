@@ -69,6 +69,10 @@ class SpecError(ValueError):
     """A spec, a limit, or a save that cannot be checked (the message is one line for the user)."""
 
 
+class NoTorchError(SpecError):
+    """This Python cannot import torch and safetensors (the first save's child, the first to import them)."""
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -87,9 +91,7 @@ def resolve_save(spec: str):
 
     Imports the user's file; called only in the save's child process, never in the check itself.
     """
-    if ":" not in spec:
-        raise SpecError(f"save function must be FILE.py:FUNC or recipe:NAME, got {spec!r}")
-    where, func = spec.rsplit(":", 1)
+    where, func = check_spec_file(spec)
     if where == "recipe":
         from . import recipes as pc_recipes  # imports torch
 
@@ -98,10 +100,6 @@ def resolve_save(spec: str):
         except ValueError as exc:
             raise SpecError(str(exc)) from None
     path = Path(where)
-    if not path.is_file():
-        raise SpecError(f"{where}: no such file")
-    if path.suffix != ".py":
-        raise SpecError(f"{where}: not a Python file (the save function must be FILE.py:FUNC)")
     mod_spec = importlib.util.spec_from_file_location(f"disklab_user_{path.stem}", path)
     if mod_spec is None or mod_spec.loader is None:
         raise SpecError(f"{where}: cannot be imported as a Python module")
@@ -114,6 +112,25 @@ def resolve_save(spec: str):
     if not callable(fn):
         raise SpecError(f"{where} has no function {func!r}")
     return fn
+
+
+def check_spec_file(spec: str) -> tuple[str, str]:
+    """``FILE.py:FUNC`` or ``recipe:NAME`` -> (FILE or "recipe", FUNC or NAME), FILE an existing .py file.
+
+    Imports nothing: the check refuses a spec with no such file before it starts a save's child
+    (only the child imports the file, :func:`resolve_save`). Raises SpecError.
+    """
+    if ":" not in spec:
+        raise SpecError(f"save function must be FILE.py:FUNC or recipe:NAME, got {spec!r}")
+    where, func = spec.rsplit(":", 1)
+    if where == "recipe":
+        return where, func
+    path = Path(where)
+    if not path.is_file():
+        raise SpecError(f"{where}: no such file")
+    if path.suffix != ".py":
+        raise SpecError(f"{where}: not a Python file (the save function must be FILE.py:FUNC)")
+    return where, func
 
 
 def check_limits(state_mib: int, timeout_s: float, max_write_mib: int) -> None:
@@ -142,10 +159,21 @@ class _Status:
 
 
 def _traced_child(args) -> int:
-    """Runs under strace: import the save, build the state, mark the begin, save, mark the end."""
-    from ..checkpoint import saver
+    """Runs under strace: import torch, the save, build the state, mark the begin, save, mark the end.
 
+    The first save's child is the first process of a check to import torch and safetensors (the check
+    itself imports them once that save has returned): when it cannot, it says so ("notorch ...").
+    """
     status = _Status(args.status_fd)
+    try:
+        from ..checkpoint import saver
+
+        saver.import_safetensors()
+    except Exception as exc:  # noqa: BLE001 -- not installed, or an install that fails on import
+        why = f"{type(exc).__name__}: {_one_line(exc)}"
+        status.send(f"notorch {why}")
+        print(f"cannot import torch and safetensors: {why}", file=sys.stderr)
+        return SAVE_RAISED
     ckpt = Path(args.dir) / args.ckpt
     _marker(ckpt.parent / pc_record.IMPORT_MARKER)  # from here on, writes outside the directory count
     try:
@@ -198,10 +226,11 @@ def record(
     when the replay differs from the real files although every call was placed, or
     the trace cannot be read. Calls the model cannot place are in the facts
     (``unplaced_calls``, with the files where the replay differs, ``replay_differs``).
+    NoTorchError when the first save's child cannot import torch and safetensors; this
+    process imports them only after that save returned, so a save refused there costs one.
     """
-    from ..checkpoint import saver
-
     check_limits(state_mib, timeout_s, max_write_mib)
+    check_spec_file(spec)  # no such file: refused before any child starts
     max_files = DEFAULT_MAX_FILES if max_files is None else max_files
     spec = _absolute_spec(spec)  # the child runs in another directory
     root = base / "ckpt_dir"
@@ -213,6 +242,8 @@ def record(
     run = dict(spec=spec, root=root, ckpt=ckpt, state_mib=state_mib, since_ns=since_ns)
     limits = dict(timeout_s=timeout_s, max_write_mib=max_write_mib, stop=stop)
     _run_save(step=OLD_STEP, trace=base / "trace-step1.txt", **run, **limits)
+    from ..checkpoint import saver  # imports torch
+
     old_state, new_state = saver.make_state(state_mib, OLD_STEP), saver.make_state(state_mib, NEW_STEP)
     check_after_return(root / ckpt, fmt, "old", old_state, new_state)
     fsync_tree(root)  # the model takes the old checkpoint as durable; make that true
@@ -302,6 +333,12 @@ def _run_save(
             argv, cwd=root, trace_file=trace, string_limit_bytes=max_bytes, env=env, limits=limits,
             status_option="--status-fd",
         )  # fmt: skip
+        notorch = next((line for line in run.status if line.startswith("notorch ")), None)
+        if notorch is not None:
+            raise NoTorchError(
+                f"this Python ({sys.executable}) cannot import torch and safetensors: "
+                f"{notorch.removeprefix('notorch ')}"
+            )
         problem = _run_problem(run, who, timeout_s, max_write_mib, growth)
         rec, parse_error, trace_bytes = None, None, 0
         if trace.exists():
@@ -481,12 +518,12 @@ def analyse(
     ``stop`` from another thread kills the save's process and raises KeyboardInterrupt.
     Raises SpecError or pc_record.RecordError (see :func:`record`).
     """
-    from ..checkpoint import saver
-
     if fmt not in CKPT_NAMES:
         raise SpecError(f"format must be one of {sorted(CKPT_NAMES)}, got {fmt!r}")
     limits = dict(timeout_s=timeout_s, max_write_mib=max_write_mib, stop=stop)
     rec, facts = record(spec, fmt, base, state_mib, **limits, max_files=max_files)
+    from ..checkpoint import saver  # imports torch (record did, once the first save returned)
+
     old, new = saver.make_state(state_mib, OLD_STEP), saver.make_state(state_mib, NEW_STEP)
     start = time.perf_counter()
     models = {}
@@ -591,6 +628,11 @@ def main(argv: list[str] | None = None) -> int:
     chk.add_argument(
         "--real-fs", default=None, metavar="FS,...", help="also on real crash images (realfs/user.py)"
     )
+    chk.add_argument(
+        "--ready-fd", type=int, default=None, metavar="FD",
+        help="the caller's pipe: 'check' when this check starts, 'notorch' (and nothing on stderr) when "
+        "this Python cannot import torch and safetensors (disklab powercut then tries another Python)",
+    )  # fmt: skip
     tr = sub.add_parser("_traced")
     for opt in ("--spec", "--dir", "--ckpt"):
         tr.add_argument(opt, required=True)
@@ -632,8 +674,16 @@ def _real_fs(args, result: dict, base: Path) -> list[dict]:
     return cells
 
 
+def _tell(fd: int | None, line: str) -> None:
+    """One line to the caller's --ready-fd pipe (nothing without one)."""
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.write(fd, f"{line}\n".encode())
+
+
 def _check(args) -> int:
     base = None
+    _tell(args.ready_fd, "check")
     try:
         if pc_record.find_strace() is None:
             raise SpecError("strace is not installed (apt-get install strace)")
@@ -656,6 +706,11 @@ def _check(args) -> int:
         note = "" if not result["recording"]["unplaced_calls"] else f" (judged on {judged}; see above)"
         print(f"\nverdict under {args.model}: {chosen['verdict']}{note}")
         return 1 if chosen["verdict"] == "unsafe" or any(c.get("verdict") == "unsafe" for c in real) else 0
+    except NoTorchError as exc:
+        if args.ready_fd is None:
+            print(f"disklab powercut: {_one_line(exc, 2000)}", file=sys.stderr)
+        _tell(args.ready_fd, "notorch")  # the caller says it, or tries another Python
+        return 2
     except (SpecError, pc_record.RecordError) as exc:
         print(f"disklab powercut: {_one_line(exc, 2000)}", file=sys.stderr)
         return 2
