@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import shared
 from disklab import report, schemas, stored, units
 from disklab_host.loadlab import proof
 from disklab_host.steps import crash, pickle_safety
@@ -49,11 +50,17 @@ DEVICE = {
 @pytest.fixture(scope="module")
 def full_doc(linux_doc, tmp_path_factory) -> dict:  # noqa: F811
     """Every step the answers read: the real write path, a real crash and pickle_safety run, load and
-    power-cut sections of known figures; the run's own workbench facts (results 4) on a known device."""
-    wb = tmp_path_factory.mktemp("answers-wb")
+    power-cut sections of known figures; the run's own workbench facts (results 4) on a known device.
+    Measured once per run and read by every module that imports this fixture (tests/shared.py)."""
+    doc = shared.once_per_run(tmp_path_factory, "full_doc", lambda wb: _measure_full_doc(linux_doc, wb))
+    assert schemas.first_error("results", doc) is None
+    return doc
+
+
+def _measure_full_doc(base: dict, wb: Path) -> dict:
     (wb / "c").mkdir()
     (wb / "p").mkdir()
-    doc = copy.deepcopy(linux_doc)
+    doc = copy.deepcopy(base)
     exps = doc["experiments"]
     exps["crash"] = {
         **crash.run({"sizes": {"crash_state_mib": 4, "crash_time_points": 1, "crash_repeats": 1}}, wb / "c"),
@@ -65,7 +72,6 @@ def full_doc(linux_doc, tmp_path_factory) -> dict:  # noqa: F811
     doc["workbench"] = {**copy.deepcopy(doc["facts"]["workbench"]), "device": {**DEVICE, "name": "vdfull"}}
     doc["facts"]["host"]["kernel"] = "6.1.0-full"
     doc["facts"]["versions"]["torch"] = "2.13.0"
-    assert schemas.first_error("results", doc) is None
     return doc
 
 
