@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import shared
+from conftest import copy_render_caches
 from disklab import report, schemas, stored, units
 from disklab_host.loadlab import proof
 from disklab_host.steps import crash, pickle_safety
@@ -75,6 +76,17 @@ def _measure_full_doc(base: dict, wb: Path) -> dict:
     return doc
 
 
+@pytest.fixture(scope="module")
+def drawn(full_doc, tmp_path_factory) -> Path:
+    """full_doc rendered once for the module: its plots drawn and its stored run checked, for the tests
+    that render it, or a run that shares most of its plots, and check the pages
+    (conftest.copy_render_caches: a plot whose data differ is drawn again)."""
+    reports = tmp_path_factory.mktemp("drawn") / "reports"
+    _store(reports, full_doc)
+    _render(reports)
+    return reports
+
+
 def _store(reports: Path, doc: dict) -> Path:
     path = reports / doc["host"] / "runs" / f"{doc['run_id']}.json"
     stored.write(path, "results", doc)
@@ -125,9 +137,12 @@ def _median(values: list[float]) -> float:
 
 
 @pytest.mark.heavy
-def test_the_report_opens_with_at_most_15_answers_each_linking_to_an_anchor_in_the_page(tmp_path, full_doc):
+def test_the_report_opens_with_at_most_15_answers_each_linking_to_an_anchor_in_the_page(
+    tmp_path, full_doc, drawn
+):
     reports = tmp_path / "reports"
     _store(reports, full_doc)
+    copy_render_caches(drawn, reports)
     text = _render(reports)
     lines = answers_block(text)
     assert 7 <= len(lines) <= 15, lines
@@ -142,9 +157,10 @@ def test_the_report_opens_with_at_most_15_answers_each_linking_to_an_anchor_in_t
 
 
 @pytest.mark.heavy
-def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc):
+def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc, drawn):
     reports = tmp_path / "reports"
     doc = _stored(_store(reports, full_doc))
+    copy_render_caches(drawn, reports)
     text = _render(reports)
     lines = answers_block(text)
     e = doc["experiments"]
@@ -250,7 +266,7 @@ def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc)
 
 
 @pytest.mark.heavy
-def test_the_big_models_stages_and_first_response_are_answered(tmp_path, full_doc):
+def test_the_big_models_stages_and_first_response_are_answered(tmp_path, full_doc, drawn):
     """Results 5: the big file reaches module_populated and first_response; the answers name the fastest
     method to each, cold and warm, with its proof and peak RSS, and a disagreement gets its own line."""
     doc = copy.deepcopy(full_doc)
@@ -258,6 +274,7 @@ def test_the_big_models_stages_and_first_response_are_answered(tmp_path, full_do
     assert schemas.first_error("results", doc) is None
     reports = tmp_path / "reports"
     _store(reports, doc)
+    copy_render_caches(drawn, reports)  # the load plot differs: drawn again
     lines = answers_block(_render(reports))
     assert len(lines) <= 15
     line = answer(lines, "Fastest to `first_response`")
@@ -277,8 +294,9 @@ def test_the_big_models_stages_and_first_response_are_answered(tmp_path, full_do
     assert not [ln for ln in lines if "First responses disagree" in ln]
     odd = copy.deepcopy(full_doc)
     odd["experiments"]["load"] = make_v5_section(odd_token=7)
-    reports = tmp_path / "odd"
+    first, reports = reports, tmp_path / "odd"
     _store(reports, odd)
+    copy_render_caches(first, reports)  # the same times: only the pages differ
     line = answer(answers_block(_render(reports)), "First responses disagree")
     assert f"big: token {BIG_TOKEN} ×17, token 7 ×1" in line
 
@@ -304,7 +322,7 @@ def test_an_old_run_says_first_response_was_not_measured(tmp_path, full_doc):
 
 
 @pytest.mark.heavy
-def test_a_missing_step_says_why_in_its_line(tmp_path, full_doc):
+def test_a_missing_step_says_why_in_its_line(tmp_path, full_doc, drawn):
     doc = copy.deepcopy(full_doc)
     e = doc["experiments"]
     e["crash"] = {
@@ -330,6 +348,7 @@ def test_a_missing_step_says_why_in_its_line(tmp_path, full_doc):
     assert schemas.first_error("results", doc) is None
     reports = tmp_path / "reports"
     _store(reports, doc)
+    copy_render_caches(drawn, reports)
     text = _render(reports)
     lines = answers_block(text)
     assert "no figure: crash failed: `RuntimeError: strace: ptrace: Operation not permitted`" in answer(
@@ -390,9 +409,10 @@ def _one_step_run(full: dict) -> dict:
 
 
 @pytest.mark.heavy
-def test_a_one_step_run_after_a_full_run_keeps_every_section_each_naming_its_run(tmp_path, full_doc):
+def test_a_one_step_run_after_a_full_run_keeps_every_section_each_naming_its_run(tmp_path, full_doc, drawn):
     reports = tmp_path / "reports"
     _store(reports, full_doc)
+    copy_render_caches(drawn, reports)
     full_path = reports / "linuxbox" / "runs" / f"{FULL}.json"
     before = _render(reports)
     one = _stored(_store(reports, _one_step_run(full_doc)))
@@ -499,9 +519,10 @@ def test_the_index_opens_with_the_fleets_answers_naming_the_standout_hosts(tmp_p
 
 
 @pytest.mark.heavy
-def test_a_fleet_of_one_host_says_so_rather_than_naming_an_outlier(tmp_path, full_doc):
+def test_a_fleet_of_one_host_says_so_rather_than_naming_an_outlier(tmp_path, full_doc, drawn):
     reports = tmp_path / "reports"
     _store(reports, full_doc)
+    copy_render_caches(drawn, reports)
     report.render_all(reports)
     lines = _index_answers(reports)
     p50 = full_doc["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"]
