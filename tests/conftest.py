@@ -107,6 +107,17 @@ def copy_render_caches(rendered: Path, reports: Path) -> None:
             shutil.copy2(src, dst)
 
 
+def unrendered_copy(rendered: Path, reports: Path) -> Path:
+    """A new reports tree ``reports`` holding the stored files of the rendered tree ``rendered`` (the same
+    bytes its write path wrote) and its render caches (:func:`copy_render_caches`), without the pages, the
+    render stamps and the index's digest: a render of it renders every page again. Returns ``reports``."""
+    from disklab import report
+
+    done = ("*.md", "*.html", report.STAMP_FILE, report.INDEX_STAMP_FILE)
+    shutil.copytree(rendered, reports, ignore=shutil.ignore_patterns(*done))
+    return reports
+
+
 def run_disklab(*args: str, reports: Path, timeout: int = 900):
     """Run the disklab CLI in a fresh process, as a user would; returns CompletedProcess."""
     import subprocess

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import copy_render_caches, run_disklab
+from conftest import run_disklab, unrendered_copy
 from disklab import compare, predictions, report
 from test_hostile_names import _cells
 from test_report import linux_doc  # noqa: F401  (the fixture: a results document measured here)
@@ -91,13 +91,11 @@ def drawn(tmp_path_factory, full_doc):  # noqa: F811
 
 
 @pytest.fixture
-def fleet(tmp_path, full_doc, drawn):  # noqa: F811
-    """The two hosts stored anew, with what the module's first render drew and checked
-    (conftest.copy_render_caches): each render here renders every page, and draws and checks nothing
+def fleet(tmp_path, drawn):
+    """The two hosts' stored runs in a new reports tree, with what the module's first render drew and
+    checked (conftest.unrendered_copy): each render here renders every page, and draws and checks nothing
     again."""
-    reports = _two_hosts(tmp_path / "reports", full_doc)
-    copy_render_caches(drawn, reports)
-    return reports
+    return unrendered_copy(drawn, tmp_path / "reports")
 
 
 @pytest.mark.heavy
