@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import shared
-from conftest import copy_render_caches
+from conftest import copy_render_caches, unrendered_copy
 from disklab import report, schemas, stored, units
 from disklab_host.loadlab import proof
 from disklab_host.steps import crash, pickle_safety
@@ -78,9 +78,9 @@ def _measure_full_doc(base: dict, wb: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def drawn(full_doc, tmp_path_factory) -> Path:
-    """full_doc rendered once for the module: its plots drawn and its stored run checked, for the tests
-    that render it, or a run that shares most of its plots, and check the pages
-    (conftest.copy_render_caches: a plot whose data differ is drawn again)."""
+    """full_doc stored and rendered once for the module: its plots drawn and its stored run checked, for
+    the tests that render it (conftest.unrendered_copy), or a run that shares most of its plots
+    (conftest.copy_render_caches: a plot whose data differ is drawn again), and check the pages."""
     reports = tmp_path_factory.mktemp("drawn") / "reports"
     _store(reports, full_doc)
     _render(reports)
@@ -140,9 +140,7 @@ def _median(values: list[float]) -> float:
 def test_the_report_opens_with_at_most_15_answers_each_linking_to_an_anchor_in_the_page(
     tmp_path, full_doc, drawn
 ):
-    reports = tmp_path / "reports"
-    _store(reports, full_doc)
-    copy_render_caches(drawn, reports)
+    reports = unrendered_copy(drawn, tmp_path / "reports")
     text = _render(reports)
     lines = answers_block(text)
     assert 7 <= len(lines) <= 15, lines
@@ -158,9 +156,8 @@ def test_the_report_opens_with_at_most_15_answers_each_linking_to_an_anchor_in_t
 
 @pytest.mark.heavy
 def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc, drawn):
-    reports = tmp_path / "reports"
-    doc = _stored(_store(reports, full_doc))
-    copy_render_caches(drawn, reports)
+    reports = unrendered_copy(drawn, tmp_path / "reports")
+    doc = _stored(reports / "linuxbox" / "runs" / f"{FULL}.json")
     text = _render(reports)
     lines = answers_block(text)
     e = doc["experiments"]
@@ -302,13 +299,14 @@ def test_the_big_models_stages_and_first_response_are_answered(tmp_path, full_do
 
 
 @pytest.mark.heavy
-def test_an_old_run_says_first_response_was_not_measured(tmp_path, full_doc):
+def test_an_old_run_says_first_response_was_not_measured(tmp_path, full_doc, drawn):
     doc = copy.deepcopy(full_doc)
     doc["schema_version"] = 4  # read through update_to_5, as a stored run from before the stage
     reports = tmp_path / "reports"
     path = reports / doc["host"] / "runs" / f"{doc['run_id']}.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(doc))
+    copy_render_caches(drawn, reports)  # the same figures; these other bytes are read and checked anew
     text = _render(reports)
     lines = answers_block(text)
     assert "no figure: `first_response` was not measured: not measured in this run" in answer(
@@ -410,9 +408,7 @@ def _one_step_run(full: dict) -> dict:
 
 @pytest.mark.heavy
 def test_a_one_step_run_after_a_full_run_keeps_every_section_each_naming_its_run(tmp_path, full_doc, drawn):
-    reports = tmp_path / "reports"
-    _store(reports, full_doc)
-    copy_render_caches(drawn, reports)
+    reports = unrendered_copy(drawn, tmp_path / "reports")
     full_path = reports / "linuxbox" / "runs" / f"{FULL}.json"
     before = _render(reports)
     one = _stored(_store(reports, _one_step_run(full_doc)))
@@ -520,9 +516,7 @@ def test_the_index_opens_with_the_fleets_answers_naming_the_standout_hosts(tmp_p
 
 @pytest.mark.heavy
 def test_a_fleet_of_one_host_says_so_rather_than_naming_an_outlier(tmp_path, full_doc, drawn):
-    reports = tmp_path / "reports"
-    _store(reports, full_doc)
-    copy_render_caches(drawn, reports)
+    reports = unrendered_copy(drawn, tmp_path / "reports")
     report.render_all(reports)
     lines = _index_answers(reports)
     p50 = full_doc["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"]
