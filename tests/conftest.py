@@ -198,6 +198,7 @@ def pytest_sessionfinish(session):
         workeroutput["shared_setups"] = dict(_SHARED_SETUPS)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `pytest -p no:xdist` runs without it
 def pytest_testnodedown(node, error):
     for key, secs in getattr(node, "workeroutput", {}).get("shared_setups", {}).items():
         _SHARED_SETUPS[key] = _SHARED_SETUPS.get(key, 0.0) + secs
