@@ -1,7 +1,7 @@
 """What the tests of one pytest run share across its workers (pytest-xdist), and locks on machine state.
 
 `make test` runs the suite in several worker processes (``pytest -n``, one test module per worker at a
-time). Three things must then hold across processes:
+time). These things must then hold across processes:
 
 - **One lab venv per run.** Provisioning torch into a venv takes a minute of both cores. A test that
   does not test provisioning gets its lab venv as hard links of one venv that the real provisioning
@@ -15,8 +15,9 @@ time). Three things must then hold across processes:
   holds :func:`page_cache` exclusively, while every other test holds it shared.
 - **Fleet ids** are reserved across processes by tests/fleet/fleet.py's ``free_fleet_id``.
 - **A real measurement that many modules read** (test_report's ``linux_doc``: the write steps run on
-  this host at tiny sizes, and its audit) is made once per run by the first worker that asks and read
-  back by every other (:func:`once_per_run`), instead of once per module.
+  this host at tiny sizes, and its audit; test_report_answers' ``full_doc``: a real crash and
+  pickle_safety run added) is made once per run by the first worker that asks and read back by every
+  other (:func:`once_per_run`), instead of once per module.
 """
 
 from __future__ import annotations
