@@ -1,7 +1,7 @@
 """What the tests of one pytest run share across its workers (pytest-xdist), and locks on machine state.
 
 `make test` runs the suite in several worker processes (``pytest -n``, one test module per worker at a
-time). Three things must then hold across processes:
+time). These things must then hold across processes:
 
 - **One lab venv per run.** Provisioning torch into a venv takes a minute of both cores. A test that
   does not test provisioning gets its lab venv as hard links of one venv that the real provisioning
@@ -14,6 +14,10 @@ time). Three things must then hold across processes:
   with what it recorded holds it shared; a test that empties the whole page cache (``drop_caches``)
   holds :func:`page_cache` exclusively, while every other test holds it shared.
 - **Fleet ids** are reserved across processes by tests/fleet/fleet.py's ``free_fleet_id``.
+- **A real measurement that many modules read** (test_report's ``linux_doc``: the write steps run on
+  this host at tiny sizes, and its audit; test_report_answers' ``full_doc``: a real crash and
+  pickle_safety run added) is made once per run by the first worker that asks and read back by every
+  other (:func:`once_per_run`), instead of once per module.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import yaml
@@ -53,6 +58,27 @@ def flock(path: Path, shared: bool = False) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def once_per_run(tmp_path_factory, name: str, make: Callable[[Path], dict]) -> dict:
+    """``make(folder)``, a JSON document, made once in this pytest run and read by every caller after.
+
+    The first caller of any worker runs ``make`` with ``folder``, a new directory every worker sees (a
+    workbench, say: it stays for the run), and writes the result beside it; the others wait on the lock
+    and read that file. Every caller gets its own copy, as a module-scoped fixture of its own would. A
+    ``make`` that raises leaves nothing behind, so the next caller tries again.
+    """
+    root = shared_dir(tmp_path_factory) / f"once-{name}"
+    result = root / "result.json"
+    with flock(root.with_suffix(".lock")):
+        if not result.exists():
+            folder = root / "work"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            partial = root / "result.json.partial"
+            partial.write_text(json.dumps(make(folder)))
+            partial.rename(result)
+    return json.loads(result.read_text())
 
 
 def machine_lock(name: str, shared: bool = False):

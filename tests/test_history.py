@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -50,11 +51,22 @@ def three_runs(linux_doc, tmp_path_factory) -> list[dict]:  # noqa: F811
     return docs
 
 
-def _store(reports: Path, docs: list[dict]) -> None:
-    for doc in docs:
-        path = reports / HOST / "runs" / f"{doc['run_id']}.json"
-        if not path.exists():
-            stored.write(path, "results", doc)
+@pytest.fixture(scope="module")
+def stored_runs(three_runs, tmp_path_factory) -> Path:
+    """The three runs written once for the module by the write path, in a reports tree of their own."""
+    reports = tmp_path_factory.mktemp("three") / "reports"
+    for doc in three_runs:
+        stored.write(reports / HOST / "runs" / f"{doc['run_id']}.json", "results", doc)
+    return reports
+
+
+def _store(reports: Path, stored_runs: Path, n: int = len(RUN_IDS)) -> None:
+    """The first ``n`` of the three runs in ``reports``: the bytes the write path wrote (stored_runs)."""
+    runs = reports / HOST / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    for run_id in RUN_IDS[:n]:
+        if not (runs / f"{run_id}.json").exists():
+            shutil.copy2(stored_runs / HOST / "runs" / f"{run_id}.json", runs)
 
 
 def _cli(capsys, reports: Path, *argv: str) -> tuple[int, str, str]:
@@ -62,9 +74,11 @@ def _cli(capsys, reports: Path, *argv: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.heavy
-def test_history_marks_exactly_the_torch_upgrade_and_shows_each_runs_medians(tmp_path, capsys, three_runs):
+def test_history_marks_exactly_the_torch_upgrade_and_shows_each_runs_medians(
+    tmp_path, capsys, three_runs, stored_runs
+):
     reports = tmp_path / "reports"
-    _store(reports, three_runs)
+    _store(reports, stored_runs)
     rc, out, err = _cli(capsys, reports, "history", "--json", HOST)
     assert rc == 0, err
     hist = json.loads(out)
@@ -103,10 +117,10 @@ def test_history_marks_exactly_the_torch_upgrade_and_shows_each_runs_medians(tmp
 
 @pytest.mark.heavy
 def test_a_figure_is_chosen_by_key_or_part_and_an_unknown_one_is_refused_with_near_matches(
-    tmp_path, capsys, three_runs
+    tmp_path, capsys, stored_runs
 ):
     reports = tmp_path / "reports"
-    _store(reports, three_runs)
+    _store(reports, stored_runs)
     fdatasync = "experiments.fsync_bench.modes.fdatasync.samples_ns"  # any figure's key, key figure or not
     rc, out, _ = _cli(capsys, reports, "history", "--json", HOST, fdatasync)
     assert rc == 0 and [f["key"] for f in json.loads(out)["figures"]] == [fdatasync]
@@ -123,9 +137,9 @@ def test_a_figure_is_chosen_by_key_or_part_and_an_unknown_one_is_refused_with_ne
 
 
 @pytest.mark.heavy
-def test_runs_lists_every_stored_run_one_line_each(tmp_path, capsys, three_runs):
+def test_runs_lists_every_stored_run_one_line_each(tmp_path, capsys, stored_runs):
     reports = tmp_path / "reports"
-    _store(reports, three_runs)
+    _store(reports, stored_runs)
     rc, out, _ = _cli(capsys, reports, "runs")
     lines = out.splitlines()
     assert rc == 0 and len(lines) == 4 and lines[0].split()[:3] == ["host", "run", "started"]
@@ -143,9 +157,9 @@ def test_runs_lists_every_stored_run_one_line_each(tmp_path, capsys, three_runs)
 
 
 @pytest.mark.heavy
-def test_compare_baseline_compares_the_latest_run_against_the_pinned_one(tmp_path, capsys, three_runs):
+def test_compare_baseline_compares_the_latest_run_against_the_pinned_one(tmp_path, capsys, stored_runs):
     reports = tmp_path / "reports"
-    _store(reports, three_runs)
+    _store(reports, stored_runs)
     rc, out, err = _cli(capsys, reports, "compare", "--json", "--baseline", RUN_IDS[0], HOST)
     assert rc == 0, err
     cmp = json.loads(out)
@@ -167,14 +181,14 @@ def _history_section(text: str) -> str | None:
 
 
 @pytest.mark.heavy
-def test_the_report_has_a_history_and_its_plot_only_from_two_runs(tmp_path, three_runs):
+def test_the_report_has_a_history_and_its_plot_only_from_two_runs(tmp_path, three_runs, stored_runs):
     reports = tmp_path / "reports"
     host_dir = reports / HOST
     plot = host_dir / "plots" / history.PLOT_NAME
-    _store(reports, three_runs[:1])
+    _store(reports, stored_runs, 1)
     report.render_all(reports)
     assert _history_section((host_dir / "report.md").read_text()) is None and not plot.exists()
-    _store(reports, three_runs[:3])
+    _store(reports, stored_runs, 3)
     written, errors = report.render_all(reports)  # a new run makes the report stale (its input stamp)
     assert not errors and host_dir / "report.md" in written
     section = _history_section((host_dir / "report.md").read_text())
@@ -191,9 +205,9 @@ def test_the_report_has_a_history_and_its_plot_only_from_two_runs(tmp_path, thre
 
 
 @pytest.mark.heavy
-def test_an_unreadable_run_is_named_and_left_out(tmp_path, capsys, three_runs):
+def test_an_unreadable_run_is_named_and_left_out(tmp_path, capsys, stored_runs):
     reports = tmp_path / "reports"
-    _store(reports, three_runs)
+    _store(reports, stored_runs)
     bad = reports / HOST / "runs" / "20261130T090000Z.json"
     bad.write_text("{not json")
     rc, out, err = _cli(capsys, reports, "history", "--json", HOST)

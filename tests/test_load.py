@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
@@ -14,56 +14,66 @@ import torch
 from safetensors.torch import save_file
 
 from disklab.sections import load as section_mod
+from disklab_host import registry
 from disklab_host.cache import pagecache as cache
 from disklab_host.common.facts import peak_rss_bytes
 from disklab_host.common.stages import STAGES
-from disklab_host.loadlab import load_one, model, workers
+from disklab_host.loadlab import load_one, model, prep, workers
 from disklab_host.steps import load
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = REPO / "src/disklab/schema/experiments/load.schema.json"
-# The big file: a DecoderLM of 12 layers of width 256 over a 512-token vocabulary (17.3 MiB of bf16), so
-# one tensor (the embedding, first in the file) is a small share of it, as at the profiles' sizes.
+# The big file: prep.py's big family with a 512-token vocabulary at width 256, whose model at the smallest
+# big file (registry.BIG_MIN_MIB, 18 MiB) is a DecoderLM of 12 layers (17.3 MiB of bf16), so one tensor
+# (the embedding, first in the file) is a small share of it, as at the profiles' sizes. The real family's
+# 18 MiB model is one layer under a 16 MiB embedding: one-tensor's cold residency would show nothing.
+BIG_VOCAB, BIG_WIDTH = 512, 256
 BIG_CONFIG = model.DecoderConfig(
-    vocab_size=512, hidden_size=256, num_layers=12, num_heads=4, num_kv_heads=1, intermediate_size=768
-)
+    vocab_size=BIG_VOCAB, hidden_size=BIG_WIDTH, num_layers=12, num_heads=4, num_kv_heads=1,
+    intermediate_size=768, rope_theta=model.BIG_ROPE_THETA,
+)  # fmt: skip
 BIG_WEIGHTS_BYTES = 2 * model.param_count(BIG_CONFIG)
-EMBED_BYTES = 2 * 512 * 256
+EMBED_BYTES = 2 * BIG_VOCAB * BIG_WIDTH
 
 
-def make_files(root: Path) -> dict:
-    """A manifest in prep.prepare's shape: the big DecoderLM and model.py's tiny one, by torch.save and
-    save_file; with the big model's expected next token, computed here from the weights in memory."""
-    big = model.build_weights(BIG_CONFIG, seed=3, label="big/")
-    small = model.build_weights(model.CONFIGS["tiny"], seed=0)
-    files = {}
-    for key, sd in (("big", big), ("small", small)):
-        torch.save(sd, root / f"{key}.pt")
-        save_file(sd, str(root / f"{key}.safetensors"))
-        for fmt in ("pt", "safetensors"):
-            p = root / f"{key}.{fmt}"
-            files[f"{key}_{fmt}"] = {"path": str(p), "size_bytes": p.stat().st_size, "format": fmt}
-    net = model.DecoderLM(BIG_CONFIG)
-    net.load_state_dict(big)
-    return {
-        "files": files,
-        "small_config": "tiny",
-        "big_model": {"family": "big", "mib": 18, **model.describe_config(BIG_CONFIG)},
-        "expected_big_token": model.next_token(net)[0],
-    }
+@contextlib.contextmanager
+def _big_family_512():
+    """prep.py's big family at :data:`BIG_VOCAB` and :data:`BIG_WIDTH` (model.big_config reads both)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(model, "BIG_VOCAB", BIG_VOCAB)
+        mp.setattr(model, "BIG_WIDTHS", (BIG_WIDTH,))
+        yield
+
+
+def _cfg(profile: str) -> dict:
+    """The step's cfg at ``profile``: the smallest big file, the tiny small model, one repeat (no test
+    here reads a spread: each checks every sample on its own)."""
+    overrides = {"load_big_mib": registry.BIG_MIN_MIB, "load_small_full_size": 0, "load_repeats": 1}
+    sizes = registry.resolve(profile, overrides)
+    return {"sizes": sizes, "system": "Linux", "become_allowed": False, "profile": profile}
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
+    """prep.prepare's files in this module's workbench, made once (the section's load.run reuses them),
+    and the big model's expected next token, computed here from the weights in memory."""
     root = tmp_path_factory.mktemp("loadlab")
-    return root, make_files(root)
+    with _big_family_512():
+        manifest = prep.prepare(_cfg("full"), root)
+    assert manifest["big_model"]["config"] == dataclasses.asdict(BIG_CONFIG)
+    net = model.DecoderLM(BIG_CONFIG)
+    net.load_state_dict(model.build_weights(BIG_CONFIG, seed=0, label=prep.BIG_LABEL))
+    return root, {**manifest, "expected_big_token": model.next_token(net)[0]}
 
 
 @pytest.fixture(scope="module")
 def section(env):
-    root, manifest = env
-    cfg = {"sizes": {"load_repeats": 1}, "system": "Linux", "become_allowed": False}
-    return load.measure(cfg, manifest, eviction_methods=["fadvise_dontneed"])
+    """The load step end to end, measured once for every test that reads its results: load.run at the
+    full profile (prep.prepare finds env's files and reuses them; then every cell, cold and warm, each in
+    a fresh process, and the two workers)."""
+    root, _ = env
+    with _big_family_512():
+        return load.run(_cfg("full"), root)
 
 
 @pytest.mark.heavy
@@ -483,17 +493,18 @@ def test_willneed_hint_names_the_call(env):
 
 
 @pytest.mark.heavy
-def test_unknown_method_and_state_are_refused(env):
+def test_unknown_method_and_state_are_refused(env, capsys):
     root, manifest = env
     with pytest.raises(ValueError, match="METHOD must be one of"):
         load_one.load("pickle.load", manifest["files"]["big_pt"]["path"])
     cell = {"file": "big_pt", "path": manifest["files"]["big_pt"]["path"], "method": "torch.load"}
     with pytest.raises(ValueError, match="cache state must be one of"):
         load.measure_one(cell, "lukewarm", cfg={})
-    proc = subprocess.run(
-        [sys.executable, "-m", load.LOAD_ONE, "pickle.load", "x"], capture_output=True, text=True, check=False
-    )
-    assert proc.returncode == 2 and "invalid choice" in proc.stderr
+    # the command line's own refusal, by the parser `python -m load_one` runs first (main(); every sample
+    # of the section ran that entry point in a fresh process): argparse's exit status 2 and its words
+    with pytest.raises(SystemExit) as done:
+        load_one.main(["pickle.load", "x"])
+    assert done.value.code == 2 and "invalid choice: 'pickle.load'" in capsys.readouterr().err
 
 
 def test_repeats_must_be_positive(env):
@@ -580,20 +591,37 @@ def test_peak_rss_covers_current_rss_here():
     assert snap["peak_rss_bytes"] >= snap["rss_bytes"] - 4 * 2**20 > 0  # batched counters, see above
 
 
-@pytest.mark.slow
-def test_step_runs_with_prep_and_the_real_model(workbench):
-    """The step end to end: prep.prepare's files, model.DecoderLM populated by copy and by assign."""
-    from disklab_host import registry
-
-    sizes = registry.resolve("quick", {"load_big_mib": registry.BIG_MIN_MIB, "load_repeats": 1})
-    cfg = {"sizes": sizes, "system": "Linux", "become_allowed": False, "profile": "quick"}
-    section = load.run(cfg, workbench)
+def test_step_runs_with_prep_and_the_real_model(section, env):
+    """The step end to end (the module's one load.run): prep.prepare's files, model.DecoderLM populated by
+    copy and by assign, every cell the profile plans measured in the order measure() plans it."""
+    root, manifest = env
     jsonschema.validate(json.loads(json.dumps(section)), json.loads(SCHEMA.read_text()))
-    assert section["module_populated"] == {"status": "ok"}
-    assert section["big_model"]["config"]["num_layers"] == 1 and section["first_response"]["agree"] is True
+    assert section["module_populated"] == {"status": "ok"} and section["first_response"]["agree"] is True
+    assert section["big_model"] == {
+        "family": "big",
+        "mib": registry.BIG_MIN_MIB,
+        **model.describe_config(BIG_CONFIG),
+    }
+    assert {k: Path(v["path"]).parent for k, v in section["files"].items()} == dict.fromkeys(
+        prep.FILES, root.resolve()
+    )
+    # the real family's smallest big model, as prep makes it at lab_run_load_big_mib's minimum: one layer
+    assert model.big_config(registry.BIG_MIN_MIB).num_layers == 1
+    plan, _ = load.cell_plan(manifest)
+    measured = [
+        (s["file"], s["method"], s["populate"], s["cache_state_requested"]) for s in section["samples"]
+    ]
+    assert measured == [
+        (c["file"], c["method"], c["populate"], st) for _, c, st in load.schedule(plan, "full", 1)
+    ]
     populated = [s for s in section["samples"] if s["model"]]
-    # quick: copy against assign once, of load_file on the small model (small_pt is the full profile's)
     assert {(s["file"], s["populate"]) for s in populated} == {
+        ("small_pt", "copy"), ("small_pt", "assign"), ("small_safetensors", "copy"),
+        ("small_safetensors", "assign"), ("big_pt", "assign"), ("big_safetensors", "assign"),
+    }  # fmt: skip
+    # quick: copy against assign once, of load_file on the small model (small_pt is the full profile's)
+    quick = {(c["file"], c["populate"]) for _, c, _ in load.schedule(plan, "quick", 1) if c["model"]}
+    assert quick == {
         ("small_safetensors", "copy"), ("small_safetensors", "assign"), ("big_pt", "assign"),
         ("big_safetensors", "assign"),
     }  # fmt: skip

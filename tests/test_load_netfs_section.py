@@ -7,15 +7,10 @@ exactly. tests/test_fleet_netfs.py checks the same block on a real sshfs workben
 
 from __future__ import annotations
 
-import jinja2
-import jsonschema
-
-from disklab import markup
 from disklab.sections import load as section_mod
-from disklab.units import FILTERS
 from disklab_host.cache import pagecache
 from disklab_host.steps import load
-from test_load_section import SCHEMA, TEMPLATES, make_section
+from test_load_section import check_section, load_template, make_section
 
 
 def _results(section: dict, fstype: str = "fuse.sshfs", state: str = "set") -> dict:
@@ -27,12 +22,9 @@ def _results(section: dict, fstype: str = "fuse.sshfs", state: str = "set") -> d
 
 
 def _render(section: dict, results: dict, tmp_path) -> str:
-    jsonschema.validate(section, SCHEMA)
+    check_section(section)
     x = section_mod.build(section, results, tmp_path / "plots")
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined)
-    env.filters.update(FILTERS)
-    env.filters.update(markup.FILTERS)
-    return env.get_template("sections/load.md.j2").render(s=section, x=x, results=results)
+    return load_template().render(s=section, x=x, results=results)
 
 
 def test_no_verdict_when_the_audit_does_not_flag_a_network_filesystem():

@@ -7,6 +7,7 @@ be checked exactly.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -189,13 +190,36 @@ def make_section(*, unverified: bool = False) -> dict:
     }
 
 
-def render(section: dict, tmp_path: Path) -> tuple[dict, str]:
-    jsonschema.validate(section, SCHEMA)
-    x = section_mod.build(section, {"experiments": {"load": section}}, tmp_path / "plots")
+@functools.cache
+def _validator() -> jsonschema.protocols.Validator:
+    """The load schema's validator, made once: the schema is checked against its metaschema here, once,
+    where jsonschema.validate would check it again on every call."""
+    cls = jsonschema.validators.validator_for(SCHEMA)
+    cls.check_schema(SCHEMA)
+    return cls(SCHEMA)
+
+
+def check_section(section: dict) -> None:
+    """jsonschema.validate(section, SCHEMA), with the validator made once: raises the same best match."""
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(section))
+    if error is not None:
+        raise error
+
+
+@functools.cache
+def load_template() -> jinja2.Template:
+    """sections/load.md.j2 in an environment of the report's filters and escaping (disklab.report's),
+    compiled once."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined)
     env.filters.update(FILTERS)
     env.filters.update(markup.FILTERS)  # the report's escaping (disklab.report.environment)
-    md = env.get_template("sections/load.md.j2").render(s=section, x=x, results={})
+    return env.get_template("sections/load.md.j2")
+
+
+def render(section: dict, tmp_path: Path) -> tuple[dict, str]:
+    check_section(section)
+    x = section_mod.build(section, {"experiments": {"load": section}}, tmp_path / "plots")
+    md = load_template().render(s=section, x=x, results={})
     return x, md
 
 

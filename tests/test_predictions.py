@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_disklab
+from conftest import run_disklab, unrendered_copy
 from disklab import compare, predictions, report
 from test_hostile_names import _cells
 from test_report import linux_doc  # noqa: F401  (the fixture: a results document measured here)
@@ -71,16 +71,31 @@ def _expect_verdict(r: float, higher: str, lower: str) -> str:
     return f"{shown} {higher if r > 1 else lower} than predicted"
 
 
-@pytest.fixture
-def fleet(tmp_path, full_doc):  # noqa: F811
+def _two_hosts(reports: Path, full_doc: dict) -> Path:  # noqa: F811
     """Two hosts: linuxbox with every step, and bare, whose load step was not run (a reason with markup)."""
-    reports = tmp_path / "reports"
     _store(reports, full_doc)
     bare = copy.deepcopy(full_doc)
     bare["host"] = "bare"
     bare["experiments"]["load"] = {"status": "not_run", "reason": "no torch <b>here</b>", "step_wall_s": 0.0}
     _store(reports, bare)
     return reports
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory, full_doc):  # noqa: F811
+    """The two hosts rendered once for the module, without predictions: their plots, which no prediction
+    changes, drawn and their stored runs checked once (every test here checks pages)."""
+    reports = _two_hosts(tmp_path_factory.mktemp("drawn") / "reports", full_doc)
+    assert report.render_all(reports)[1] == []
+    return reports
+
+
+@pytest.fixture
+def fleet(tmp_path, drawn):
+    """The two hosts' stored runs in a new reports tree, with what the module's first render drew and
+    checked (conftest.unrendered_copy): each render here renders every page, and draws and checks nothing
+    again."""
+    return unrendered_copy(drawn, tmp_path / "reports")
 
 
 @pytest.mark.heavy

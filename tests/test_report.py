@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+import shared
 from conftest import FIXTURES, REPO
 from disklab import report, schemas, store, stored, units
 from disklab.fsio import atomic_write_json
@@ -43,16 +44,21 @@ def _doc(host: str, run_id: str, facts: dict, experiments: dict) -> dict:
     )
 
 
-@pytest.fixture(scope="module")
-def linux_doc(tmp_path_factory) -> dict:
-    """A results document measured for real on this host, at tiny sizes."""
-    wb = tmp_path_factory.mktemp("wb")
+def measure_linux_doc(wb) -> dict:
+    """A results document measured for real on this host, at tiny sizes, on the workbench ``wb``."""
     cfg = {"sizes": SIZES, "system": "Linux"}
     exps = {}
     for mod in (write_buffering, fsync_bench, big_write):
         exps[mod.__name__.rsplit(".", 1)[-1]] = {**mod.run(cfg, wb), "step_wall_s": 0.1}
     facts = audit.collect_all(str(wb), sys.executable)
-    doc = _doc("linuxbox", "20261129T100000Z", facts, exps)
+    return _doc("linuxbox", "20261129T100000Z", facts, exps)
+
+
+@pytest.fixture(scope="module")
+def linux_doc(tmp_path_factory) -> dict:
+    """A results document measured for real on this host, at tiny sizes: measured once per run and read
+    by every module that imports this fixture (tests/shared.py), each module with its own copy."""
+    doc = shared.once_per_run(tmp_path_factory, "linux_doc", measure_linux_doc)
     assert schemas.first_error("results", doc) is None
     return doc
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+import shared
+from conftest import copy_render_caches, unrendered_copy
 from disklab import report, schemas, stored, units
 from disklab_host.loadlab import proof
 from disklab_host.steps import crash, pickle_safety
@@ -49,11 +51,17 @@ DEVICE = {
 @pytest.fixture(scope="module")
 def full_doc(linux_doc, tmp_path_factory) -> dict:  # noqa: F811
     """Every step the answers read: the real write path, a real crash and pickle_safety run, load and
-    power-cut sections of known figures; the run's own workbench facts (results 4) on a known device."""
-    wb = tmp_path_factory.mktemp("answers-wb")
+    power-cut sections of known figures; the run's own workbench facts (results 4) on a known device.
+    Measured once per run and read by every module that imports this fixture (tests/shared.py)."""
+    doc = shared.once_per_run(tmp_path_factory, "full_doc", lambda wb: _measure_full_doc(linux_doc, wb))
+    assert schemas.first_error("results", doc) is None
+    return doc
+
+
+def _measure_full_doc(base: dict, wb: Path) -> dict:
     (wb / "c").mkdir()
     (wb / "p").mkdir()
-    doc = copy.deepcopy(linux_doc)
+    doc = copy.deepcopy(base)
     exps = doc["experiments"]
     exps["crash"] = {
         **crash.run({"sizes": {"crash_state_mib": 4, "crash_time_points": 1, "crash_repeats": 1}}, wb / "c"),
@@ -65,8 +73,18 @@ def full_doc(linux_doc, tmp_path_factory) -> dict:  # noqa: F811
     doc["workbench"] = {**copy.deepcopy(doc["facts"]["workbench"]), "device": {**DEVICE, "name": "vdfull"}}
     doc["facts"]["host"]["kernel"] = "6.1.0-full"
     doc["facts"]["versions"]["torch"] = "2.13.0"
-    assert schemas.first_error("results", doc) is None
     return doc
+
+
+@pytest.fixture(scope="module")
+def drawn(full_doc, tmp_path_factory) -> Path:
+    """full_doc stored and rendered once for the module: its plots drawn and its stored run checked, for
+    the tests that render it (conftest.unrendered_copy), or a run that shares most of its plots
+    (conftest.copy_render_caches: a plot whose data differ is drawn again), and check the pages."""
+    reports = tmp_path_factory.mktemp("drawn") / "reports"
+    _store(reports, full_doc)
+    _render(reports)
+    return reports
 
 
 def _store(reports: Path, doc: dict) -> Path:
@@ -119,9 +137,10 @@ def _median(values: list[float]) -> float:
 
 
 @pytest.mark.heavy
-def test_the_report_opens_with_at_most_15_answers_each_linking_to_an_anchor_in_the_page(tmp_path, full_doc):
-    reports = tmp_path / "reports"
-    _store(reports, full_doc)
+def test_the_report_opens_with_at_most_15_answers_each_linking_to_an_anchor_in_the_page(
+    tmp_path, full_doc, drawn
+):
+    reports = unrendered_copy(drawn, tmp_path / "reports")
     text = _render(reports)
     lines = answers_block(text)
     assert 7 <= len(lines) <= 15, lines
@@ -136,9 +155,9 @@ def test_the_report_opens_with_at_most_15_answers_each_linking_to_an_anchor_in_t
 
 
 @pytest.mark.heavy
-def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc):
-    reports = tmp_path / "reports"
-    doc = _stored(_store(reports, full_doc))
+def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc, drawn):
+    reports = unrendered_copy(drawn, tmp_path / "reports")
+    doc = _stored(reports / "linuxbox" / "runs" / f"{FULL}.json")
     text = _render(reports)
     lines = answers_block(text)
     e = doc["experiments"]
@@ -244,7 +263,7 @@ def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc)
 
 
 @pytest.mark.heavy
-def test_the_big_models_stages_and_first_response_are_answered(tmp_path, full_doc):
+def test_the_big_models_stages_and_first_response_are_answered(tmp_path, full_doc, drawn):
     """Results 5: the big file reaches module_populated and first_response; the answers name the fastest
     method to each, cold and warm, with its proof and peak RSS, and a disagreement gets its own line."""
     doc = copy.deepcopy(full_doc)
@@ -252,6 +271,7 @@ def test_the_big_models_stages_and_first_response_are_answered(tmp_path, full_do
     assert schemas.first_error("results", doc) is None
     reports = tmp_path / "reports"
     _store(reports, doc)
+    copy_render_caches(drawn, reports)  # the load plot differs: drawn again
     lines = answers_block(_render(reports))
     assert len(lines) <= 15
     line = answer(lines, "Fastest to `first_response`")
@@ -271,20 +291,22 @@ def test_the_big_models_stages_and_first_response_are_answered(tmp_path, full_do
     assert not [ln for ln in lines if "First responses disagree" in ln]
     odd = copy.deepcopy(full_doc)
     odd["experiments"]["load"] = make_v5_section(odd_token=7)
-    reports = tmp_path / "odd"
+    first, reports = reports, tmp_path / "odd"
     _store(reports, odd)
+    copy_render_caches(first, reports)  # the same times: only the pages differ
     line = answer(answers_block(_render(reports)), "First responses disagree")
     assert f"big: token {BIG_TOKEN} ×17, token 7 ×1" in line
 
 
 @pytest.mark.heavy
-def test_an_old_run_says_first_response_was_not_measured(tmp_path, full_doc):
+def test_an_old_run_says_first_response_was_not_measured(tmp_path, full_doc, drawn):
     doc = copy.deepcopy(full_doc)
     doc["schema_version"] = 4  # read through update_to_5, as a stored run from before the stage
     reports = tmp_path / "reports"
     path = reports / doc["host"] / "runs" / f"{doc['run_id']}.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(doc))
+    copy_render_caches(drawn, reports)  # the same figures; these other bytes are read and checked anew
     text = _render(reports)
     lines = answers_block(text)
     assert "no figure: `first_response` was not measured: not measured in this run" in answer(
@@ -298,7 +320,7 @@ def test_an_old_run_says_first_response_was_not_measured(tmp_path, full_doc):
 
 
 @pytest.mark.heavy
-def test_a_missing_step_says_why_in_its_line(tmp_path, full_doc):
+def test_a_missing_step_says_why_in_its_line(tmp_path, full_doc, drawn):
     doc = copy.deepcopy(full_doc)
     e = doc["experiments"]
     e["crash"] = {
@@ -324,6 +346,7 @@ def test_a_missing_step_says_why_in_its_line(tmp_path, full_doc):
     assert schemas.first_error("results", doc) is None
     reports = tmp_path / "reports"
     _store(reports, doc)
+    copy_render_caches(drawn, reports)
     text = _render(reports)
     lines = answers_block(text)
     assert "no figure: crash failed: `RuntimeError: strace: ptrace: Operation not permitted`" in answer(
@@ -384,9 +407,8 @@ def _one_step_run(full: dict) -> dict:
 
 
 @pytest.mark.heavy
-def test_a_one_step_run_after_a_full_run_keeps_every_section_each_naming_its_run(tmp_path, full_doc):
-    reports = tmp_path / "reports"
-    _store(reports, full_doc)
+def test_a_one_step_run_after_a_full_run_keeps_every_section_each_naming_its_run(tmp_path, full_doc, drawn):
+    reports = unrendered_copy(drawn, tmp_path / "reports")
     full_path = reports / "linuxbox" / "runs" / f"{FULL}.json"
     before = _render(reports)
     one = _stored(_store(reports, _one_step_run(full_doc)))
@@ -493,9 +515,8 @@ def test_the_index_opens_with_the_fleets_answers_naming_the_standout_hosts(tmp_p
 
 
 @pytest.mark.heavy
-def test_a_fleet_of_one_host_says_so_rather_than_naming_an_outlier(tmp_path, full_doc):
-    reports = tmp_path / "reports"
-    _store(reports, full_doc)
+def test_a_fleet_of_one_host_says_so_rather_than_naming_an_outlier(tmp_path, full_doc, drawn):
+    reports = unrendered_copy(drawn, tmp_path / "reports")
     report.render_all(reports)
     lines = _index_answers(reports)
     p50 = full_doc["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"]

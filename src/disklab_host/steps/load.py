@@ -143,6 +143,19 @@ def skipped(cell: dict, state: str, profile: str | None) -> str | None:
     return None
 
 
+def schedule(plan: list[dict], profile: str | None, repeats: int) -> list[tuple[int, dict, str]]:
+    """What :func:`measure` measures, in its order: ``(repeat, cell, cache state)`` for each repeat, each
+    cell of ``plan`` (:func:`cell_plan`) and each of :data:`CACHE_STATES`, leaving out what ``profile``
+    skips (:func:`skipped`). Repeats are interleaved across cells, so slow drift hits every cell alike."""
+    return [
+        (rep, cell, state)
+        for rep in range(repeats)
+        for cell in plan
+        for state in CACHE_STATES
+        if not skipped(cell, state, profile)
+    ]
+
+
 def run(cfg: dict, workdir: Path) -> dict:
     """The lab step: prepare the weight files (prep.prepare), then :func:`measure`."""
     system = cfg.get("system") or platform.system()
@@ -472,7 +485,8 @@ def measure(
     scratch_dir: Path | None = None,
     loader_summary: dict | None = None,
 ) -> dict:
-    """Measure every cell ``sizes["load_repeats"]`` times, cold and warm; return the section.
+    """Measure every cell ``sizes["load_repeats"]`` times, cold and warm, in :func:`schedule`'s order;
+    return the section.
 
     ``scratch_dir`` is where a cold method that must copy makes the copy it times (see measure_one).
     ``loader_summary`` (:func:`loader_plan`) adds the production loaders' cells and the section's
@@ -488,22 +502,18 @@ def measure(
     warm_why = page_cache.get("why") if not is_unavailable(page_cache) else None
     samples = []
     skips = sorted({r for c in plan for st in CACHE_STATES if (r := skipped(c, st, cfg.get("profile")))})
-    for rep in range(repeats):
-        for cell in plan:
-            for state in CACHE_STATES:
-                if skipped(cell, state, cfg.get("profile")):
-                    continue
-                s = measure_one(
-                    cell,
-                    state,
-                    cfg=cfg,
-                    eviction_methods=eviction_methods,
-                    model_module=model_module,
-                    scratch_dir=scratch_dir,
-                    warm_why=warm_why,
-                )
-                s["repeat"] = rep
-                samples.append(s)
+    for rep, cell, state in schedule(plan, cfg.get("profile"), repeats):
+        s = measure_one(
+            cell,
+            state,
+            cfg=cfg,
+            eviction_methods=eviction_methods,
+            model_module=model_module,
+            scratch_dir=scratch_dir,
+            warm_why=warm_why,
+        )
+        s["repeat"] = rep
+        samples.append(s)
     big_pt = manifest["files"]["big_pt"]["path"]
     if two_workers:
         cache.warm(big_pt)  # both workers then share one warm page cache
