@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 
 import jsonschema
@@ -351,17 +352,37 @@ def test_first_response_runs_where_the_weights_were_placed(env, monkeypatch):
 
 
 def test_first_response_leaves_probe_time_out_of_its_clock(env, monkeypatch):
-    """A probe that sleeps 0.3 s at every stop event: the stages' times stay as without it (StageClock
-    subtracts probe time), so the forward pass is all the first_response stage adds."""
+    """A probe that takes 10 s at every stop event: the stages' times stay as without it (StageClock
+    subtracts probe time), so the forward pass is all the first_response stage adds.
+
+    The probe's 10 s pass on load_one's clock alone (its ``time.perf_counter_ns`` runs 10 s ahead after
+    each probe), not in real time: a counted probe would add 10 s, far past any forward pass of this
+    17 MiB model however busy the machine, and the test waits for none of it."""
     root, manifest = env
     monkeypatch.setattr(load_one, "DEVICE_OVERRIDE", None)
+    probe_ns = 10 * 10**9
+    skew = [0]
+
+    class Clock:  # the time module as load_one sees it, with the probes' 10 s added
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+        def perf_counter_ns(self):
+            return time.perf_counter_ns() + skew[0]
+
+    monkeypatch.setattr(load_one, "time", Clock())
     real = load_one.snapshot
-    monkeypatch.setattr(load_one, "snapshot", lambda p: (load_one.time.sleep(0.3), real(p))[1])
+
+    def slow_probe(paths):
+        skew[0] += probe_ns
+        return real(paths)
+
+    monkeypatch.setattr(load_one, "snapshot", slow_probe)
     rec = load_one.measure(_big_module_args(manifest, "torch.load"))
     st = rec["stages"]
-    assert rec["probe_s"] >= 4 * 0.3
-    assert st["all_touched"]["time_s"] < rec["probe_s"] - 0.3  # four probes of 0.3 s before it: none counted
-    assert st["first_response"]["time_s"] - st["module_populated"]["time_s"] < 0.3 + 1.0
+    assert rec["probe_s"] >= 4 * 10  # before the call, then loader_return, module_populated, first_response
+    assert st["all_touched"]["time_s"] < 10  # none of the probes before it counted
+    assert st["first_response"]["time_s"] - st["module_populated"]["time_s"] < 10  # the forward pass alone
 
 
 def test_device_placed_with_an_mps_stand_in(env, monkeypatch):
