@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
+from conftest import PROVISION_QUICKLY
 from disklab_host import preflight, provision, registry
 from disklab_host.common import result as result_line
 from disklab_host.loadlab import loaders, proof
@@ -219,9 +220,11 @@ def test_a_bypassing_loader_is_cold_without_faults_and_never_warm_when_the_devic
 
 
 def _provision(venv: Path, *extra: str, timeout: int = 1500) -> subprocess.CompletedProcess:
-    """``python -m disklab_host provision`` as the lab_venv role runs it, with every loader."""
+    """``python -m disklab_host provision`` as the lab_venv role runs it, with every loader, and pip's
+    ``--no-compile`` (conftest.PROVISION_QUICKLY: what pip compiles is not what these tests check)."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     argv = [sys.executable, "-m", "disklab_host", "provision", "--venv", str(venv), "--torch-index", "pypi"]
+    argv += [f"--pip-arg={a}" for a in PROVISION_QUICKLY["lab_venv_pip_args"]]
     argv += [f"--pin={p}" for p in PINS] + [f"--loader={n}" for n in ALL] + list(extra)
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
 
@@ -273,6 +276,7 @@ def test_provisioning_pins_the_loaders_and_a_second_run_changes_nothing(lab_venv
         "pypi",
         "--check",
     ]
+    argv += [f"--pip-arg={a}" for a in PROVISION_QUICKLY["lab_venv_pip_args"]]  # only the loaders differ
     argv += [f"--pin={p}" for p in PINS] + [f"--loader={n}" for n in CPU]
     would = result_line.parse(
         subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600).stdout
