@@ -444,6 +444,12 @@ def test_a_one_step_run_after_a_full_run_keeps_every_section_each_naming_its_run
     assert f"`{FULL}` for [fsync_bench](#step-fsync_bench)" in note
     assert len(lines) <= 15
     assert "Sections from 2 runs." in text
+    listed = [ln for ln in text.splitlines() if ln.startswith("> - `")]  # one line per run, not run together
+    assert (
+        len(listed) == 2
+        and listed[0].startswith(f"> - `{ONE_STEP}` (latest): ")
+        and "> - " not in listed[0][4:]
+    )
     assert "Latest run `20261130T090000Z`" in text
     # the index's durable sync is the full run's, and says which run it is from
     row = next(ln for ln in (reports / "index.md").read_text().splitlines() if ln.startswith("| linuxbox |"))
