@@ -233,9 +233,30 @@ def _times(found: list[figures.Figure], stage: str) -> list[figures.Figure]:
     return [f for f in found if f.stage == stage and f.unit == "s" and f.cache in figures.PROVEN]
 
 
-def _biggest_file(found: list[figures.Figure], sizes: dict[str, int]) -> str | None:
-    files = {f.file for f in found}
-    return max(files, key=lambda name: (sizes.get(name, 0), name)) if files else None
+def _weights_of(section: dict) -> dict[tuple, str]:
+    """Each load cell's weights: ``(file, method, populate)`` → the model its samples loaded (``big``,
+    ``tiny``, the user's), so the same weights held in different formats (big_pt, big_safetensors,
+    big_tensors) are compared with one another; a cell with no model (one-tensor) keeps its file."""
+    return {
+        (s["file"], s["method"], s.get("populate")): s["model"]
+        for s in section.get("samples") or []
+        if s.get("model")
+    }
+
+
+def _biggest_weights(
+    found: list[figures.Figure], sizes: dict[str, int], weights: dict[tuple, str]
+) -> tuple[str, list[figures.Figure]]:
+    """The weights the answer is about, and the figures that loaded them: the biggest (by its largest
+    file), a model's weights before a bare file of the same size."""
+    groups: dict[str, list[figures.Figure]] = {}
+    for f in found:
+        groups.setdefault(weights.get((f.file, f.method, f.populate)) or f"file {f.file}", []).append(f)
+    name = max(
+        groups,
+        key=lambda g: (max(sizes.get(f.file, 0) for f in groups[g]), not g.startswith("file "), g),
+    )
+    return name, groups[name]
 
 
 def _cell(f: figures.Figure) -> str:
@@ -269,6 +290,7 @@ def _load_lines(sec: dict, anchor: str) -> list[dict]:
     s = sec["s"]
     found = figures.extract(sec["doc"], experiments=("load",))
     sizes = _file_sizes(s)
+    weights = _weights_of(s)
     lines = []
     # cold against warm at all_touched: torch.load (the method the others are read against) where it ran
     at = _times(found, "all_touched")
@@ -299,7 +321,7 @@ def _load_lines(sec: dict, anchor: str) -> list[dict]:
         )
     else:
         lines.append(_line("Cold against warm", anchor, f"no figure: {_no_pair_why(found, s)}"))
-    # the fastest method to each readiness stage, cold and warm, on the biggest file that reached it
+    # the fastest method to each readiness stage, cold and warm, over every file of the biggest weights
     for stage in figures.LOAD_STAGES:
         here = _times(found, stage)
         if not here:
@@ -307,25 +329,27 @@ def _load_lines(sec: dict, anchor: str) -> list[dict]:
             if why:
                 lines.append(_line(f"Fastest to `{stage}`", anchor, f"no figure: {why}"))
             continue
-        file = _biggest_file(here, sizes)
+        name, group = _biggest_weights(here, sizes, weights)
+        files = sorted({f.file for f in group})
         parts = []
         for cache in figures.PROVEN:
-            cands = [f for f in here if f.file == file and f.cache == cache]
+            cands = [f for f in group if f.cache == cache]
             if not cands:
                 parts.append(f"{cache}: no proven {cache} figure")
                 continue
             best = min(cands, key=lambda f: f.median)
             parts.append(
-                f"{cache}: {md(best.method)}{f' → module ({md(best.populate)})' if best.populate else ''} "
+                f"{cache}: {md(best.method)}{f' → module ({md(best.populate)})' if best.populate else ''}"
+                f"{f' from {md(best.file)}' if len(files) > 1 else ''} "
                 f"in {secs(best.median)} (median){_rss(found, best, s)}, {proof_words(s, best)}"
             )
-        lines.append(
-            _line(
-                f"Fastest to `{stage}`",
-                anchor,
-                f"on {md(file)} ({ibytes(sizes.get(file, 0))}): " + "; ".join(parts),
-            )
+        held = ", ".join(f"{md(f)} {ibytes(sizes.get(f, 0))}" for f in files)
+        said = (
+            f"on {md(files[0])} ({ibytes(sizes.get(files[0], 0))})"
+            if name.startswith("file ")
+            else f"on the `{md(name)}` weights, in every file that held them ({held})"
         )
+        lines.append(_line(f"Fastest to `{stage}`", anchor, f"{said}: " + "; ".join(parts)))
     fr = s.get("first_response") or {}
     if fr.get("status") == "ok" and fr.get("agree") is False:
         split = [m for m in fr["models"] if not m["agree"]]
