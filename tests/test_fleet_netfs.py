@@ -208,6 +208,21 @@ def test_no_warm_run_passes_and_each_says_the_workbench_drops_the_cache_at_open(
     assert section["n_warm_unverified"] == len(warm)
 
 
+def test_no_probe_empties_what_a_mapped_load_read(lab):
+    """sshfs empties a file's page cache at every open(2): a probe that opened the file at a stop event
+    found 0 % and made the mapped load read it all again. The probes hold the descriptor opened before the
+    call, so what the forward pass and the touch mapped in is still resident when they look."""
+    section = lab["experiments"]["load"]
+    mapped = [
+        s for s in section["samples"] if s["method"] == "torch.load-mmap" and s["cache_state"] == "cold"
+    ]
+    assert mapped
+    for s in mapped:
+        assert s["residency_probe"] == "held"
+        for stage in ("first_response", "all_touched"):
+            assert s["stages"][stage]["resident_fraction"] > 0.9, (stage, s["stages"][stage])
+
+
 def test_the_report_renders_whole_and_says_whether_mmap_lost_from_its_own_numbers(lab, reports, tmp_path):
     report = (reports / HOST / "report.md").read_text()
     assert (reports / HOST / "report.html").exists()

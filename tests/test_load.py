@@ -373,9 +373,9 @@ def test_first_response_leaves_probe_time_out_of_its_clock(env, monkeypatch):
     monkeypatch.setattr(load_one, "time", Clock())
     real = load_one.snapshot
 
-    def slow_probe(paths):
+    def slow_probe(paths, held):
         skew[0] += probe_ns
-        return real(paths)
+        return real(paths, held)
 
     monkeypatch.setattr(load_one, "snapshot", slow_probe)
     rec = load_one.measure(_big_module_args(manifest, "torch.load"))
@@ -383,6 +383,37 @@ def test_first_response_leaves_probe_time_out_of_its_clock(env, monkeypatch):
     assert rec["probe_s"] >= 4 * 10  # before the call, then loader_return, module_populated, first_response
     assert st["all_touched"]["time_s"] < 10  # none of the probes before it counted
     assert st["first_response"]["time_s"] - st["module_populated"]["time_s"] < 10  # the forward pass alone
+
+
+def test_no_probe_opens_the_file_while_the_clock_runs(env, monkeypatch):
+    """Where open(2) drops a file's page cache (sshfs's default; test_fleet_netfs.py runs there), a probe
+    that opened the file at a stop event would evict what the loader had read, mapped pages included, and
+    a mapped load would read it all again. The probes read residency on the descriptor opened before the
+    load call: from the clock's start to all_touched, disklab's own code opens the file no time."""
+    root, manifest = env
+    monkeypatch.setattr(load_one, "DEVICE_OVERRIDE", None)
+    args = _big_module_args(manifest, "torch.load-mmap")
+    path = os.path.realpath(args.path[0])
+    opens: dict[str, int] = {"before": 0, "clocked": 0}
+    clocked = [False]
+    real_open, real_start = os.open, load_one.StageClock.start
+
+    def counting_open(name, *a, **k):
+        if os.path.realpath(name) == path:
+            opens["clocked" if clocked[0] else "before"] += 1
+        return real_open(name, *a, **k)
+
+    def start(self):
+        real_start(self)
+        clocked[0] = True
+
+    monkeypatch.setattr(os, "open", counting_open)  # the cache module's os.open (torch opens its own way)
+    monkeypatch.setattr(load_one.StageClock, "start", start)
+    rec = load_one.measure(args)
+    assert opens["clocked"] == 0 and opens["before"] >= 1, opens  # held once, before the call
+    st = rec["stages"]
+    assert [st[n]["status"] for n in STAGES if n != "device_placed"] == ["ok"] * 4
+    assert st["first_response"]["resident_fraction"] > 0.99  # the probe sees what the forward pass mapped
 
 
 def test_device_placed_with_an_mps_stand_in(env, monkeypatch):
@@ -608,7 +639,8 @@ def test_child_peak_rss_is_its_own_not_the_callers(env):
 
 
 def test_peak_rss_covers_current_rss_here():
-    snap = load_one.snapshot(__file__)
+    with load_one.cache.HeldResidency([__file__]) as held:
+        snap = load_one.snapshot(__file__, held)
     assert snap["peak_rss_bytes"] >= snap["rss_bytes"] - 4 * 2**20 > 0  # batched counters, see above
 
 

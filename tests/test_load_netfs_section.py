@@ -122,5 +122,16 @@ def test_the_block_and_the_page_cache_warning_are_rendered(tmp_path):
         "> **Warning.** This workbench drops a file's page cache at every open(2): 100.0 % of the file" in md
     )
     assert "(the workbench dropped it, as the warning above says)" in md
+    # this disklab's probes hold their descriptor: the warning says so, and the verdict has no caveat
+    assert "they open nothing while the clock runs and empty nothing a loader read" in md
+    assert "overstate the loss" not in md
+    # a stored run from before (its probes opened the file at each stop event): the old warning, and the
+    # verdict says its mapped figures include the reads those probes caused
+    for s in section["samples"]:
+        del s["residency_probe"]
+    md = _render(section, _results(section), tmp_path)
+    assert "a mapped load reads again, after its loader_return probe, the pages it had read before it" in md
+    assert "- In this run disklab's own probe opened the file at each stop event" in md
+    assert "so their figures after loader_return overstate the loss" in md
     plain = _render(make_section(), _results(make_section(), "ext4", "not_set"), tmp_path)
     assert "Mapped against eager loading" not in plain and "drops a file's page cache" not in plain

@@ -113,6 +113,7 @@ def sample(method, file, populate, state, lr, at, rep, *, cache_state=None) -> d
         "stage_order": list(stages),
         "stages": stages,
         "probe_s": 0.001,
+        "residency_probe": "held",
         "n_tensors": 1 if method == "one-tensor" else 8,
         "touched_bytes": int(share * size),
         "checksum": 1.0,

@@ -363,11 +363,20 @@ def warnings(section: dict) -> list[str]:
     page_cache = section.get("workbench_page_cache") or {}
     if page_cache.get("keeps_cache") is False:
         why = markup.md(page_cache["why"][:1].upper() + page_cache["why"][1:])
-        out.append(
-            f"{why}. Here that means: residency at each stop event reads what survived disklab's own "
-            "probe, which opened the file (0 % where it drops the cache), and a mapped load reads again, "
-            "after its loader_return probe, the pages it had read before it."
-        )
+        if all(s.get("residency_probe") == "held" for s in section["samples"]):
+            means = (
+                "each load starts from its own open(2), so from an empty cache; disklab's probes at the stop "
+                "events read residency on a descriptor opened before the load call, so they open nothing "
+                "while the clock runs and empty nothing a loader read."
+            )
+        else:  # a run from before the probes held their descriptors
+            means = (
+                "residency at each stop event reads what survived disklab's own probe, which opened the "
+                "file (0 % where it drops the cache), and a mapped load reads again, after its "
+                "loader_return probe, the pages it had read before it: this run's mapped figures after "
+                "loader_return include those second reads."
+            )
+        out.append(f"{why}. Here that means: {means}")
     if section["n_cold_unverified"]:
         cells = sorted({_label(c) for c in section["cells"] if c["cache_state"] == "cold_unverified"})
         out.append(
@@ -728,6 +737,14 @@ def network_mmap(section: dict, results: dict) -> dict | None:
         else:
             verdict = f"did not lose: it took {_x(t / base)} torch.load's time ({times})"
         lines.append(f"cold, all_touched: {method} {verdict}.")
+    dropped = (section.get("workbench_page_cache") or {}).get("keeps_cache") is False
+    if dropped and not all(s.get("residency_probe") == "held" for s in section["samples"]):
+        lines.append(
+            "In this run disklab's own probe opened the file at each stop event, and this workbench empties "
+            "a file's page cache at every open(2): the mapped loads read again what they had read before "
+            "each probe, so their figures after loader_return overstate the loss. A run of this disklab, "
+            "whose probes open nothing while the clock runs, compares them fairly."
+        )
     return {"fstype": markup.md(str(wb.get("fstype"))), "lines": lines}
 
 

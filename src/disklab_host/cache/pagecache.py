@@ -17,8 +17,9 @@ or warm before each one and checks the result with mincore:
   that same descriptor, whether a second open(2) of it left its pages cached:
   a FUSE filesystem whose daemon opens files without FOPEN_KEEP_CACHE (sshfs
   without ``-o kernel_cache``) drops a file's page cache at every open, so no
-  file there can be warm for a loader that opens it, and every residency probe
-  (which opens the file) empties what it measures.
+  file there can be warm for a loader that opens it, and a residency probe
+  that opens the file empties what it measures (:class:`HeldResidency` opens
+  once, before a load, and reads every later probe on that descriptor).
 - :func:`madvise_willneed` hints that a whole file is about to be read, with
   madvise(2) over a mapping made through ctypes (:data:`WILLNEED_HINTS` names
   each way a hint is given, for the results and the report).
@@ -144,7 +145,8 @@ def residency(path: str | os.PathLike) -> dict:
 
     Maps the file read-only and shared (mmap(2)), asks mincore for one status
     byte per page (bit 0 set: resident), and unmaps it. Mapping does not read
-    the file, so the probe does not change what it measures.
+    the file; opening it does, on a workbench whose open(2) drops the page
+    cache (see :class:`HeldResidency`, which opens once for many probes).
 
     Returns ``{"resident_bytes", "size_bytes", "fraction", "pages_resident",
     "pages_total", "trust"}``: bytes are exact (a resident last page counts
@@ -152,23 +154,74 @@ def residency(path: str | os.PathLike) -> dict:
     [0, 1] (0.0 for an empty file), trust as :func:`residency_trust`.
     Raises OSError (with errno) when the file cannot be opened or mapped.
     """
-    size = os.stat(path).st_size
-    trust = residency_trust(path)
+    with HeldResidency([path]) as held:
+        return held.residency()[0]
+
+
+def _mincore_residency(addr: int, size: int, path: str | os.PathLike, trust: str) -> dict:
+    """:func:`residency`'s dict for the ``size`` bytes of ``path`` mapped at ``addr``, from mincore(2)."""
     if size == 0:
         return _residency_dict(0, 0, 0, 0, trust)
     ps = page_size()
     pages = (size + ps - 1) // ps
     vec = (ctypes.c_ubyte * pages)()
-    with _mapped(path, size, "mincore") as addr:
-        if _c().mincore(addr, size, vec) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"mincore on {path} failed: {os.strerror(err)}")
+    if _c().mincore(addr, size, vec) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mincore on {path} failed: {os.strerror(err)}")
     flags = bytes(vec)
     resident_pages = sum(b & 1 for b in flags)
     resident = resident_pages * ps
     if flags[-1] & 1:
         resident -= pages * ps - size  # the last page holds only the file's tail
     return _residency_dict(resident, size, resident_pages, pages, trust)
+
+
+class HeldResidency:
+    """Files opened and mapped once, whose residency is then read on those mappings, opening nothing.
+
+    A probe that opened the file each time would change what it measures where open(2) drops a file's
+    page cache (FUSE without FOPEN_KEEP_CACHE, as sshfs mounts by default; see :func:`open_keeps_cache`):
+    there each open empties the cache, mapped pages included, so a probe at every stop event would make a
+    mapped loader read the file again. Opened before the load call, one HeldResidency reads every stop
+    event's residency on the same descriptors. A mapping that is never touched reads nothing and holds no
+    page, so it neither warms the file nor keeps it from eviction. Use it as a context manager, or call
+    :meth:`close`; raises OSError when a file cannot be opened or mapped (what is open by then is closed).
+    """
+
+    def __init__(self, paths: list[str | os.PathLike]):
+        self._held: list[tuple[str | os.PathLike, int, int | None, int, str]] = []
+        try:
+            for path in paths:
+                fd = os.open(path, os.O_RDONLY)
+                size = os.fstat(fd).st_size
+                addr = None
+                if size:
+                    addr = _c().mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+                    if addr in (None, ctypes.c_void_p(-1).value):
+                        err = ctypes.get_errno()
+                        os.close(fd)
+                        raise OSError(err, f"mmap of {path} for mincore failed: {os.strerror(err)}")
+                self._held.append((path, fd, addr, size, residency_trust(path)))
+        except BaseException:
+            self.close()
+            raise
+
+    def residency(self) -> list[dict]:
+        """Each file's :func:`residency` dict now, in the order given."""
+        return [_mincore_residency(addr, size, path, trust) for path, _, addr, size, trust in self._held]
+
+    def close(self) -> None:
+        while self._held:
+            _, fd, addr, size, _ = self._held.pop()
+            if addr is not None:
+                _c().munmap(addr, size)
+            os.close(fd)
+
+    def __enter__(self) -> HeldResidency:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 @contextlib.contextmanager
@@ -335,8 +388,8 @@ OPEN_DROPS_CACHE = (
     "a read, {after_reopen} once it was opened again ({method} on the reading descriptor). A FUSE "
     "filesystem does this when its daemon opens files without FOPEN_KEEP_CACHE (sshfs without "
     "`-o kernel_cache` or `-o auto_cache`), so a loader that opens the file always starts with none of "
-    "it cached: no warm run is possible here, and each residency probe, which opens the file, empties the "
-    "cache it measures"
+    "it cached: no warm run is possible here, and a residency probe that opens the file empties the cache "
+    "it measures"
 )
 READ_NOT_CACHED = (
     "a read of the whole file left only {after_read} of it in the page cache ({method}): this workbench "

@@ -47,7 +47,10 @@ before the clock starts and is timed apart as ``process.device_init_s``; the
 record's ``device`` names the backend, the device, its memory and whether it
 shares memory with the CPU.
 
-At each stage: residency of PATH (mincore), current RSS and peak RSS. Peak RSS
+At each stage: residency of PATH (mincore, on a descriptor and mapping opened
+before anything else and held, cache.HeldResidency: no probe opens the file
+while the clock runs, since on some FUSE workbenches an open(2) empties the
+page cache), current RSS and peak RSS. Peak RSS
 is getrusage's ru_maxrss, the peak since this process started (imports
 included), normalised to bytes (labcommon.peak_rss_bytes); ``before`` holds the
 same right before the load call, so the load's own growth is visible.
@@ -169,10 +172,11 @@ def current_rss_bytes() -> int | dict:
         return unavailable(f"current RSS needs /proc/self/statm (Linux): {exc}")
 
 
-def snapshot(path: str | list[str]) -> dict:
-    """Residency of ``path`` (summed over a list) and this process's RSS and peak RSS, in bytes."""
+def snapshot(path: str | list[str], held: cache.HeldResidency) -> dict:
+    """Residency of ``path`` (summed over a list), read on ``held`` (its files, opened before the load
+    call: the probe opens nothing), and this process's RSS and peak RSS, in bytes."""
     paths = [path] if isinstance(path, str) else list(path)
-    res = [cache.residency(p) for p in paths]
+    res = held.residency()
     resident = sum(r["resident_bytes"] for r in res)
     size = sum(os.stat(p).st_size for p in paths)
     return {
@@ -216,8 +220,9 @@ class StageClock:
     before the stage's residency probe; off, each stage's ``io`` says so.
     """
 
-    def __init__(self, path: str | list[str], io_record: bool = True):
+    def __init__(self, path: str | list[str], held: cache.HeldResidency, io_record: bool = True):
         self.path = path
+        self.held = held
         self.start_ns = 0
         self.probe_ns = 0
         self.stages: dict[str, dict] = {}
@@ -238,7 +243,7 @@ class StageClock:
         self.stages[stage] = {
             "status": "ok",
             "time_s": elapsed_ns / 1e9,
-            **snapshot(self.path),
+            **snapshot(self.path, self.held),
             "io": io if io is not None else iorecord.not_recorded("switched off for this run (bench)"),
         }
         self.probe_ns += time.perf_counter_ns() - now
@@ -454,7 +459,15 @@ def measure(args: argparse.Namespace) -> dict:
     decoder = getattr(args, "decoder_config", None)
     if args.model and args.method in PARTIAL_METHODS:
         raise ValueError(f"--model needs the whole state dict, and {args.method} returns part of it")
-    clock = StageClock(paths, io_record=not getattr(args, "no_io_record", False))
+    # the files' residency is read on descriptors opened here, before anything else: no probe after this
+    # opens them again (cache.HeldResidency: an open empties the page cache on some FUSE workbenches)
+    with cache.HeldResidency(paths) as held:
+        return _measure(args, paths, decoder, held)
+
+
+def _measure(args: argparse.Namespace, paths: list[str], decoder: str | None, held) -> dict:
+    """:func:`measure`, its files held open for the residency probes."""
+    clock = StageClock(paths, held, io_record=not getattr(args, "no_io_record", False))
     backend, checked = find_backend()
     device_init_s = None
     if backend:
@@ -471,7 +484,7 @@ def measure(args: argparse.Namespace) -> dict:
         knobs = json.loads(getattr(args, "loader_knobs", None) or "{}")
         prepared = loaders.prepare(args.method, knobs, paths)
         loader_import_s = (time.perf_counter_ns() - t0) / 1e9
-    before = snapshot(paths)
+    before = snapshot(paths, held)
     before["cache"] = cache_before(paths)
     clock.start()
     sd, notes = load(args.method, paths, getattr(args, "state_key", None), prepared)
@@ -527,6 +540,7 @@ def measure(args: argparse.Namespace) -> dict:
         "stage_order": clock.order(),
         "stages": clock.stages,
         "probe_s": clock.probe_ns / 1e9,
+        "residency_probe": "held",  # cache.HeldResidency: no probe opened the file while the clock ran
         "n_tensors": len(tensors),
         "touched_bytes": touched,
         "checksum": checksum,
