@@ -287,6 +287,34 @@ def test_provisioning_pins_the_loaders_and_a_second_run_changes_nothing(lab_venv
 
 
 @pytest.mark.slow
+def test_a_kept_venv_tries_pip_again_for_a_loader_it_could_not_install(lab_venv, tmp_path):
+    """The record says pip could not install tensorizer (as on a host whose wheelhouse lacked a dependency);
+    the next run keeps the venv, tries that loader again and records it installed. On a hard-linked copy
+    of the module's venv: the record is replaced by an atomic write, so the original is not touched."""
+    venv = tmp_path / "venv"
+    subprocess.run(["cp", "-al", str(lab_venv[0]), str(venv)], check=True)
+    record_path = venv / provision.RECORD_NAME
+    record = json.loads(record_path.read_text())
+    failed = {"status": "not_run", "reason": "pip could not install tensorizer==2.12.1: ERROR: (test)"}
+    record[loaders.RECORD_KEY]["tensorizer"] = {**failed, "pins": list(loaders.BY_NAME["tensorizer"].pins)}
+    record_path.unlink()
+    record_path.write_text(json.dumps(record))
+    would = result_line.parse(_provision(venv, "--check").stdout)
+    assert (would["action"], would["changed"]) == ("would_keep", True), would
+    assert "would try pip again for the loader(s) it could not install before: tensorizer" in would["reason"]
+    cp = _provision(venv)
+    out = result_line.parse(cp.stdout)
+    assert (out["action"], out["changed"]) == ("kept", True), (out, cp.stderr[-2000:])
+    assert (
+        "tried pip again for the loader(s) it could not install before: tensorizer installed" in out["reason"]
+    )
+    assert out["loaders"]["tensorizer"]["status"] == "ok"
+    assert json.loads(record_path.read_text())[loaders.RECORD_KEY]["tensorizer"]["status"] == "ok"
+    again = result_line.parse(_provision(venv).stdout)
+    assert (again["action"], again["changed"]) == ("kept", False), again
+
+
+@pytest.mark.slow
 def test_a_loader_pip_cannot_install_is_not_run_with_pips_last_line(lab_venv):
     venv, _ = lab_venv
     got = provision.install_loader(venv, "instanttensor", [], pins=["instanttensor==0.0.0"])

@@ -31,7 +31,8 @@ pip nor packaging nor setuptools in that interpreter (Homebrew's Python 3.12+ an
    is recorded ``not_run`` with the reason (``loader_results`` in the record and the printed object)
    and the rest goes on. The loaders' pins are part of what the venv is made from (``loaders`` in the
    record, absent when none is set, so a venv made without loaders is kept as it was): the same
-   setting keeps the venv, a changed one rebuilds it;
+   setting keeps the venv, a changed one rebuilds it; a kept venv tries pip again for each loader
+   pip could not install before (a wheelhouse filled since, an index back), and says so;
 7. the record, written atomically last (``fsio.atomic_write_json``), so an interrupted install has
    no record and is rebuilt next time.
 
@@ -314,13 +315,18 @@ def install_loader(venv: Path, name: str, pip_args: list[str], pins: list[str] |
     return {**loaderlib.import_check(name, str(venv_python(venv)), env=_clean_env()), "pins": pins}
 
 
+def _pip_failed(rec: dict) -> bool:
+    """A loader record whose install pip refused (no wheel, no index): worth trying again next run."""
+    return rec.get("status") == "not_run" and str(rec.get("reason", "")).startswith("pip could not install")
+
+
 def recheck_loaders(venv: Path, results: dict) -> dict:
     """Each installed loader imported again in the venv (after the venv changed under its record);
     a loader pip could not install keeps its reason."""
     out = {}
     for name, rec in results.items():
         pins = rec.get("pins") or list(loaderlib.BY_NAME[name].pins)
-        if rec.get("status") == "not_run" and str(rec.get("reason", "")).startswith("pip could not install"):
+        if _pip_failed(rec):
             out[name] = rec
         else:
             out[name] = {
@@ -542,10 +548,16 @@ def provision(
         if versions and require_cuda:
             _refuse_without_cuda(versions, venv, index)
         recorded = (read_record(venv) or {}).get(loaderlib.RECORD_KEY) if kept and loader_names else None
-        return {"ok": True, "changed": action != "keep", "action": f"would_{action}", "reason": reason,
-                **out, "versions": versions, "versions_source": _source(found) if kept else None,
+        retry = sorted(n for n, r in (recorded or {}).items() if _pip_failed(r))
+        if retry:
+            reason += (
+                f"; would try pip again for the loader(s) it could not install before: {', '.join(retry)}"
+            )
+        return {"ok": True, "changed": action != "keep" or bool(retry), "action": f"would_{action}",
+                "reason": reason, **out, "versions": versions,
+                "versions_source": _source(found) if kept else None,
                 **({"loaders": recorded} if recorded else {})}  # fmt: skip
-    results = None
+    results, retried = None, []
     if action != "keep":
         if action == "rebuild":
             _remove_venv(venv)
@@ -560,16 +572,30 @@ def provision(
     else:
         record = read_record(venv) or want
         results = record.get(loaderlib.RECORD_KEY)
-        if found["from"] == "probed_now":  # kept, and probed again: the record keeps the new probe
-            if results:
+        # a loader pip could not install last time is tried again (a wheelhouse filled, an index back)
+        retried = sorted(n for n, r in (results or {}).items() if _pip_failed(r))
+        if retried:
+            results = {**results, **{n: install_loader(venv, n, pip_args) for n in retried}}
+            if any(results[n]["status"] == "ok" for n in retried):
+                found = probe(venv)  # what the loader's install may have moved must still match the pins
+                problem = _probe_problem(found, parsed)
+                if problem:
+                    raise Failed(f"installing the loader(s) {', '.join(retried)} into {venv}: {problem}")
+            record = {**record, loaderlib.RECORD_KEY: results}
+        if found["from"] == "probed_now" or retried:  # kept, and probed or changed: the record keeps it
+            if results and not retried:
                 results = recheck_loaders(venv, results)
                 record = {**record, loaderlib.RECORD_KEY: results}
             atomic_write_json(venv / RECORD_NAME, {**record, venvprobe.PROBE_KEY: _record_entry(found)})
+        if retried:
+            now = [f"{n} {'installed' if results[n]['status'] == 'ok' else 'still not'}" for n in retried]
+            reason += f"; tried pip again for the loader(s) it could not install before: {', '.join(now)}"
     versions = _versions(found)
     if require_cuda:
         _refuse_without_cuda(versions, venv, index)
     action = {"keep": "kept", "create": "created", "rebuild": "rebuilt"}[action]
-    return {"ok": True, "changed": action != "kept", "action": action, "reason": reason, **out,
+    changed = action != "kept" or any(results[n]["status"] == "ok" for n in retried)
+    return {"ok": True, "changed": changed, "action": action, "reason": reason, **out,
             "versions": versions, "versions_source": _source(found),
             **({"loaders": results} if loader_names else {})}  # fmt: skip
 
