@@ -459,9 +459,15 @@ def test_the_load_step_measures_the_loaders_beside_the_others_and_names_what_did
     tz_warm = [
         s for s in section["samples"] if s["method"] == "tensorizer" and s["cache_state_requested"] == "warm"
     ]
-    assert tz_warm and all(
-        s["cache_state"] == "warm" and s["read_path"]["page_cache"] == "used" for s in tz_warm
-    )
+    # tensorizer reads through the page cache: its warm proof is residency alone (no device-reads part, as
+    # a bypassing loader's has), and it is warm exactly when that part passed. Whether it passed depends on
+    # this shared machine: memory pressure from the tests beside this one can evict the file between the
+    # warm-up read and the call, which the proof must then catch (test_load.py's _requested says the same).
+    assert tz_warm
+    for s in tz_warm:
+        p = s["cache_proof"]
+        assert s["read_path"]["page_cache"] == "used" and list(p["parts"]) == ["residency"], p
+        assert (s["cache_state"] == "warm") == (p["parts"]["residency"]["status"] == "pass"), p
     # the same file, and the same tensors touched, as load_file's rows
     lf = next(s for s in section["samples"] if s["method"] == "load_file" and s["file"] == "big_safetensors")
     ms = next(
