@@ -42,6 +42,12 @@ TINY_SIZES = {
 # alone, pip install in a new venv): a test whose hosts provision from nothing, and that does not test what
 # pip compiles, passes this (lab_venv_pip_args reaches pip and the venv's record as any extra argument).
 PROVISION_QUICKLY = {"lab_venv_pip_args": ["--no-compile"]}
+# A test-fleet host is a network namespace with no route out: its pip asks PyPI first for every package, and
+# waits through urllib3's five retries (about 8 s of backoff) before that lookup fails and the machine's
+# local wheel directories (pip.conf) answer it. That wait was most of a fleet host's provisioning (about
+# 300 s of the netfs host's, with the loaders). ``--retries=0`` skips the wait, not the lookup: pip finds
+# the same wheels. Only for namespace hosts: a controller-side pip that can reach an index keeps its retries.
+PROVISION_IN_NAMESPACE = {"lab_venv_pip_args": [*PROVISION_QUICKLY["lab_venv_pip_args"], "--retries=0"]}
 
 
 @pytest.fixture(scope="session")

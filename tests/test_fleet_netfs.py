@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROVISION_QUICKLY, TINY_SIZES, run_disklab
+from conftest import PROVISION_IN_NAMESPACE, TINY_SIZES, run_disklab
 from disklab import stored
 from disklab.sections import load as load_section
 
@@ -107,7 +107,7 @@ def wheelhouse(tmp_path_factory) -> Path:
 def lab(fleet, reports, wheelhouse):
     """`disklab run` of the ceiling and load steps at tiny sizes on the netfs host; its stored results."""
     pip_args = json.dumps(
-        {"lab_venv_pip_args": [f"--find-links={wheelhouse}", *PROVISION_QUICKLY["lab_venv_pip_args"]]}
+        {"lab_venv_pip_args": [f"--find-links={wheelhouse}", *PROVISION_IN_NAMESPACE["lab_venv_pip_args"]]}
     )
     args = ["-e", f"lab_run_steps={STEPS}", *LOADER_ARGS, "-e", pip_args]
     for name, value in TINY_SIZES.items():

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FLEET_TABLES, PROVISION_QUICKLY, TINY_SIZES, fleet_tables, run_disklab
+from conftest import FLEET_TABLES, PROVISION_IN_NAMESPACE, TINY_SIZES, fleet_tables, run_disklab
 from disklab import figures, stored, units
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
@@ -56,7 +56,7 @@ def _free_fleet_id() -> int:
 
 
 def _tiny_args() -> list[str]:
-    args: list[str] = ["-e", json.dumps(PROVISION_QUICKLY)]  # both hosts provision from nothing
+    args: list[str] = ["-e", json.dumps(PROVISION_IN_NAMESPACE)]  # both hosts provision from nothing
     for name, value in TINY_SIZES.items():
         args += ["-e", f"{name}={value}"]
     return args

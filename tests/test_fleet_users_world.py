@@ -310,12 +310,12 @@ def _disklab(fleet: Fleet, *args: str, cwd: Path | None = None, env: dict | None
 
 def _tiny() -> list[str]:
     """Tiny sizes, and pip without byte-compiling: the bastion and the sudo-password host provision their
-    lab venvs from nothing (conftest.PROVISION_QUICKLY)."""
-    from conftest import PROVISION_QUICKLY, TINY_SIZES
+    lab venvs from nothing (conftest.PROVISION_IN_NAMESPACE)."""
+    from conftest import PROVISION_IN_NAMESPACE, TINY_SIZES
 
     return [
         "-e",
-        json.dumps(PROVISION_QUICKLY),
+        json.dumps(PROVISION_IN_NAMESPACE),
         *(a for n, v in TINY_SIZES.items() for a in ("-e", f"{n}={v}")),
     ]
 
