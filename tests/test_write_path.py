@@ -47,8 +47,11 @@ def test_write_buffering_structure_and_sense(workbench):
         spread = m["per_call_ns"]
         assert spread["min"] <= spread["median"] <= spread["max"]
         assert all(v > 0 for v in m["per_call_samples_ns"])
-    # the syscall boundary: a buffered 1-byte write must be cheaper than a write(2)
-    assert s["modes"]["buffered"]["per_call_ns"]["median"] < s["modes"]["unbuffered"]["per_call_ns"]["median"]
+    # the syscall boundary: a buffered 1-byte write must be cheaper than a write(2). Compared on each mode's
+    # least-disturbed sample (its minimum): on a machine whose other tests share the cores, a preemption
+    # inside one 5000-call buffered sample (about 0.3 ms) can outweigh the whole effect, and only adds time
+    per_call = {mode: s["modes"][mode]["per_call_ns"] for mode in ("buffered", "unbuffered")}
+    assert per_call["buffered"]["min"] < per_call["unbuffered"]["min"], per_call
     assert list(workbench.iterdir()) == []
 
 
