@@ -238,6 +238,8 @@ def test_the_report_renders_whole_and_says_whether_mmap_lost_from_its_own_number
         assert line.startswith("cold, all_touched: "), line  # both pairs had a proven cold figure
         assert f"- {line}" in report
     assert "> **Warning.** This workbench drops a file's page cache at every open(2)" in report
+    # no device rate on sshfs: the whole-file cold loads are read against the ceilings by their file rate
+    assert "‡ No device counter on this host sees these reads, so the share is of the file rate" in report
     assert (
         f"device reads unchecked (no block device behind {WORKBENCH}/load/big.pt: it is on {NETFS_FS}"
         in report

@@ -135,3 +135,34 @@ def test_the_block_and_the_page_cache_warning_are_rendered(tmp_path):
     assert "so their figures after loader_return overstate the loss" in md
     plain = _render(make_section(), _results(make_section(), "ext4", "not_set"), tmp_path)
     assert "Mapped against eager loading" not in plain and "drops a file's page cache" not in plain
+
+
+def test_without_a_device_counter_a_whole_cold_load_is_read_against_the_ceilings_by_its_file_rate():
+    """sshfs has no block device: no device rate, so a cold load that touched the whole file (each byte
+    fetched while the clock ran) gets its share of both ceilings from its file rate, marked ‡; one-tensor,
+    which read a quarter of the file, gets none."""
+    section = make_section()
+    for cell in section["cells"]:
+        st = cell["stages"].get("all_touched") or {}
+        st.pop("device_read_mib_s", None)
+        st.pop("device_read_bytes", None)
+    spread = {"n": 3, "median": 100.0, "min": 90.0, "max": 110.0}
+    ceiling = {
+        "status": "ok",
+        "cold_mib_s": spread,
+        "warm_mib_s": {**spread, "median": 1000.0},
+        "parallel": {"status": "ok", "cold_mib_s": {**spread, "median": 200.0}, "streams": 4,
+                     "block_bytes": 4 << 20, "direct_io": True},
+    }  # fmt: skip
+    results = _results(section)
+    results["experiments"]["ceiling"] = ceiling
+    got = section_mod.proof_rows(section, results)
+    assert got["share_by_file"] is True
+    rows = {r["what"]: r for r in got["rows"] if r["cache_state"] == "cold"}
+    whole = next(r for w, r in rows.items() if w.startswith("torch.load,"))
+    rate = whole["file_mib_s"]
+    assert whole["device_mib_s"] is None and whole["share_by_file"]
+    assert whole["share"] == f"{100 * rate / 100.0:.1f} % ‡"
+    assert whole["share_parallel"] == f"{100 * rate / 200.0:.1f} % ‡"
+    one = next(r for w, r in rows.items() if w.startswith("one-tensor"))
+    assert one["share"] == "n/a" and not one["share_by_file"]

@@ -28,6 +28,9 @@ PLOT_NAME = "load_stages.png"
 # At or above this share of the file resident, the report calls the whole file resident (a page or two of
 # header or readahead edge may be missing from a fully read file).
 FULL_FRACTION = 0.99
+# A load that touched at least this share of its file's bytes read the whole file (the rest is the format's
+# header: the safetensors JSON, the .pt zip's pickle and records).
+WHOLE_FILE = 0.95
 
 
 def _label(cell: dict) -> str:
@@ -586,10 +589,13 @@ def proof_rows(section: dict, results: dict) -> dict:
 
     Returns ``{"ceiling": evidence.ceiling, "rows": [{"what", "cache_state", "n", "time_s",
     "file_size_bytes", "device_read_bytes", "device_mib_s", "file_mib_s", "share", "share_parallel",
-    "reading", "proof", "below"}], "below_any": bool, "unused": [{"what", "reading"}]}``.
+    "share_by_file", "reading", "proof", "below"}], "below_any": bool, "unused": [{"what", "reading"}],
+    "share_by_file": bool}``.
     ``device_mib_s`` is the bytes the device delivered over the stage's time (per sample, median);
     ``share`` that rate as a share of the single-stream cold ceiling, ``share_parallel`` of the
-    parallel direct one; ``reading`` where the rate sits between them (evidence.ceiling_reading),
+    parallel direct one (where no device counter exists, a network filesystem's, a proven cold load
+    that touched the whole file is read against the ceilings by its file rate, ``share_by_file``,
+    marked ‡); ``reading`` where the rate sits between them (evidence.ceiling_reading),
     and ``unused`` the rows that beat the single stream but not the parallel read. ``below`` True
     when even the slowest sample's device rate beat the fastest proven run of every ceiling measured
     (a parallel loader may beat one stream honestly).
@@ -612,6 +618,14 @@ def proof_rows(section: dict, results: dict) -> dict:
         failed = sorted({f for p in proof for f in p["failed"]})
         dev = st.get("device_read_mib_s")
         rate = dev["median"] if dev else None
+        file_rate = (
+            cell["file_size_bytes"] / (1 << 20) / st["time_s"]["median"] if st["time_s"]["median"] else None
+        )
+        # no device counter (a network filesystem): a proven cold load that touched the whole file had to
+        # fetch every byte of it, so its file rate is what it got; the share says it is from that rate
+        whole = all(s.get("touched_bytes", 0) >= WHOLE_FILE * s["file_size_bytes"] for s in samples)
+        by_file = rate is None and file_rate is not None and cell["cache_state"] == "cold" and whole
+        share_rate = file_rate if by_file else rate
         cold, par = ceil["cold"], ceil["parallel"]
         fastest = max((c["max"] for c in (cold, par) if c), default=None)
         below = bool(dev and fastest is not None and dev["min"] > fastest and cell["cache_state"] == "cold")
@@ -627,11 +641,10 @@ def proof_rows(section: dict, results: dict) -> dict:
                 else None,
                 "device_why": st.get("device_reads_unavailable"),
                 "device_mib_s": rate,
-                "file_mib_s": cell["file_size_bytes"] / (1 << 20) / st["time_s"]["median"]
-                if st["time_s"]["median"]
-                else None,
-                "share": evidence.share_of(rate, cold),
-                "share_parallel": evidence.share_of(rate, par),
+                "file_mib_s": file_rate,
+                "share": evidence.share_of(share_rate, cold) + (" ‡" if by_file and cold else ""),
+                "share_parallel": evidence.share_of(share_rate, par) + (" ‡" if by_file and par else ""),
+                "share_by_file": by_file,
                 "reading": evidence.ceiling_reading(rate, ceil) if cell["cache_state"] == "cold" else None,
                 "proof": " · ".join(texts),
                 "failed": [PART_NAMES[f] for f in failed],
@@ -644,7 +657,13 @@ def proof_rows(section: dict, results: dict) -> dict:
         if r["reading"] and r["device_mib_s"] > ceil["cold"]["median"]
         and r["device_mib_s"] < ceil["parallel"]["median"]
     ]  # fmt: skip
-    return {"ceiling": ceil, "rows": out, "below_any": any(r["below"] for r in out), "unused": unused}
+    return {
+        "ceiling": ceil,
+        "rows": out,
+        "below_any": any(r["below"] for r in out),
+        "unused": unused,
+        "share_by_file": any(r["share_by_file"] for r in out),
+    }
 
 
 # The user's model's format, as usermodel.sniff names it, in the report's words.
