@@ -67,14 +67,31 @@ def env(tmp_path_factory):
     return root, {**manifest, "expected_big_token": model.next_token(net)[0]}
 
 
+def _page_cache_taken() -> dict[str, int]:
+    """/proc/vmstat's counters of page cache taken by anyone on the machine: drop_caches writes
+    (``drop_pagecache``) and pages reclaimed under memory pressure (``pgsteal_*``)."""
+    with open("/proc/vmstat") as f:
+        pairs = (line.split() for line in f)
+        return {k: int(v) for k, v in pairs if k == "drop_pagecache" or k.startswith("pgsteal_")}
+
+
+# What the machine took from the page cache while the section was measured (counter -> increase), empty
+# when nothing: a residency a test expects full is checked strictly only then.
+SECTION_TAKEN: dict[str, int] = {}
+
+
 @pytest.fixture(scope="module")
 def section(env):
     """The load step end to end, measured once for every test that reads its results: load.run at the
     full profile (prep.prepare finds env's files and reuses them; then every cell, cold and warm, each in
     a fresh process, and the two workers)."""
     root, _ = env
+    before = _page_cache_taken()
     with _big_family_512():
-        return load.run(_cfg("full"), root)
+        got = load.run(_cfg("full"), root)
+    after = _page_cache_taken()
+    SECTION_TAKEN.update({k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)})
+    return got
 
 
 @pytest.mark.heavy
@@ -149,7 +166,10 @@ def test_all_touched_makes_the_file_resident(section):
             if s["cache_state"] == "cold":
                 assert frac <= 0.5  # only its own pages (and some readahead) came in
         else:
-            assert frac > 0.99, (s["method"], s["cache_state"], frac)
+            assert s["touched_bytes"] >= 0.95 * s["file_size_bytes"]  # every tensor read once
+            # the whole file is resident after every byte was read, unless something on this machine took
+            # page cache meanwhile (another test's drop_caches, memory pressure): then it may be less
+            assert frac > 0.99 or SECTION_TAKEN, (s["method"], s["cache_state"], frac)
 
 
 def test_torch_load_copies_and_mmap_does_not(section):
