@@ -393,9 +393,9 @@ def test_first_response_leaves_probe_time_out_of_its_clock(env, monkeypatch):
     monkeypatch.setattr(load_one, "time", Clock())
     real = load_one.snapshot
 
-    def slow_probe(paths, held):
+    def slow_probe(held):
         skew[0] += probe_ns
-        return real(paths, held)
+        return real(held)
 
     monkeypatch.setattr(load_one, "snapshot", slow_probe)
     rec = load_one.measure(_big_module_args(manifest, "torch.load"))
@@ -660,7 +660,7 @@ def test_child_peak_rss_is_its_own_not_the_callers(env):
 
 def test_peak_rss_covers_current_rss_here():
     with load_one.cache.HeldResidency([__file__]) as held:
-        snap = load_one.snapshot(__file__, held)
+        snap = load_one.snapshot(held)
     assert snap["peak_rss_bytes"] >= snap["rss_bytes"] - 4 * 2**20 > 0  # batched counters, see above
 
 

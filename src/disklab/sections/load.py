@@ -360,13 +360,19 @@ def willneed_hints(section: dict) -> list[str]:
     return [f"`{way}`: {WILLNEED_HINTS.get(way, 'a hint this disklab does not know')}" for way in ways]
 
 
+def _probes_held(section: dict) -> bool:
+    """Whether every sample's residency probes read on a descriptor held from before the load call
+    (``residency_probe: held``), so none opened the file while the clock ran; False for older runs."""
+    return all(s.get("residency_probe") == "held" for s in section["samples"])
+
+
 def warnings(section: dict) -> list[str]:
     """Things the reader must know before trusting a figure."""
     out = []
     page_cache = section.get("workbench_page_cache") or {}
     if page_cache.get("keeps_cache") is False:
         why = markup.md(page_cache["why"][:1].upper() + page_cache["why"][1:])
-        if all(s.get("residency_probe") == "held" for s in section["samples"]):
+        if _probes_held(section):
             means = (
                 "each load starts from its own open(2), so from an empty cache; disklab's probes at the stop "
                 "events read residency on a descriptor opened before the load call, so they open nothing "
@@ -757,7 +763,7 @@ def network_mmap(section: dict, results: dict) -> dict | None:
             verdict = f"did not lose: it took {_x(t / base)} torch.load's time ({times})"
         lines.append(f"cold, all_touched: {method} {verdict}.")
     dropped = (section.get("workbench_page_cache") or {}).get("keeps_cache") is False
-    if dropped and not all(s.get("residency_probe") == "held" for s in section["samples"]):
+    if dropped and not _probes_held(section):
         lines.append(
             "In this run disklab's own probe opened the file at each stop event, and this workbench empties "
             "a file's page cache at every open(2): the mapped loads read again what they had read before "

@@ -189,33 +189,23 @@ class HeldResidency:
     """
 
     def __init__(self, paths: list[str | os.PathLike]):
-        self._held: list[tuple[str | os.PathLike, int, int | None, int, str]] = []
-        try:
+        self._held: list[tuple[str | os.PathLike, int | None, int, str]] = []
+        with contextlib.ExitStack() as stack:
             for path in paths:
                 fd = os.open(path, os.O_RDONLY)
+                stack.callback(os.close, fd)
                 size = os.fstat(fd).st_size
-                addr = None
-                if size:
-                    addr = _c().mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-                    if addr in (None, ctypes.c_void_p(-1).value):
-                        err = ctypes.get_errno()
-                        os.close(fd)
-                        raise OSError(err, f"mmap of {path} for mincore failed: {os.strerror(err)}")
-                self._held.append((path, fd, addr, size, residency_trust(path)))
-        except BaseException:
-            self.close()
-            raise
+                addr = stack.enter_context(_fd_mapped(fd, size, path, "mincore")) if size else None
+                self._held.append((path, addr, size, residency_trust(path)))
+            self._stack = stack.pop_all()  # held until close
 
     def residency(self) -> list[dict]:
         """Each file's :func:`residency` dict now, in the order given."""
-        return [_mincore_residency(addr, size, path, trust) for path, _, addr, size, trust in self._held]
+        return [_mincore_residency(addr, size, path, trust) for path, addr, size, trust in self._held]
 
     def close(self) -> None:
-        while self._held:
-            _, fd, addr, size, _ = self._held.pop()
-            if addr is not None:
-                _c().munmap(addr, size)
-            os.close(fd)
+        self._held = []
+        self._stack.close()
 
     def __enter__(self) -> HeldResidency:
         return self
@@ -225,21 +215,28 @@ class HeldResidency:
 
 
 @contextlib.contextmanager
-def _mapped(path: str | os.PathLike, size: int, what: str):
-    """A read-only shared mapping of ``size`` bytes of ``path``, made with libc's mmap(2) through ctypes
-    (never CPython's mmap.mmap, which on macOS calls fcntl(F_FULLFSYNC)); yields its address and unmaps
-    it after. Raises OSError naming ``what`` the mapping was for."""
+def _fd_mapped(fd: int, size: int, name: str | os.PathLike, what: str):
+    """A read-only shared mapping of ``size`` bytes of the open file ``fd`` (``name`` in errors), made with
+    libc's mmap(2) through ctypes (never CPython's mmap.mmap, which on macOS calls fcntl(F_FULLFSYNC));
+    yields its address and unmaps it after. Raises OSError naming ``what`` the mapping was for."""
     libc = _c()
+    addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        err = ctypes.get_errno()
+        raise OSError(err, f"mmap of {name} for {what} failed: {os.strerror(err)}")
+    try:
+        yield addr
+    finally:
+        libc.munmap(addr, size)
+
+
+@contextlib.contextmanager
+def _mapped(path: str | os.PathLike, size: int, what: str):
+    """:func:`_fd_mapped` of ``path``, opened read-only for the mapping and closed after it."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            err = ctypes.get_errno()
-            raise OSError(err, f"mmap of {path} for {what} failed: {os.strerror(err)}")
-        try:
+        with _fd_mapped(fd, size, path, what) as addr:
             yield addr
-        finally:
-            libc.munmap(addr, size)
     finally:
         os.close(fd)
 
@@ -409,19 +406,9 @@ def _fd_fraction(fd: int, size: int) -> tuple[float, str]:
         rng, cs = _CachestatRange(0, 0), _Cachestat()
         if _c().syscall(CACHESTAT_NR, fd, ctypes.byref(rng), ctypes.byref(cs), 0) == 0:
             return min(1.0, cs.nr_cache / pages), "cachestat"
-    libc = _c()
-    addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-    if addr in (None, ctypes.c_void_p(-1).value):
-        err = ctypes.get_errno()
-        raise OSError(err, f"mmap for mincore failed: {os.strerror(err)}")
-    try:
-        vec = (ctypes.c_ubyte * pages)()
-        if libc.mincore(addr, size, vec) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"mincore failed: {os.strerror(err)}")
-    finally:
-        libc.munmap(addr, size)
-    return sum(b & 1 for b in bytes(vec)) / pages, "mincore"
+    with _fd_mapped(fd, size, f"descriptor {fd}", "mincore") as addr:
+        res = _mincore_residency(addr, size, f"descriptor {fd}", "ok")
+    return res["pages_resident"] / pages, "mincore"
 
 
 def open_keeps_cache(path: str | os.PathLike) -> dict:

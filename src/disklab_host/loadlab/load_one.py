@@ -172,13 +172,12 @@ def current_rss_bytes() -> int | dict:
         return unavailable(f"current RSS needs /proc/self/statm (Linux): {exc}")
 
 
-def snapshot(path: str | list[str], held: cache.HeldResidency) -> dict:
-    """Residency of ``path`` (summed over a list), read on ``held`` (its files, opened before the load
-    call: the probe opens nothing), and this process's RSS and peak RSS, in bytes."""
-    paths = [path] if isinstance(path, str) else list(path)
+def snapshot(held: cache.HeldResidency) -> dict:
+    """Residency of ``held``'s files (summed; opened before the load call, so the probe opens nothing)
+    and this process's RSS and peak RSS, in bytes."""
     res = held.residency()
     resident = sum(r["resident_bytes"] for r in res)
-    size = sum(os.stat(p).st_size for p in paths)
+    size = sum(r["size_bytes"] for r in res)
     return {
         "resident_bytes": resident,
         "resident_fraction": (res[0]["fraction"] if len(res) == 1 else resident / size if size else 0.0),
@@ -221,7 +220,6 @@ class StageClock:
     """
 
     def __init__(self, path: str | list[str], held: cache.HeldResidency, io_record: bool = True):
-        self.path = path
         self.held = held
         self.start_ns = 0
         self.probe_ns = 0
@@ -243,7 +241,7 @@ class StageClock:
         self.stages[stage] = {
             "status": "ok",
             "time_s": elapsed_ns / 1e9,
-            **snapshot(self.path, self.held),
+            **snapshot(self.held),
             "io": io if io is not None else iorecord.not_recorded("switched off for this run (bench)"),
         }
         self.probe_ns += time.perf_counter_ns() - now
@@ -465,7 +463,9 @@ def measure(args: argparse.Namespace) -> dict:
         return _measure(args, paths, decoder, held)
 
 
-def _measure(args: argparse.Namespace, paths: list[str], decoder: str | None, held) -> dict:
+def _measure(
+    args: argparse.Namespace, paths: list[str], decoder: str | None, held: cache.HeldResidency
+) -> dict:
     """:func:`measure`, its files held open for the residency probes."""
     clock = StageClock(paths, held, io_record=not getattr(args, "no_io_record", False))
     backend, checked = find_backend()
@@ -484,7 +484,7 @@ def _measure(args: argparse.Namespace, paths: list[str], decoder: str | None, he
         knobs = json.loads(getattr(args, "loader_knobs", None) or "{}")
         prepared = loaders.prepare(args.method, knobs, paths)
         loader_import_s = (time.perf_counter_ns() - t0) / 1e9
-    before = snapshot(paths, held)
+    before = snapshot(held)
     before["cache"] = cache_before(paths)
     clock.start()
     sd, notes = load(args.method, paths, getattr(args, "state_key", None), prepared)
