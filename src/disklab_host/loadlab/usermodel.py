@@ -34,7 +34,7 @@ A torch.save file is only ever opened with ``weights_only=True``
 (:func:`load_torch`; with mmap for a zip, so the check reads little; torch is
 imported only by the functions that open one); one that needs globals outside
 torch's allowlist is refused with a line naming them, and never retried with
-``weights_only=False``. A training checkpoint whose weights sit under a key
+the unsafe unpickler (weights_only is always True). A training checkpoint whose weights sit under a key
 (``{"model": state_dict, "optimizer": ..., "step": ...}``) is described by
 :func:`find_state_dict`.
 Nothing here writes: the user's files are never changed.
@@ -278,7 +278,7 @@ def _unsafe_line(path: Path, fmt: str, names: list[str]) -> str:
 
 def load_torch(path: Path, fmt: str, *, mmap: bool = False):
     """``torch.load(path, map_location="cpu", weights_only=True)``, ``mmap`` for a zip file; never
-    with weights_only=False.
+    with the unsafe unpickler.
 
     A zip file's pickle is first checked with
     torch.serialization.get_unsafe_globals_in_checkpoint (all its globals outside
