@@ -68,6 +68,12 @@ def _write_buffering(sec: dict) -> str:
     size = s["buffer"]["observed_buffer_bytes"]
     if x.get("ratio") is None:
         return f"not comparable: the buffered `f.write` median was {ns(buf)} per call"
+    if x["ratio"] <= 1:
+        return (
+            f"the buffered `f.write` was not cheaper than an unbuffered 1-byte `os.write` here ({ns(buf)} "
+            f"against {ns(unbuf)} per call, medians): unexpected; see the step's raw samples for a "
+            "disturbed run"
+        )
     return (
         f"an unbuffered 1-byte `os.write` cost {ratio(x['ratio'])} a buffered `f.write` "
         f"({ns(unbuf)} against {ns(buf)} per call, medians); Python's buffer here held {ibytes(size)}"
