@@ -145,16 +145,15 @@ def run_disklab(*args: str, reports: Path, timeout: int = 900):
 
 # The modules that take longest, longest first, from the suite's own per-module times (a run's
 # --junitxml, setup and teardown included). `make test` hands whole modules to its workers (pytest-xdist's
-# loadfile) in collection order, so these start first and the short ones fill in around them. test_cache
-# leads: its one test that empties the whole page cache then waits for no one (tests/shared.py).
+# loadfile) in collection order, so these start first and the short ones fill in around them.
 LONGEST_FIRST = (
-    "test_cache",
     "test_fleet_profiles",
     "test_fleet_users_world",
     "test_fleet_lab",
     "test_fleet_netfs",
     "test_load",
     "test_playbook_local",
+    "test_loaders",
     "test_powercut_cli",
     "test_killed_controller",
     "test_provision",
@@ -162,15 +161,23 @@ LONGEST_FIRST = (
     "test_powercut",
     "test_lint",
 )
+# The modules that go after all the rest. test_cache holds a test that empties the whole page cache, which
+# waits for every test in flight to end and stops new ones from starting meanwhile (tests/shared.py). At the
+# start of a run the tests in flight are lab runs and fleets being made (a first test's setup of 30 s and
+# more), and three workers stood idle behind it (about 114 worker-seconds in one run); at the end it waits
+# only for the tail's last tests, while the queue has nothing left to start anyway.
+LAST = ("test_cache",)
 
 
 def pytest_collection_modifyitems(items):
-    """Order the modules longest first (:data:`LONGEST_FIRST`; the rest keep their order), and mark heavy
-    a test that shares a set-up of module or session scope (make test-fast leaves it out; make test runs
-    it): such a set-up is shared because it is costly (a lab root and its venv, a real lab step, a
-    measured results document)."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).stem, len(rank)))  # stable: keeps the rest
+    """Order the modules longest first (:data:`LONGEST_FIRST`), then the rest in their order, then
+    :data:`LAST`; and mark heavy a test that shares a set-up of module or session scope (make test-fast
+    leaves it out; make test runs it): such a set-up is shared because it is costly (a lab root and its
+    venv, a real lab step, a measured results document)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)} | {name: len(LONGEST_FIRST) + 1 for name in LAST}
+    items.sort(
+        key=lambda item: rank.get(Path(str(item.fspath)).stem, len(LONGEST_FIRST))
+    )  # stable: keeps the rest
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs if info is not None else {}
