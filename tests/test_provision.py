@@ -333,3 +333,55 @@ def test_the_role_declares_each_default_and_passes_each_setting():
     assert "ansible.builtin.pip" not in tasks and "provision --check" in tasks
     for gv in (*(REPO / "inventory" / "group_vars").glob("*.yml"), REPO / "inventory" / "example-fleet.yml"):
         assert "lab_venv_pip_extra_args" not in gv.read_text(), gv
+
+
+# pip's own output for a dependency no wheel directory holds (a wheelhouse downloaded by a Python 3.11.7 for
+# a host whose Python is 3.11.2, where redis needs async-timeout), and for a conflict; the reason a loader is
+# not_run with must be the line that names the failure, not pip's closing pointer to its docs.
+NO_DISTRIBUTION = """\
+INFO: pip is looking at multiple versions of tensorizer to determine which version is compatible.
+ERROR: Could not find a version that satisfies the requirement async-timeout>=4.0.3; \
+python_full_version < "3.11.3" (from redis) (from versions: none)
+ERROR: No matching distribution found for async-timeout>=4.0.3; python_full_version < "3.11.3"
+"""
+CONFLICT = """\
+ERROR: Cannot install tensorizer==2.12.1 because these package versions have conflicting dependencies.
+
+The conflict is caused by:
+    tensorizer 2.12.1 depends on protobuf>=3.19.5
+    The user requested protobuf==3.0.0
+
+ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/dependency-resolution/
+"""
+
+
+@pytest.mark.parametrize(
+    ("output", "words"),
+    [
+        (
+            NO_DISTRIBUTION,
+            'ERROR: No matching distribution found for async-timeout>=4.0.3; python_full_version < "3.11.3"',
+        ),
+        (
+            CONFLICT,
+            "ERROR: Cannot install tensorizer==2.12.1 because these package versions have conflicting"
+            " dependencies.",
+        ),
+        (
+            "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/\n",
+            "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/",
+        ),
+        (
+            "Error: Command '['python', '-m', 'ensurepip']' returned non-zero exit status 1.\n",
+            "Error: Command '['python', '-m', 'ensurepip']' returned non-zero exit status 1.",
+        ),
+    ],
+    ids=["no-distribution", "conflict", "pointer-alone", "no-error-line"],
+)
+def test_a_failed_pip_is_reported_by_the_line_that_names_the_failure(output, words, tmp_path):
+    script = tmp_path / "fake_pip.py"
+    script.write_text(f"import sys\nsys.stderr.write({output!r})\nsys.exit(1)\n")
+    with pytest.raises(pv.Failed) as exc:
+        pv._run([sys.executable, str(script)], "installing the loader tensorizer")
+    assert exc.value.last == words
+    assert str(exc.value).endswith(f": {words}")

@@ -27,12 +27,12 @@ pip nor packaging nor setuptools in that interpreter (Homebrew's Python 3.12+ an
    fingerprint still matches is not probed again (the host audit reuses the same probe);
 6. with ``--loader NAME`` (the lab_venv role's ``lab_venv_loaders``, from ``lab_run_load_loaders``):
    each production loader's exact pins (loadlab.loaders.LOADERS), one pip install per loader after the
-   venv's own pins, so one that cannot be installed (pip's last line) or imported (the import's error)
-   is recorded ``not_run`` with the reason (``loader_results`` in the record and the printed object)
-   and the rest goes on. The loaders' pins are part of what the venv is made from (``loaders`` in the
-   record, absent when none is set, so a venv made without loaders is kept as it was): the same
-   setting keeps the venv, a changed one rebuilds it; a kept venv tries pip again for each loader
-   pip could not install before (a wheelhouse filled since, an index back), and says so;
+   venv's own pins, so one that cannot be installed (pip's words on what failed) or imported (the
+   import's error) is recorded ``not_run`` with the reason (``loader_results`` in the record and the
+   printed object) and the rest goes on. The loaders' pins are part of what the venv is made from
+   (``loaders`` in the record, absent when none is set, so a venv made without loaders is kept as it
+   was): the same setting keeps the venv, a changed one rebuilds it; a kept venv tries pip again for
+   each loader pip could not install before (a wheelhouse filled since, an index back), and says so;
 7. the record, written atomically last (``fsio.atomic_write_json``), so an interrupted install has
    no record and is rebuilt next time.
 
@@ -300,7 +300,8 @@ def install_loader(venv: Path, name: str, pip_args: list[str], pins: list[str] |
     it there (loaders.import_check).
 
     Returns ``{"status": "ok", "version", "pins"}``, or ``{"status": "not_run", "reason", "pins"}`` with
-    pip's last line (no wheel for this host, say) or the import's error; never raises for either.
+    pip's words on what failed (no wheel for this host, say: :func:`_last_words`) or the import's error;
+    never raises for either.
     """
     pins = list(pins or loaderlib.BY_NAME[name].pins)
     pip = [str(venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check"]
@@ -440,8 +441,23 @@ def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict |
     return "keep", f"the venv matches its record and imports the pinned versions ({source}: {why})", found
 
 
+# The line pip ends a failed resolve with; it says where pip's docs are, not what failed, so the reason is
+# taken from the ERROR line before it ("No matching distribution found for async-timeout>=4.0.3; ...", "Cannot
+# install X because these package versions have conflicting dependencies.").
+PIP_POINTER = "ResolutionImpossible: for help visit"
+
+
+def _last_words(output: str) -> str:
+    """What a failed pip or venv command said went wrong: its last ERROR line that names the failure (not
+    pip's closing pointer to its docs), else its last ERROR line, else its last line."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    err = [ln for ln in lines if ln.startswith("ERROR")]
+    named = [ln for ln in err if PIP_POINTER not in ln]
+    return (named or err or lines or [""])[-1]
+
+
 def _run(argv: list[str], what: str) -> None:
-    """Run a venv or pip command; raise Failed with its exit status and last output line."""
+    """Run a venv or pip command; raise Failed with its exit status and what it said went wrong."""
     try:
         env = _clean_env()
         cp = subprocess.run(
@@ -450,9 +466,7 @@ def _run(argv: list[str], what: str) -> None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise Failed(f"{what} failed: {' '.join(argv)}: {exc}") from None
     if cp.returncode != 0:
-        lines = [ln.strip() for ln in (cp.stderr + "\n" + cp.stdout).splitlines() if ln.strip()]
-        err = [ln for ln in lines if ln.startswith("ERROR")] or lines
-        last = err[-1] if err else ""
+        last = _last_words(cp.stderr + "\n" + cp.stdout)
         raise Failed(f"{what} failed (exit {cp.returncode}): {' '.join(argv)}: {last}", last)
 
 
