@@ -174,10 +174,10 @@ def pytest_collection_modifyitems(items):
     :data:`LAST`; and mark heavy a test that shares a set-up of module or session scope (make test-fast
     leaves it out; make test runs it): such a set-up is shared because it is costly (a lab root and its
     venv, a real lab step, a measured results document)."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)} | {name: len(LONGEST_FIRST) + 1 for name in LAST}
-    items.sort(
-        key=lambda item: rank.get(Path(str(item.fspath)).stem, len(LONGEST_FIRST))
-    )  # stable: keeps the rest
+    # every module in neither list ranks between them; the sort is stable, so they keep their order
+    rest = len(LONGEST_FIRST)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)} | {name: rest + 1 for name in LAST}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).stem, rest))
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs if info is not None else {}
