@@ -1127,6 +1127,13 @@ class Fleet:
         user = "non_root_login" in constraints
         jump = h["name"] == BASTION
         files = h["name"] == FILESERVER
+        # the caller's torch thread count reaches the host's sessions as it reaches local processes
+        # (tests/conftest.py sets it for the suite); unset, the host keeps its own default
+        threads = os.environ.get("OMP_NUM_THREADS")
+        session_env = [
+            *([f"PATH={BARE_PATH}"] if bare else []),
+            *([f"OMP_NUM_THREADS={threads}"] if threads else []),
+        ]
         return "\n".join(
             [
                 "# written by tests/fleet/fleet.py for one fleet host",
@@ -1151,7 +1158,7 @@ class Fleet:
                 "PermitTunnel no",
                 "Subsystem sftp internal-sftp",
                 *(["ForceCommand internal-sftp"] if files else []),  # the file server serves files only
-                *([f"SetEnv PATH={BARE_PATH}"] if bare else []),
+                *([f"SetEnv {' '.join(session_env)}"] if session_env else []),
                 "",
             ]
         )
