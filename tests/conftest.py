@@ -17,11 +17,12 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 # torch's CPU operators run on one thread in the tests (OpenMP's OMP_NUM_THREADS, read when torch is
 # imported; a value already set is kept). `make test` runs four workers on two cores, and every lab step,
-# load sample and crash test beside them is a process of its own: a thread pool of two per torch process
-# there mostly waits and spins for the other, in system time. tests/test_load.py alone, with and without
-# it: 60 s against 89 s wall, 66 against 83 CPU seconds. Every process the tests start inherits it (the
-# test fleet's hosts through their sshd's SetEnv, tests/fleet/fleet.py); no test checks a time against a
-# target, and `make bench`, which does, runs with the machine's own setting.
+# load sample and crash test beside them is a process of its own, so a second thread per torch process costs
+# more than it gives: tests/test_load.py alone, with and without it, took 60 s against 89 s wall and 66
+# against 83 CPU seconds (10 against 20 of them system time). What the tests start inherits it, and so do
+# the test fleet's SSH sessions (their sshd's SetEnv, tests/fleet/fleet.py), though not what sudo starts
+# (sudo resets the environment). No test checks a time against a target; `make bench`, which does, runs
+# with the machine's own setting.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
