@@ -61,12 +61,19 @@ PROVISION_QUICKLY = {"lab_venv_pip_args": ["--no-compile"]}
 PROVISION_IN_NAMESPACE = {"lab_venv_pip_args": [*PROVISION_QUICKLY["lab_venv_pip_args"], "--retries=0"]}
 
 
+# The Python a localhost lab venv is made from (lab_venv_python): the machine's own, the base the test fleet's
+# hosts make theirs from too, so the whole run provisions one lab venv template (tests/shared.py), not one
+# for this base and one for the test venv's. Ansible itself still runs the modules with the test venv's
+# Python (ansible_python_interpreter), as a user's controller would with its own.
+LAB_VENV_BASE = "/usr/bin/python3"
+
+
 @pytest.fixture(scope="session")
 def lab_root(tmp_path_factory) -> Path:
     """One lab root for the worker's session, its venv the run's one provisioned lab venv (tests/shared.py):
     the lab_venv role keeps it, so torch is installed once per run, not once per worker."""
     root = tmp_path_factory.mktemp("labroot")
-    shared.seed_lab_venv(tmp_path_factory, root / "venv", sys.executable)
+    shared.seed_lab_venv(tmp_path_factory, root / "venv", LAB_VENV_BASE)
     return root
 
 
@@ -77,6 +84,7 @@ def write_local_inventory(path: Path, lab_root: Path, workbench: Path, **overrid
     host_vars = {
         "ansible_connection": "local",
         "ansible_python_interpreter": sys.executable,
+        "lab_venv_python": LAB_VENV_BASE,
         "disklab_root": str(lab_root),
         "disklab_workbench": str(workbench),
         **TINY_SIZES,

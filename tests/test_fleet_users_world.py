@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import shared
+
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
 import fleet as fleetmod  # noqa: E402
 from fleet import LOGIN_USER, MIN_SIZE_MIB, NOISY_BANNER, NOISY_PYTHON_WARNING, WORKBENCH, Fleet  # noqa: E402
@@ -309,8 +311,8 @@ def _disklab(fleet: Fleet, *args: str, cwd: Path | None = None, env: dict | None
 
 
 def _tiny() -> list[str]:
-    """Tiny sizes, and pip without byte-compiling: the bastion and the sudo-password host provision their
-    lab venvs from nothing (conftest.PROVISION_IN_NAMESPACE)."""
+    """Tiny sizes, and pip without byte-compiling and without retries (conftest.PROVISION_IN_NAMESPACE):
+    the sudo-password host provisions its lab venv from nothing."""
     from conftest import PROVISION_IN_NAMESPACE, TINY_SIZES
 
     return [
@@ -330,9 +332,12 @@ def _without_vault(fleet: Fleet, tmp_path: Path) -> tuple[Path, dict]:
 
 
 @pytest.fixture(scope="module")
-def quick_lab(fleet):
+def quick_lab(fleet, tmp_path_factory):
     """`disklab run` of a short quick lab on the bastion and the sudo-password hosts, from the user's
-    directory (provisions their lab venvs: the sudo host's login has the machine's pip mirror, fleet.py)."""
+    directory. The sudo host provisions its lab venv from nothing, through sudo (its login has the
+    machine's pip mirror, fleet.py); the bastion host's is the run's one lab venv (tests/shared.py), which
+    its provisioning keeps (pip's transport options alone differ): what it tests is the jump."""
+    shared.seed_fleet_hosts(tmp_path_factory, fleet, [BASTION])
     return _disklab(fleet, "run", "-i", "inventory.yml", *VAULT, "--profile", "quick",
                     "-l", ",".join(LAB_HOSTS), "-e", LAB_STEPS, *_tiny())  # fmt: skip
 

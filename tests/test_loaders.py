@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 
-from conftest import PROVISION_QUICKLY
+import shared
+from conftest import LAB_VENV_BASE, PROVISION_QUICKLY
 from disklab_host import preflight, provision, registry
 from disklab_host.common import result as result_line
 from disklab_host.loadlab import loaders, proof
@@ -219,22 +219,28 @@ def test_a_bypassing_loader_is_cold_without_faults_and_never_warm_when_the_devic
 # --- one real lab venv with the loaders --------------------------------------------------------------------
 
 
-def _provision(venv: Path, *extra: str, timeout: int = 1500) -> subprocess.CompletedProcess:
-    """``python -m disklab_host provision`` as the lab_venv role runs it, with every loader, and pip's
-    ``--no-compile`` (conftest.PROVISION_QUICKLY: what pip compiles is not what these tests check)."""
+def _provision(venv: Path, *extra: str, loader_names=ALL, timeout: int = 1500) -> subprocess.CompletedProcess:
+    """``python -m disklab_host provision`` as the lab_venv role runs it on localhost (the role's torch
+    index, LAB_VENV_BASE's Python), with the loaders ``loader_names``, and pip's ``--no-compile``
+    (conftest.PROVISION_QUICKLY: what pip compiles is not what these tests check)."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    argv = [sys.executable, "-m", "disklab_host", "provision", "--venv", str(venv), "--torch-index", "pypi"]
+    argv = [LAB_VENV_BASE, "-m", "disklab_host", "provision", "--venv", str(venv), "--torch-index", "auto"]
     argv += [f"--pip-arg={a}" for a in PROVISION_QUICKLY["lab_venv_pip_args"]]
-    argv += [f"--pin={p}" for p in PINS] + [f"--loader={n}" for n in ALL] + list(extra)
+    argv += [f"--pin={p}" for p in PINS] + [f"--loader={n}" for n in loader_names] + list(extra)
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
-def lab_venv(tmp_path_factory) -> tuple[Path, dict]:
+def lab_venv(tmp_path_factory) -> tuple[Path, dict, dict]:
+    """The run's lab venv (hard links of its template: tests/shared.py), with every loader added by
+    provisioning, as a user's kept venv gets the loaders of a new ``lab_run_load_loaders``. Provisioning a
+    venv from nothing with the loaders is the netfs host's (tests/test_fleet_netfs.py)."""
     venv = tmp_path_factory.mktemp("loaders") / "venv"
+    shared.seed_lab_venv(tmp_path_factory, venv, LAB_VENV_BASE)
+    torch_files = {p: p.stat().st_ino for p in (venv / "lib").glob("python3*/site-packages/torch/*.py")}
     first = _provision(venv)
     assert first.returncode == 0, first.stderr[-3000:]
-    return venv, result_line.parse(first.stdout)
+    return venv, result_line.parse(first.stdout), torch_files
 
 
 def _in_venv(venv: Path, script: str, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
@@ -251,8 +257,12 @@ def _in_venv(venv: Path, script: str, *args: str, timeout: int = 900) -> subproc
 
 @pytest.mark.slow
 def test_provisioning_pins_the_loaders_and_a_second_run_changes_nothing(lab_venv):
-    venv, first = lab_venv
-    assert (first["action"], first["changed"]) == ("created", True)
+    venv, first, torch_files = lab_venv
+    assert (first["action"], first["changed"]) == ("extended", True), first
+    assert "only the loader(s) " + ", ".join(ALL) + " are added" in first["reason"]
+    assert "pip's transport options differ ([] -> ['--no-compile'])" in first["reason"]
+    # torch was not installed again: its files are the seeded venv's, the same inodes
+    assert torch_files and {p: p.stat().st_ino for p in torch_files} == torch_files
     for name in ALL:
         got = first["loaders"][name]
         assert got["status"] == "ok" and got["pins"] == list(loaders.BY_NAME[name].pins), got
@@ -264,23 +274,7 @@ def test_provisioning_pins_the_loaders_and_a_second_run_changes_nothing(lab_venv
     assert (out["action"], out["changed"]) == ("kept", False), out
     assert out["loaders"] == first["loaders"]
     same = _provision(venv, "--check")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    argv = [
-        sys.executable,
-        "-m",
-        "disklab_host",
-        "provision",
-        "--venv",
-        str(venv),
-        "--torch-index",
-        "pypi",
-        "--check",
-    ]
-    argv += [f"--pip-arg={a}" for a in PROVISION_QUICKLY["lab_venv_pip_args"]]  # only the loaders differ
-    argv += [f"--pin={p}" for p in PINS] + [f"--loader={n}" for n in CPU]
-    would = result_line.parse(
-        subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600).stdout
-    )
+    would = result_line.parse(_provision(venv, "--check", loader_names=CPU).stdout)  # loaders removed
     assert (would["action"], would["changed"]) == ("would_rebuild", True) and "loaders" in would["reason"]
     assert result_line.parse(same.stdout)["action"] == "would_keep"
     assert json.loads((venv / provision.RECORD_NAME).read_text()) == record  # --check changed nothing
@@ -316,7 +310,7 @@ def test_a_kept_venv_tries_pip_again_for_a_loader_it_could_not_install(lab_venv,
 
 @pytest.mark.slow
 def test_a_loader_pip_cannot_install_is_not_run_with_pips_last_line(lab_venv):
-    venv, _ = lab_venv
+    venv = lab_venv[0]
     got = provision.install_loader(venv, "instanttensor", [], pins=["instanttensor==0.0.0"])
     assert got["status"] == "not_run" and got["reason"].startswith(
         "pip could not install instanttensor==0.0.0: "
@@ -370,7 +364,7 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_each_cpu_loader_gives_load_files_tensors_bit_for_bit(lab_venv, tmp_path):
-    venv, _ = lab_venv
+    venv = lab_venv[0]
     cp = _in_venv(venv, BITWISE, str(tmp_path), *CPU)
     assert cp.returncode == 0, cp.stderr[-3000:]
     want = {**dict.fromkeys(CPU, True), "tensorizer_kept": True, "tensorizer_removed": True}
@@ -407,7 +401,7 @@ print(json.dumps(section))
 def test_the_load_step_measures_the_loaders_beside_the_others_and_names_what_did_not_run(lab_venv, workbench):
     """fastsafetensors as if pip had failed on this host (its outcome in the venv's record), instanttensor
     without a GPU: both not_run with the reason, while model_streamer and tensorizer run every cell."""
-    venv, _ = lab_venv
+    venv = lab_venv[0]
     failed = {
         "status": "not_run",
         "reason": "pip could not install fastsafetensors==0.5.0: ERROR: no wheel (test)",

@@ -231,6 +231,56 @@ def test_plan_rebuilds_a_venv_without_record_or_with_other_settings(tmp_path):
     assert action == "rebuild" and "its python does not run" in reason
 
 
+def test_only_the_pip_arguments_that_may_change_what_is_installed_count():
+    args = ["--retries", "0", "--find-links=/w", "--no-compile", "-q", "--timeout=5", "--index-url", "X"]
+    assert pv.content_pip_args(args) == ["--find-links=/w", "--index-url", "X"]
+    assert pv.content_pip_args(None) == [] and pv.content_pip_args(["--retries=0"]) == []
+
+
+def test_plan_keeps_a_venv_across_pip_transport_options_and_extends_it_with_added_loaders(
+    tmp_path, monkeypatch
+):
+    """A venv made with --no-compile --retries 0 and one loader, whose Python imports the pins (the probe is
+    stood in for: what it reads is tested with real venvs in test_a_real_venv_from_a_python_without_pip_...
+    and tests/test_loaders.py, which also installs added loaders into a real kept venv)."""
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    made = pv.wanted_record(PINS, pv.CPU_INDEX, ["--no-compile", "--retries", "0"], ["model_streamer"])
+    (venv / pv.RECORD_NAME).write_text(json.dumps(made))
+    found = {
+        "from": "probed_now",
+        "result": {"dists": {"torch": "2.13.0", "safetensors": "0.8.0", "numpy": "2.4.6"}},
+    }
+    monkeypatch.setattr(pv, "probe_or_recorded", lambda v, r: (found, "test"))
+    pins = pv.parse_pins(PINS)
+
+    def plan(pip_args, loaders):
+        return pv.plan(venv, pv.wanted_record(PINS, pv.CPU_INDEX, pip_args, loaders), pins)
+
+    action, reason, _ = plan(["--timeout=5"], ["model_streamer"])
+    assert (
+        action == "keep"
+        and "pip's transport options differ" in reason
+        and "change no installed file" in reason
+    )
+    action, reason, _ = plan(["--find-links=/w"], ["model_streamer"])  # may change what pip installs
+    assert action == "rebuild" and "pip_args" in reason
+    action, reason, _ = plan([], ["model_streamer", "tensorizer"])
+    assert action == "extend" and reason.endswith("only the loader(s) tensorizer are added, into it"), reason
+    action, reason, _ = plan(["--find-links=/w"], ["model_streamer", "tensorizer"])  # added, and more
+    assert action == "rebuild" and "pip_args" in reason and "loaders" not in reason
+    for loaders in (["tensorizer"], []):  # one removed: the venv would hold more than its record says
+        assert plan([], loaders)[0] == "rebuild"
+    repinned = {**made, "loaders": {"model_streamer": ["runai-model-streamer==0.0.1"]}}
+    (venv / pv.RECORD_NAME).write_text(json.dumps(repinned))
+    action, reason, _ = plan([], ["model_streamer", "tensorizer"])
+    assert action == "rebuild" and "loaders" in reason
+    found["result"]["dists"]["numpy"] = "2.0.0"  # extendable, but the venv no longer holds the pins
+    (venv / pv.RECORD_NAME).write_text(json.dumps(made))
+    action, reason, _ = plan([], ["model_streamer", "tensorizer"])
+    assert action == "rebuild" and "numpy 2.0.0 (pinned 2.4.6)" in reason
+
+
 def test_check_mode_changes_nothing_on_a_fresh_host(tmp_path):
     venv = tmp_path / "lab" / "venv"
     cp = _cli(venv, "--torch-index", "cpu", "--check")

@@ -31,17 +31,21 @@ pip nor packaging nor setuptools in that interpreter (Homebrew's Python 3.12+ an
    import's error) is recorded ``not_run`` with the reason (``loader_results`` in the record and the
    printed object) and the rest goes on. The loaders' pins are part of what the venv is made from
    (``loaders`` in the record, absent when none is set, so a venv made without loaders is kept as it
-   was): the same setting keeps the venv, a changed one rebuilds it; a kept venv tries pip again for
-   each loader pip could not install before (a wheelhouse filled since, an index back), and says so;
+   was): the same setting keeps the venv; one that only adds loaders keeps it and installs just those
+   (action extended: torch is not installed again); one that removes or re-pins a loader rebuilds it;
+   a kept venv tries pip again for each loader pip could not install before (a wheelhouse filled since,
+   an index back), and says so. pip arguments that only change how pip fetches, waits, prints or
+   byte-compiles (``PIP_TRANSPORT_OPTIONS``: ``--retries``, ``--no-compile``, ...) are recorded but
+   never rebuild a venv;
 7. the record, written atomically last (``fsio.atomic_write_json``), so an interrupted install has
    no record and is rebuilt next time.
 
 Prints one JSON object: ``{"ok", "changed", "action", "reason", "torch_index", "python", "versions",
 "versions_source"}`` (versions_source: ``{"from": "probed_now" | "venv_record", "probed_utc"}``; and,
 when a loader is set, ``loaders``: each one's ``{"status": "ok", "version", "pins"}`` or ``{"status":
-"not_run", "reason", "pins"}``) with action kept, created or rebuilt (``--check``: would_keep,
-would_create or would_rebuild, which change nothing; ``changed`` then says whether the real run would
-change the host). Exit status 0; 2 for a refusal and 1 for a failed command or file operation, with
+"not_run", "reason", "pins"}``) with action kept, extended, created or rebuilt (``--check``: would_keep,
+would_extend, would_create or would_rebuild, which change nothing; ``changed`` then says whether the real
+run would change the host). Exit status 0; 2 for a refusal and 1 for a failed command or file operation, with
 ``{"ok": false, "error": ...}`` on stdout and the same line on stderr.
 """
 
@@ -286,6 +290,43 @@ def wanted_record(
     return out
 
 
+# pip options that change how pip fetches, waits, prints or byte-compiles, never which packages or builds land
+# in the venv (True: the option takes a value, as --retries=0 or as the next argument). A venv made with other
+# values of these alone is the same venv, so a change in them keeps it; its record keeps what it was made
+# with. Every other pip argument (an index, find-links, --no-binary, a constraint) may change what is
+# installed, and a change in it rebuilds the venv.
+PIP_TRANSPORT_OPTIONS = {
+    "--retries": True, "--timeout": True, "--progress-bar": True, "--no-compile": False, "--compile": False,
+    "--quiet": False, "-q": False, "--verbose": False, "-v": False, "--no-cache-dir": False,
+    "--disable-pip-version-check": False, "--no-input": False,
+}  # fmt: skip
+
+
+def content_pip_args(pip_args: list[str] | None) -> list[str]:
+    """The pip arguments that may change what is installed: ``pip_args`` without PIP_TRANSPORT_OPTIONS."""
+    out, skip_value = [], False
+    for arg in pip_args or []:
+        if skip_value:
+            skip_value = False
+            continue
+        name, eq, _ = arg.partition("=")
+        if name in PIP_TRANSPORT_OPTIONS:
+            skip_value = PIP_TRANSPORT_OPTIONS[name] and not eq
+            continue
+        out.append(arg)
+    return out
+
+
+def added_loaders(record: dict, want: dict) -> list[str]:
+    """The loaders ``want`` adds to a venv made as ``record`` says, in ``want``'s order, when that is all
+    that differs in its loaders: every recorded loader still wanted at the same pins. Empty otherwise (none
+    added, or one removed or re-pinned, which rebuilds: the venv holds what its record says and no more)."""
+    had, wanted = record.get("loaders") or {}, want.get("loaders") or {}
+    if any(wanted.get(name) != pins for name, pins in had.items()):
+        return []
+    return [name for name in wanted if name not in had]
+
+
 def check_loaders(names: list[str]) -> list[str]:
     """``names`` when each is a production loader (loadlab.loaders.NAMES); raises Refused naming the
     setting and the known loaders."""
@@ -405,7 +446,8 @@ def read_record(venv: Path) -> dict | None:
 
 
 def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict | None]:
-    """``(action, reason, probe)`` with action keep, create or rebuild.
+    """``(action, reason, probe)`` with action keep, extend (keep, and install the loaders ``want`` adds:
+    :func:`added_loaders`), create or rebuild.
 
     Raises Refused for a path that exists and is neither a venv nor an empty directory: nothing that
     disklab did not make is ever deleted.
@@ -426,8 +468,20 @@ def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict |
         return "rebuild", f"no {RECORD_NAME}: an older or interrupted install", None
     keys = set(want) | ({"loaders"} & set(record))  # a venv made with loaders differs from one without
     changed = [k for k in sorted(keys) if record.get(k) != want.get(k)]
+    notes = []
+    if "pip_args" in changed and content_pip_args(record.get("pip_args")) == content_pip_args(
+        want["pip_args"]
+    ):
+        changed.remove("pip_args")
+        notes.append(
+            f"pip's transport options differ ({record.get('pip_args')!r} -> {want['pip_args']!r}), which "
+            "change no installed file"
+        )
+    added = added_loaders(record, want) if "loaders" in changed else []
+    if added:
+        changed.remove("loaders")
     if changed:
-        parts = [f"{k} {record.get(k)!r} -> {want[k]!r}" for k in changed]
+        parts = [f"{k} {record.get(k)!r} -> {want.get(k)!r}" for k in changed]
         return "rebuild", f"the venv was made from other settings: {'; '.join(parts)}", None
     found, why = probe_or_recorded(venv, record)
     installed = record.get(loaderlib.RECORD_KEY) or {}
@@ -438,7 +492,11 @@ def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict |
     if problem:
         return "rebuild", f"the venv matches its record but {problem}", found
     source = "probed now" if found["from"] == "probed_now" else "versions from its record"
-    return "keep", f"the venv matches its record and imports the pinned versions ({source}: {why})", found
+    reason = f"the venv matches its record and imports the pinned versions ({source}: {why})"
+    reason += "".join(f"; {note}" for note in notes)
+    if added:
+        return "extend", f"{reason}; only the loader(s) {', '.join(added)} are added, into it", found
+    return "keep", reason, found
 
 
 # The line pip ends a failed resolve with; it says where pip's docs are, not what failed, so the reason is
@@ -557,7 +615,7 @@ def provision(
     action, reason, found = plan(venv, want, parsed)
     out = {"torch_index": index or "pypi", "python": str(venv_python(venv)), "venv": str(venv)}
     if check:
-        kept = action == "keep" and found
+        kept = action in ("keep", "extend") and found
         versions = _versions(found) if kept else None
         if versions and require_cuda:
             _refuse_without_cuda(versions, venv, index)
@@ -572,7 +630,9 @@ def provision(
                 "versions_source": _source(found) if kept else None,
                 **({"loaders": recorded} if recorded else {})}  # fmt: skip
     results, retried = None, []
-    if action != "keep":
+    if action == "extend":
+        results, found = extend(venv, want, parsed, pip_args)
+    elif action != "keep":
         if action == "rebuild":
             _remove_venv(venv)
         install(venv, pins, parsed["torch"], index, pip_args)
@@ -607,11 +667,36 @@ def provision(
     versions = _versions(found)
     if require_cuda:
         _refuse_without_cuda(versions, venv, index)
-    action = {"keep": "kept", "create": "created", "rebuild": "rebuilt"}[action]
+    action = {"keep": "kept", "extend": "extended", "create": "created", "rebuild": "rebuilt"}[action]
     changed = action != "kept" or any(results[n]["status"] == "ok" for n in retried)
     return {"ok": True, "changed": changed, "action": action, "reason": reason, **out,
             "versions": versions, "versions_source": _source(found),
             **({"loaders": results} if loader_names else {})}  # fmt: skip
+
+
+def extend(venv: Path, want: dict, pins: dict[str, str], pip_args: list[str]) -> tuple[dict, dict]:
+    """Install the loaders ``want`` adds (plan's extend) into the kept venv at ``venv``, one pip install
+    each as on a new venv, then probe it: what a loader's install moved must still match the pins (Failed
+    otherwise, with the record left as it was, so the next run sees the venv as it is). Writes the record
+    (the loaders now held and each one's outcome) and returns every loader's outcome and the probe."""
+    record = read_record(venv) or {}
+    added = added_loaders(record, want)
+    results = {
+        **(record.get(loaderlib.RECORD_KEY) or {}),
+        **{n: install_loader(venv, n, pip_args) for n in added},
+    }
+    found = probe(venv)
+    problem = _probe_problem(found, pins)
+    if problem:
+        raise Failed(f"installing the loader(s) {', '.join(added)} into {venv}: {problem}")
+    results = {name: results[name] for name in want["loaders"]}
+    entry = {
+        "loaders": want["loaders"],
+        loaderlib.RECORD_KEY: results,
+        venvprobe.PROBE_KEY: _record_entry(found),
+    }
+    atomic_write_json(venv / RECORD_NAME, {**record, **entry})
+    return results, found
 
 
 def _refuse_without_cuda(versions: dict, venv: Path, index: str | None) -> None:
