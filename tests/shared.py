@@ -6,9 +6,10 @@ time). These things must then hold across processes:
 - **One lab venv per run.** Provisioning torch into a venv takes a minute of both cores. A test that
   does not test provisioning gets its lab venv as hard links of one venv that the real provisioning
   command made once in this run (:func:`seed_lab_venv`): the same files, the same record, so the
-  lab_venv role keeps it exactly as it keeps a venv it made itself on an earlier run. Provisioning itself
-  stays tested from nothing (tests/test_provision.py, and the fresh, mac-like and sudo-password fleet
-  hosts).
+  lab_venv role keeps it exactly as it keeps a venv it made itself on an earlier run. Every lab venv
+  of the run is made from ``/usr/bin/python3`` (conftest.LAB_VENV_BASE, the fleet hosts' Python), so one
+  template serves them all. Provisioning itself stays tested from nothing (tests/test_provision.py, and
+  the fresh, mac-like, sudo-password and network-filesystem fleet hosts, the last with the loaders).
 - **Machine-wide state changes one at a time**: a test that changes a setting every process sees
   (``vm.dirty_expire_centisecs``) holds :func:`machine_lock` exclusively, and a test that compares it
   with what it recorded holds it shared; a test that empties the whole page cache (``drop_caches``)

@@ -281,6 +281,49 @@ def test_plan_keeps_a_venv_across_pip_transport_options_and_extends_it_with_adde
     assert action == "rebuild" and "numpy 2.0.0 (pinned 2.4.6)" in reason
 
 
+def test_extend_installs_only_the_added_loaders_and_keeps_the_record_when_the_pins_move(
+    tmp_path, monkeypatch
+):
+    """What extend writes, with pip and the probe stood in for (tests/test_loaders.py extends a real venv)."""
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    streamer = {"status": "ok", "version": "0.15.5", "pins": ["runai-model-streamer==0.15.5"]}
+    made = {
+        **pv.wanted_record(PINS, pv.CPU_INDEX, [], ["model_streamer"]),
+        "loader_results": {"model_streamer": streamer},
+    }
+    (venv / pv.RECORD_NAME).write_text(json.dumps(made))
+    installed = []
+
+    def install_loader(v, name, pip_args):
+        installed.append((name, pip_args))
+        return {"status": "ok", "version": "2.12.1", "pins": ["tensorizer==2.12.1"]}
+
+    dists = {"torch": "2.13.0", "safetensors": "0.8.0", "numpy": "2.4.6"}
+    monkeypatch.setattr(pv, "install_loader", install_loader)
+    monkeypatch.setattr(
+        pv, "probe", lambda v: {"from": "probed_now", "result": {"dists": dists}, "fingerprint": {}}
+    )
+    want = pv.wanted_record(PINS, pv.CPU_INDEX, ["--no-compile"], ["model_streamer", "tensorizer"])
+    results, found = pv.extend(venv, want, pv.parse_pins(PINS), ["--no-compile"])
+    assert installed == [("tensorizer", ["--no-compile"])] and list(results) == [
+        "model_streamer",
+        "tensorizer",
+    ]
+    assert results["model_streamer"] == streamer and found["from"] == "probed_now"
+    record = json.loads((venv / pv.RECORD_NAME).read_text())
+    assert record["loaders"] == want["loaders"] and record["loader_results"] == results
+    assert record["pip_args"] == [] and record["probe"]["result"]["dists"] == dists  # made with, probed now
+
+    (venv / pv.RECORD_NAME).write_text(json.dumps(made))
+    dists["numpy"] = "1.26.4"  # the added loader's install moved a pinned package
+    with pytest.raises(
+        pv.Failed, match=r"installing the loader\(s\) tensorizer into .*numpy 1.26.4 \(pinned 2.4.6\)"
+    ):
+        pv.extend(venv, want, pv.parse_pins(PINS), [])
+    assert json.loads((venv / pv.RECORD_NAME).read_text()) == made  # the next run sees the venv as it is
+
+
 def test_check_mode_changes_nothing_on_a_fresh_host(tmp_path):
     venv = tmp_path / "lab" / "venv"
     cp = _cli(venv, "--torch-index", "cpu", "--check")
