@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 import shared
+from disklab_host.common import result as result_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
 import fleet as fleetmod  # noqa: E402
@@ -403,6 +404,18 @@ def test_the_quick_lab_runs_to_stored_reports_on_the_bastion_and_the_sudo_host(f
     run_id = quick_lab.stdout.rsplit("lab run ", 1)[1].split(":")[0]
     events = (reports / ".artifacts" / run_id / "site" / "stdout").read_text()
     assert "preflight | Check that become works with the sudo password given" in events
+    # the bastion host kept the run's lab venv it was given (only pip's transport options differ); the sudo
+    # host made its own
+    actions = {}
+    for path in (reports / ".artifacts" / run_id / "site" / "job_events").glob("*.json"):
+        event = json.loads(path.read_text())
+        data = event.get("event_data", {})
+        if (
+            event.get("event") == "runner_on_ok"
+            and data.get("task") == "Provision the lab venv with the pinned packages"
+        ):
+            actions[data["host"]] = result_line.parse(data["res"]["stdout"])["action"]
+    assert actions == {BASTION: "kept", SUDO: "created"}, actions
 
 
 def test_a_wrong_sudo_password_stops_the_host_in_one_line_before_any_work(fleet, quick_lab):

@@ -18,6 +18,7 @@ import yaml
 
 from disklab_host import provision as pv
 from disklab_host.common import result as result_line
+from disklab_host.loadlab import loaders
 
 REPO = Path(__file__).resolve().parents[1]
 PINS = ["torch==2.13.0", "safetensors==0.8.0", "numpy==2.4.6"]
@@ -234,7 +235,11 @@ def test_plan_rebuilds_a_venv_without_record_or_with_other_settings(tmp_path):
 def test_only_the_pip_arguments_that_may_change_what_is_installed_count():
     args = ["--retries", "0", "--find-links=/w", "--no-compile", "-q", "--timeout=5", "--index-url", "X"]
     assert pv.content_pip_args(args) == ["--find-links=/w", "--index-url", "X"]
-    assert pv.content_pip_args(None) == [] and pv.content_pip_args(["--retries=0"]) == []
+    assert pv.content_pip_args(None) == [] and pv.content_pip_args(["--retries=0", "-qq", "-vvv"]) == []
+    # the value of an option that takes one is a value, whatever it looks like
+    assert pv.content_pip_args(["--global-option", "--quiet"]) == ["--global-option", "--quiet"]
+    assert pv.content_pip_args(["--constraint", "--retries", "-q"]) == ["--constraint", "--retries"]
+    assert pv.content_pip_args(["--timeout", "-1", "--no-binary", ":all:"]) == ["--no-binary", ":all:"]
 
 
 def test_plan_keeps_a_venv_across_pip_transport_options_and_extends_it_with_added_loaders(
@@ -261,7 +266,7 @@ def test_plan_keeps_a_venv_across_pip_transport_options_and_extends_it_with_adde
     assert (
         action == "keep"
         and "pip's transport options differ" in reason
-        and "change no installed file" in reason
+        and "not which packages it installs" in reason
     )
     action, reason, _ = plan(["--find-links=/w"], ["model_streamer"])  # may change what pip installs
     assert action == "rebuild" and "pip_args" in reason
@@ -269,8 +274,8 @@ def test_plan_keeps_a_venv_across_pip_transport_options_and_extends_it_with_adde
     assert action == "extend" and reason.endswith("only the loader(s) tensorizer are added, into it"), reason
     action, reason, _ = plan(["--find-links=/w"], ["model_streamer", "tensorizer"])  # added, and more
     assert action == "rebuild" and "pip_args" in reason and "loaders" not in reason
-    for loaders in (["tensorizer"], []):  # one removed: the venv would hold more than its record says
-        assert plan([], loaders)[0] == "rebuild"
+    for names in (["tensorizer"], []):  # one removed: the venv would hold more than its record says
+        assert plan([], names)[0] == "rebuild"
     repinned = {**made, "loaders": {"model_streamer": ["runai-model-streamer==0.0.1"]}}
     (venv / pv.RECORD_NAME).write_text(json.dumps(repinned))
     action, reason, _ = plan([], ["model_streamer", "tensorizer"])
@@ -281,45 +286,62 @@ def test_plan_keeps_a_venv_across_pip_transport_options_and_extends_it_with_adde
     assert action == "rebuild" and "numpy 2.0.0 (pinned 2.4.6)" in reason
 
 
-def test_extend_installs_only_the_added_loaders_and_keeps_the_record_when_the_pins_move(
+def test_extend_adds_loaders_retries_failed_ones_rechecks_the_rest_and_refuses_a_moved_pin(
     tmp_path, monkeypatch
 ):
-    """What extend writes, with pip and the probe stood in for (tests/test_loaders.py extends a real venv)."""
+    """What extend installs, imports and writes, with pip, the import and the probe stood in for (their
+    real behaviour: tests/test_loaders.py, which extends a real venv with every loader)."""
     venv = tmp_path / "venv"
     venv.mkdir()
-    streamer = {"status": "ok", "version": "0.15.5", "pins": ["runai-model-streamer==0.15.5"]}
+    pins_of = {n: list(loaders.BY_NAME[n].pins) for n in loaders.NAMES}
+    ok = {
+        n: {"status": "ok", "version": pins_of[n][0].split("==")[1], "pins": pins_of[n]}
+        for n in loaders.NAMES
+    }
+    failed = {"status": "not_run", "reason": "pip could not install fastsafetensors==0.5.0: ERROR: (test)"}
     made = {
-        **pv.wanted_record(PINS, pv.CPU_INDEX, [], ["model_streamer"]),
-        "loader_results": {"model_streamer": streamer},
+        **pv.wanted_record(PINS, pv.CPU_INDEX, [], ["model_streamer", "fastsafetensors"]),
+        "loader_results": {
+            "model_streamer": ok["model_streamer"],
+            "fastsafetensors": {**failed, "pins": pins_of["fastsafetensors"]},
+        },
     }
     (venv / pv.RECORD_NAME).write_text(json.dumps(made))
-    installed = []
-
-    def install_loader(v, name, pip_args):
-        installed.append((name, pip_args))
-        return {"status": "ok", "version": "2.12.1", "pins": ["tensorizer==2.12.1"]}
-
-    dists = {"torch": "2.13.0", "safetensors": "0.8.0", "numpy": "2.4.6"}
-    monkeypatch.setattr(pv, "install_loader", install_loader)
+    calls = []
     monkeypatch.setattr(
-        pv, "probe", lambda v: {"from": "probed_now", "result": {"dists": dists}, "fingerprint": {}}
+        pv, "install_loader", lambda v, name, args: calls.append(("pip", name, args)) or ok[name]
     )
-    want = pv.wanted_record(PINS, pv.CPU_INDEX, ["--no-compile"], ["model_streamer", "tensorizer"])
-    results, found = pv.extend(venv, want, pv.parse_pins(PINS), ["--no-compile"])
-    assert installed == [("tensorizer", ["--no-compile"])] and list(results) == [
+    monkeypatch.setattr(loaders, "import_check", lambda name, *a, **k: calls.append(("import", name)) or {
+        key: ok[name][key] for key in ("status", "version")})  # fmt: skip
+    dists = {"torch": "2.13.0", "safetensors": "0.8.0", "numpy": "2.4.6"}
+    dists |= {pin.split("==")[0]: pin.split("==")[1] for n in loaders.NAMES for pin in pins_of[n]}
+    monkeypatch.setattr(
+        pv, "probe", lambda v: {"from": "probed_now", "result": {"dists": dict(dists)}, "fingerprint": {}}
+    )
+    want = pv.wanted_record(
+        PINS, pv.CPU_INDEX, ["--no-compile"], ["model_streamer", "fastsafetensors", "tensorizer"]
+    )
+
+    results, retried, found = pv.extend(venv, want, pv.parse_pins(PINS), ["--no-compile"])
+    # the loader installed before is imported again; the added one and the one pip could not install get pip
+    assert calls == [("import", "model_streamer"), ("pip", "tensorizer", ["--no-compile"]),
+                     ("pip", "fastsafetensors", ["--no-compile"])]  # fmt: skip
+    assert retried == ["fastsafetensors"] and list(results) == [
         "model_streamer",
+        "fastsafetensors",
         "tensorizer",
     ]
-    assert results["model_streamer"] == streamer and found["from"] == "probed_now"
+    assert all(r["status"] == "ok" for r in results.values()) and found["from"] == "probed_now"
     record = json.loads((venv / pv.RECORD_NAME).read_text())
     assert record["loaders"] == want["loaders"] and record["loader_results"] == results
     assert record["pip_args"] == [] and record["probe"]["result"]["dists"] == dists  # made with, probed now
+    # what the next run plans for this record: the same settings keep it
+    monkeypatch.setattr(pv, "probe_or_recorded", lambda v, r: (found, "test"))
+    assert pv.plan(venv, want, pv.parse_pins(PINS))[0] == "keep"
 
     (venv / pv.RECORD_NAME).write_text(json.dumps(made))
-    dists["numpy"] = "1.26.4"  # the added loader's install moved a pinned package
-    with pytest.raises(
-        pv.Failed, match=r"installing the loader\(s\) tensorizer into .*numpy 1.26.4 \(pinned 2.4.6\)"
-    ):
+    dists["humanize"] = "4.0.0"  # the added loader's install moved a pin of a loader installed before
+    with pytest.raises(pv.Failed, match=r"into .*: it holds humanize 4\.0\.0 \(pinned 4\.17\.0\)"):
         pv.extend(venv, want, pv.parse_pins(PINS), [])
     assert json.loads((venv / pv.RECORD_NAME).read_text()) == made  # the next run sees the venv as it is
 

@@ -34,9 +34,9 @@ pip nor packaging nor setuptools in that interpreter (Homebrew's Python 3.12+ an
    was): the same setting keeps the venv; one that only adds loaders keeps it and installs just those
    (action extended: torch is not installed again); one that removes or re-pins a loader rebuilds it;
    a kept venv tries pip again for each loader pip could not install before (a wheelhouse filled since,
-   an index back), and says so. pip arguments that only change how pip fetches, waits, prints or
-   byte-compiles (``PIP_TRANSPORT_OPTIONS``: ``--retries``, ``--no-compile``, ...) are recorded but
-   never rebuild a venv;
+   an index back), and says so (an extended venv too). pip arguments that only change how pip fetches,
+   waits or prints, or whether it writes ``.pyc`` files (``PIP_TRANSPORT_OPTIONS``: ``--retries``,
+   ``--no-compile``, ...), never rebuild a venv: its record keeps the ones it was made with;
 7. the record, written atomically last (``fsio.atomic_write_json``), so an interrupted install has
    no record and is rebuilt next time.
 
@@ -290,30 +290,44 @@ def wanted_record(
     return out
 
 
-# pip options that change how pip fetches, waits, prints or byte-compiles, never which packages or builds land
-# in the venv (True: the option takes a value, as --retries=0 or as the next argument). A venv made with other
-# values of these alone is the same venv, so a change in them keeps it; its record keeps what it was made
-# with. Every other pip argument (an index, find-links, --no-binary, a constraint) may change what is
-# installed, and a change in it rebuilds the venv.
+# pip options that change how pip fetches, waits or prints, or only whether it writes .pyc files next to what
+# it installs, never which packages or builds land in the venv (True: the option takes a value, as
+# --retries=0 or as the next argument). A venv made with other values of these alone holds the same
+# packages, so a change in them keeps it; its record keeps the ones it was made with. Every other pip
+# argument (an index, find-links, --no-binary, a constraint) may change what is installed, and a change in
+# it rebuilds the venv.
 PIP_TRANSPORT_OPTIONS = {
     "--retries": True, "--timeout": True, "--progress-bar": True, "--no-compile": False, "--compile": False,
-    "--quiet": False, "-q": False, "--verbose": False, "-v": False, "--no-cache-dir": False,
-    "--disable-pip-version-check": False, "--no-input": False,
+    "--quiet": False, "--verbose": False, "--no-cache-dir": False, "--disable-pip-version-check": False,
+    "--no-input": False,
 }  # fmt: skip
+QUIET_OR_VERBOSE = re.compile(r"-(q+|v+)")  # -q, -qq, -v, -vv: pip's short forms, stacked
+# pip install's options that take their value as the next argument (pip 23 to 25), so that value is never
+# read as an option of its own (``--global-option --quiet`` is a build option, not pip's --quiet).
+PIP_VALUE_OPTIONS = frozenset({
+    "-c", "--constraint", "-r", "--requirement", "-e", "--editable", "-t", "--target", "--platform",
+    "--python-version", "--implementation", "--abi", "--root", "--prefix", "--src", "--upgrade-strategy",
+    "-C", "--config-settings", "--global-option", "--install-option", "--no-binary", "--only-binary",
+    "-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--proxy", "--cert", "--client-cert",
+    "--cache-dir", "--trusted-host", "--log", "--exists-action", "--report", "--keyring-provider",
+    "--use-feature", "--use-deprecated", "--python", "--progress-bar", "--retries", "--timeout",
+})  # fmt: skip
 
 
 def content_pip_args(pip_args: list[str] | None) -> list[str]:
-    """The pip arguments that may change what is installed: ``pip_args`` without PIP_TRANSPORT_OPTIONS."""
-    out, skip_value = [], False
-    for arg in pip_args or []:
-        if skip_value:
-            skip_value = False
-            continue
+    """The pip arguments that may change what is installed: ``pip_args`` without PIP_TRANSPORT_OPTIONS
+    (and their values), in order. The value of any other option that takes one is kept as it is."""
+    out, args = [], list(pip_args or [])
+    i = 0
+    while i < len(args):
+        arg = args[i]
         name, eq, _ = arg.partition("=")
-        if name in PIP_TRANSPORT_OPTIONS:
-            skip_value = PIP_TRANSPORT_OPTIONS[name] and not eq
+        takes_next = name in PIP_VALUE_OPTIONS and not eq and i + 1 < len(args)
+        if name in PIP_TRANSPORT_OPTIONS or QUIET_OR_VERBOSE.fullmatch(arg):
+            i += 2 if takes_next else 1
             continue
-        out.append(arg)
+        out += args[i : i + 2] if takes_next else [arg]
+        i += 2 if takes_next else 1
     return out
 
 
@@ -422,6 +436,16 @@ def probe_or_recorded(venv: Path, record: dict | None) -> tuple[dict | None, str
     return probe(venv), why
 
 
+def held_pins(pins: dict[str, str], loader_results: dict | None) -> dict[str, str]:
+    """The versions a venv must hold: its ``pins`` and the pins of each loader installed in it (status ok
+    in ``loader_results``), so that a loader still is there, at its pins."""
+    out = dict(pins)
+    for rec in (loader_results or {}).values():
+        if rec.get("status") == "ok":
+            out.update(parse_pins([*rec.get("pins", []), "torch==" + pins["torch"]]))
+    return out
+
+
 def _probe_problem(found: dict | None, pins: dict[str, str]) -> str | None:
     """Why a probe does not show the pinned versions, or None when it does."""
     if found is None:
@@ -474,8 +498,8 @@ def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict |
     ):
         changed.remove("pip_args")
         notes.append(
-            f"pip's transport options differ ({record.get('pip_args')!r} -> {want['pip_args']!r}), which "
-            "change no installed file"
+            f"pip's transport options differ ({record.get('pip_args')!r} -> {want['pip_args']!r}): how pip "
+            "fetches, waits or prints, or whether it writes .pyc files, not which packages it installs"
         )
     added = added_loaders(record, want) if "loaders" in changed else []
     if added:
@@ -484,11 +508,7 @@ def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict |
         parts = [f"{k} {record.get(k)!r} -> {want.get(k)!r}" for k in changed]
         return "rebuild", f"the venv was made from other settings: {'; '.join(parts)}", None
     found, why = probe_or_recorded(venv, record)
-    installed = record.get(loaderlib.RECORD_KEY) or {}
-    for rec in installed.values():  # a loader that was installed must still be there, at its pins
-        if rec.get("status") == "ok":
-            pins = {**pins, **parse_pins([*rec.get("pins", []), "torch==" + pins["torch"]])}
-    problem = _probe_problem(found, pins)
+    problem = _probe_problem(found, held_pins(pins, record.get(loaderlib.RECORD_KEY)))
     if problem:
         return "rebuild", f"the venv matches its record but {problem}", found
     source = "probed now" if found["from"] == "probed_now" else "versions from its record"
@@ -631,14 +651,14 @@ def provision(
                 **({"loaders": recorded} if recorded else {})}  # fmt: skip
     results, retried = None, []
     if action == "extend":
-        results, found = extend(venv, want, parsed, pip_args)
+        results, retried, found = extend(venv, want, parsed, pip_args)
     elif action != "keep":
         if action == "rebuild":
             _remove_venv(venv)
         install(venv, pins, parsed["torch"], index, pip_args)
         results = {name: install_loader(venv, name, pip_args) for name in loader_names}
         found = probe(venv)
-        problem = _probe_problem(found, parsed)
+        problem = _probe_problem(found, held_pins(parsed, results))
         if problem:
             raise Failed(f"the new venv at {venv} was installed but {problem}")
         extra = {loaderlib.RECORD_KEY: results} if loader_names else {}
@@ -652,7 +672,7 @@ def provision(
             results = {**results, **{n: install_loader(venv, n, pip_args) for n in retried}}
             if any(results[n]["status"] == "ok" for n in retried):
                 found = probe(venv)  # what the loader's install may have moved must still match the pins
-                problem = _probe_problem(found, parsed)
+                problem = _probe_problem(found, held_pins(parsed, results))
                 if problem:
                     raise Failed(f"installing the loader(s) {', '.join(retried)} into {venv}: {problem}")
             record = {**record, loaderlib.RECORD_KEY: results}
@@ -661,9 +681,9 @@ def provision(
                 results = recheck_loaders(venv, results)
                 record = {**record, loaderlib.RECORD_KEY: results}
             atomic_write_json(venv / RECORD_NAME, {**record, venvprobe.PROBE_KEY: _record_entry(found)})
-        if retried:
-            now = [f"{n} {'installed' if results[n]['status'] == 'ok' else 'still not'}" for n in retried]
-            reason += f"; tried pip again for the loader(s) it could not install before: {', '.join(now)}"
+    if retried:
+        now = [f"{n} {'installed' if results[n]['status'] == 'ok' else 'still not'}" for n in retried]
+        reason += f"; tried pip again for the loader(s) it could not install before: {', '.join(now)}"
     versions = _versions(found)
     if require_cuda:
         _refuse_without_cuda(versions, venv, index)
@@ -674,29 +694,30 @@ def provision(
             **({"loaders": results} if loader_names else {})}  # fmt: skip
 
 
-def extend(venv: Path, want: dict, pins: dict[str, str], pip_args: list[str]) -> tuple[dict, dict]:
+def extend(venv: Path, want: dict, pins: dict[str, str], pip_args: list[str]) -> tuple[dict, list[str], dict]:
     """Install the loaders ``want`` adds (plan's extend) into the kept venv at ``venv``, one pip install
-    each as on a new venv, then probe it: what a loader's install moved must still match the pins (Failed
-    otherwise, with the record left as it was, so the next run sees the venv as it is). Writes the record
-    (the loaders now held and each one's outcome) and returns every loader's outcome and the probe."""
+    each as on a new venv, and try pip again for a recorded loader pip could not install before (as a kept
+    venv does); import each loader installed before again (the venv changed under it); then probe it: the
+    venv must still hold its pins and each installed loader's (Failed otherwise, with the record left as
+    it was, so the next run sees the venv as it is). Writes the record (the loaders now held and each one's
+    outcome) and returns every loader's outcome, the loaders tried again, and the probe."""
     record = read_record(venv) or {}
-    added = added_loaders(record, want)
-    results = {
-        **(record.get(loaderlib.RECORD_KEY) or {}),
-        **{n: install_loader(venv, n, pip_args) for n in added},
-    }
+    had = record.get(loaderlib.RECORD_KEY) or {}
+    retried = sorted(n for n, r in had.items() if _pip_failed(r))
+    carried = recheck_loaders(venv, {n: r for n, r in had.items() if n not in retried})
+    new = {n: install_loader(venv, n, pip_args) for n in [*added_loaders(record, want), *retried]}
+    results = {name: {**carried, **new}[name] for name in want["loaders"]}
     found = probe(venv)
-    problem = _probe_problem(found, pins)
+    problem = _probe_problem(found, held_pins(pins, results))
     if problem:
-        raise Failed(f"installing the loader(s) {', '.join(added)} into {venv}: {problem}")
-    results = {name: results[name] for name in want["loaders"]}
+        raise Failed(f"installing the loader(s) {', '.join(new)} into {venv}: {problem}")
     entry = {
         "loaders": want["loaders"],
         loaderlib.RECORD_KEY: results,
         venvprobe.PROBE_KEY: _record_entry(found),
     }
     atomic_write_json(venv / RECORD_NAME, {**record, **entry})
-    return results, found
+    return results, retried, found
 
 
 def _refuse_without_cuda(versions: dict, venv: Path, index: str | None) -> None:
