@@ -320,14 +320,11 @@ def content_pip_args(pip_args: list[str] | None) -> list[str]:
     out, args = [], list(pip_args or [])
     i = 0
     while i < len(args):
-        arg = args[i]
-        name, eq, _ = arg.partition("=")
-        takes_next = name in PIP_VALUE_OPTIONS and not eq and i + 1 < len(args)
-        if name in PIP_TRANSPORT_OPTIONS or QUIET_OR_VERBOSE.fullmatch(arg):
-            i += 2 if takes_next else 1
-            continue
-        out += args[i : i + 2] if takes_next else [arg]
-        i += 2 if takes_next else 1
+        name, eq, _ = args[i].partition("=")
+        step = 2 if name in PIP_VALUE_OPTIONS and not eq and i + 1 < len(args) else 1  # with its value
+        if name not in PIP_TRANSPORT_OPTIONS and not QUIET_OR_VERBOSE.fullmatch(args[i]):
+            out += args[i : i + step]
+        i += step
     return out
 
 
@@ -374,6 +371,11 @@ def install_loader(venv: Path, name: str, pip_args: list[str], pins: list[str] |
 def _pip_failed(rec: dict) -> bool:
     """A loader record whose install pip refused (no wheel, no index): worth trying again next run."""
     return rec.get("status") == "not_run" and str(rec.get("reason", "")).startswith("pip could not install")
+
+
+def _pip_failed_names(results: dict | None) -> list[str]:
+    """The loaders of ``results`` (a record's loader_results) whose install pip refused, sorted."""
+    return sorted(n for n, r in (results or {}).items() if _pip_failed(r))
 
 
 def recheck_loaders(venv: Path, results: dict) -> dict:
@@ -640,7 +642,7 @@ def provision(
         if versions and require_cuda:
             _refuse_without_cuda(versions, venv, index)
         recorded = (read_record(venv) or {}).get(loaderlib.RECORD_KEY) if kept and loader_names else None
-        retry = sorted(n for n, r in (recorded or {}).items() if _pip_failed(r))
+        retry = _pip_failed_names(recorded)
         if retry:
             reason += (
                 f"; would try pip again for the loader(s) it could not install before: {', '.join(retry)}"
@@ -667,7 +669,7 @@ def provision(
         record = read_record(venv) or want
         results = record.get(loaderlib.RECORD_KEY)
         # a loader pip could not install last time is tried again (a wheelhouse filled, an index back)
-        retried = sorted(n for n, r in (results or {}).items() if _pip_failed(r))
+        retried = _pip_failed_names(results)
         if retried:
             results = {**results, **{n: install_loader(venv, n, pip_args) for n in retried}}
             if any(results[n]["status"] == "ok" for n in retried):
@@ -703,7 +705,7 @@ def extend(venv: Path, want: dict, pins: dict[str, str], pip_args: list[str]) ->
     outcome) and returns every loader's outcome, the loaders tried again, and the probe."""
     record = read_record(venv) or {}
     had = record.get(loaderlib.RECORD_KEY) or {}
-    retried = sorted(n for n, r in had.items() if _pip_failed(r))
+    retried = _pip_failed_names(had)
     carried = recheck_loaders(venv, {n: r for n, r in had.items() if n not in retried})
     new = {n: install_loader(venv, n, pip_args) for n in [*added_loaders(record, want), *retried]}
     results = {name: {**carried, **new}[name] for name in want["loaders"]}
