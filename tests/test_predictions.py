@@ -8,15 +8,20 @@ prediction as written, never by calling disklab.predictions; only the number for
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
+import resource
 import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import run_disklab, unrendered_copy
+from conftest import REPO, run_disklab, unrendered_copy
 from disklab import compare, predictions, report
 from test_hostile_names import _cells
 from test_report import linux_doc  # noqa: F401  (the fixture: a results document measured here)
@@ -281,6 +286,123 @@ def test_every_string_from_the_file_is_escaped(fleet):
         assert rows and all(_cells(line) == 7 for line in rows), rows
         html = (fleet / host / "report.html").read_text()
         assert "<script>alert" not in html
+
+
+def _bomb() -> str:
+    """A "billion laughs" flow mapping on one line, under 600 bytes: nine levels of nine aliases each, 9**10
+    (3.5 billion) nodes once written out."""
+    levels = ["x0: &x0 [" + ", ".join(["lol"] * 9) + "]"]
+    levels += [f"x{i}: &x{i} [" + ", ".join([f"*x{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    return "{" + ", ".join(levels) + ", bomb: [" + ", ".join(["*x8"] * 9) + "]}"
+
+
+# Where an alias bomb sits: inside one prediction's value, unit or note (where it took `disklab report` to
+# 9.9 GB: the refusal's repr expanded it), and at the top level (refused before as an unknown type).
+BOMBS = {
+    "value": f"all:\n  {FSYNC}:\n    value: {_bomb()}\n    unit: us\n",
+    "unit": f"all:\n  {FSYNC}:\n    value: 5\n    unit: {_bomb()}\n",
+    "note": f"hosts:\n  linuxbox:\n    {FSYNC}: {{value: 5, unit: us, note: {_bomb()}}}\n",
+    "top": f"who: {_bomb()}\nall: {{}}\n",
+}
+NODES = (
+    "more than 100,000 YAML nodes, each alias counted at every use (an alias bomb?); "
+    "the bound is 100,000 nodes"
+)
+# Address space for `disklab report` with no hosts: it needs about 40 MB resident; the bomb took 9.9 GB.
+REPORT_AS_BYTES = 300 << 20
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("where", list(BOMBS))
+def test_an_alias_bomb_is_refused_quickly_in_one_line_naming_the_file_and_the_bound(tmp_path, where):
+    """`disklab report` in a real process whose address space is capped at 300 MiB: the bomb is refused in
+    one line naming the file and the bound, with the exit status `disklab --help` gives for a predictions
+    file that was not used, and the file is left as it was."""
+    reports = tmp_path / "reports"
+    _write(reports, BOMBS[where])
+    path = reports / "predictions.yml"
+    assert path.stat().st_size < 2000
+    before = _sha256(path)
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (REPORT_AS_BYTES, REPORT_AS_BYTES))
+
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "disklab.cli", "--reports", str(reports), "report"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        preexec_fn=cap,
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert done.stderr.startswith(f"disklab report: predictions not used: {path}: refused at line "), (
+        done.stderr
+    )
+    assert done.stderr.rstrip("\n").endswith(NODES), done.stderr
+    assert elapsed < 30, elapsed
+    assert _sha256(path) == before
+    help_text = subprocess.run(
+        [sys.executable, "-m", "disklab.cli", "--help"], capture_output=True, text=True, cwd=REPO
+    ).stdout
+    status_1 = " ".join(help_text.split("\n  1 ", 1)[1].split("\n  2 ", 1)[0].split())
+    assert (
+        "report: a stored file could not be rendered (named; the others are), or the predictions file "
+        "was not used" in status_1
+    )
+
+
+def test_the_bounds_on_size_nesting_and_alias_loops_are_each_named(tmp_path):
+    reports = tmp_path / "reports"
+    path = reports / "predictions.yml"
+    cases = {
+        "#" * (predictions.BOUNDS.max_bytes + 1): (
+            f"{path}: refused before reading: 1,048,577 bytes; the bound is 1,048,576 bytes (1 MiB)"
+        ),
+        # 100,000 levels: past Python's recursion limit in PyYAML's composer, were it reached
+        "all: " + "[" * 100_000 + "]" * 100_000: (
+            f"{path}: refused at line 1: nested more than 10 levels deep; the bound is 10 levels"
+        ),
+        f"all:\n  {FSYNC}: &a {{value: [*a], unit: us}}\n": (
+            f"{path}: refused at line 2: alias *a is inside the node it refers to (a loop); an alias must "
+            "refer to a node that ends before it"
+        ),
+    }
+    for text, expected in cases.items():
+        _write(reports, text)
+        with pytest.raises(predictions.PredictionsError) as caught:
+            predictions.load(reports)
+        assert str(caught.value) == expected
+
+
+def test_a_value_shown_in_a_refusal_is_cut_short(tmp_path):
+    reports = tmp_path / "reports"
+    _write(reports, {"all": {FSYNC: {"value": list(range(5000)), "unit": "us"}}})
+    with pytest.raises(predictions.PredictionsError) as caught:
+        predictions.load(reports)
+    assert str(caught.value).endswith(f"all: {FSYNC}: value must be a number, got [0, 1, 2, 3, ...]")
+
+
+def test_aliases_within_the_bounds_still_work(tmp_path):
+    """A teacher may write one host's predictions once and point other hosts at them."""
+    reports = tmp_path / "reports"
+    _write(
+        reports,
+        f"all:\n  {FSYNC}: &fsync {{value: 5, unit: us}}\n"
+        f"hosts:\n  spark-1: &spark {{{RATE}: 2 GiB/s, {FSYNC}: *fsync}}\n  spark-2: *spark\n"
+        f"  spark-3:\n    <<: *spark\n    {RATE}: 1 GiB/s\n",
+    )
+    loaded = predictions.load(reports)
+    assert loaded["hosts"]["spark-2"] == loaded["hosts"]["spark-1"]
+    assert loaded["hosts"]["spark-2"][FSYNC]["value"] == 5000
+    assert loaded["hosts"]["spark-3"][RATE]["value"] == 1024
+    assert loaded["hosts"]["spark-3"][FSYNC]["value"] == 5000
 
 
 def test_the_documented_example_file_is_a_good_predictions_file(tmp_path):

@@ -579,9 +579,9 @@ _PASSTHROUGH_EPILOG = (
 _EXIT_STATUSES = """exit status:
   0    every host succeeded, every stored file rendered
   1    run, audit: a host failed, was unreachable or partial (a step, or a part of one, failed);
-       report: a stored file could not be rendered (named; the others are); compare --fail-on-change: a
-       figure changed beyond noise; export, history, runs: a stored run could not be read (named; the
-       others are shown)
+       report: a stored file could not be rendered (named; the others are), or the predictions file was
+       not used (named, with the rule or bound it broke); compare --fail-on-change: a figure changed
+       beyond noise; export, history, runs: a stored run could not be read (named; the others are shown)
   2    bad input: a refused option, inventory value or setting, named in one line
   130  run, audit interrupted (Ctrl-C or SIGTERM): the lab is stopped on every host, nothing of it stored
 

@@ -4,7 +4,7 @@ The lesson's Measure section starts with predictions. A teacher (or a student) w
 one value per key figure, for every host (``all``) and/or per host (``hosts``, whose entry for a figure
 overrides ``all``'s); each host report then shows, beneath its "On this host" answers, each prediction
 beside the figure measured in the run its section is from, with the ratio measured/predicted and a plain
-verdict. The file (read with ``yaml.safe_load``)::
+verdict. The file (YAML, read within :data:`BOUNDS` by disklab.boundedyaml)::
 
     who: Ada's class, week 3            # optional
     note: written before the first run  # optional
@@ -22,6 +22,8 @@ time or latency (``ns``, ``us``/``µs``, ``ms``, ``s``), a rate (``KiB/s``, ``Mi
 here, where every figure is binary. A file that breaks any rule is not used at all: :func:`load` raises
 :class:`PredictionsError`, one line naming the file, where in it and what is wrong; the reports still
 render, each saying the file was not used and why, and ``disklab report`` prints the line and exits 1.
+A file past :data:`BOUNDS` (its size, its nodes with every alias counted at each use, its nesting) is
+refused the same way, before it is parsed or while it is composed, never expanded.
 """
 
 from __future__ import annotations
@@ -29,17 +31,22 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import reprlib
 from pathlib import Path
 
 import yaml
 
-from disklab import compare, figures, history, units
+from disklab import boundedyaml, compare, figures, history, units
 from disklab.answers import _why_missing, anchor
 from disklab.markup import code, md
 
 FILE_NAME = "predictions.yml"
 TOP_KEYS = ("who", "note", "all", "hosts")
 ENTRY_KEYS = ("value", "unit", "note")
+# What a predictions file may hold. A good one nests 5 levels (the file, hosts, a host, a prediction, its
+# value) and takes about 8 nodes a prediction: 100,000 nodes are some 12,000 predictions, and 1 MiB is
+# some 10,000 of the longest keys with a note each.
+BOUNDS = boundedyaml.Bounds(max_bytes=1 << 20, max_nodes=100_000, max_depth=10)
 # Measured within this factor of the prediction either way: "within 2×".
 WITHIN = 2.0
 # Per figure unit: each accepted unit (casefolded) and how many of the figure's unit one of it is.
@@ -70,6 +77,15 @@ class PredictionsError(ValueError):
     """A predictions file that cannot be used; the message is one line: ``FILE: WHERE: WHAT``."""
 
 
+# How an error line shows a value from the file: a few items and characters of it, never all of it.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 2, 4, 4, 60, 60
+
+
+def _shown(value: object) -> str:
+    return _SHOWN.repr(value)
+
+
 def path_of(reports: Path) -> Path:
     return Path(reports) / FILE_NAME
 
@@ -77,8 +93,12 @@ def path_of(reports: Path) -> Path:
 def stamp(reports: Path) -> str:
     """What a host report's render stamp (disklab.report.input_stamp) takes from the predictions file: a
     digest of its bytes, ``absent``, or ``unreadable`` with the error."""
+    digest = hashlib.sha256()
     try:
-        return "predictions " + hashlib.sha256(path_of(reports).read_bytes()).hexdigest()
+        with open(path_of(reports), "rb") as f:  # in chunks: refusing a file past its size is load's job
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        return "predictions " + digest.hexdigest()
     except FileNotFoundError:
         return "predictions absent"
     except OSError as exc:
@@ -107,21 +127,21 @@ def _entry(raw: object, key: str, err) -> dict:
             err("no value: write {value: NUMBER, unit: UNIT}")
         value, given_unit, note = raw["value"], raw.get("unit"), raw.get("note")
         if note is not None and not isinstance(note, str):
-            err(f"note must be text, got {note!r}")
+            err(f"note must be text, got {_shown(note)}")
     elif isinstance(raw, str):
         m = _VALUE_UNIT.match(raw)
         if not m:
-            err(f"not a number with its unit (e.g. 50 us): {raw!r}")
+            err(f"not a number with its unit (e.g. 50 us): {_shown(raw)}")
         given_unit = m["unit"]
         try:
             value = float(m["value"].replace("_", "").replace(".inf", "inf").replace(".nan", "nan"))
         except ValueError:
-            err(f"value must be a number, got {m['value']!r}")
+            err(f"value must be a number, got {_shown(m['value'])}")
     else:
         value, given_unit = raw, None
     number = _number(value)
     if number is None:
-        err(f"value must be a number, got {value!r}")
+        err(f"value must be a number, got {_shown(value)}")
     if not math.isfinite(number):
         err(f"value must be a finite number, got {number!r}")
     if number <= 0:
@@ -129,13 +149,14 @@ def _entry(raw: object, key: str, err) -> dict:
     if given_unit is None:
         err(f"no unit: write the figure's unit with the value, one of {SHOWN[unit]}")
     if not isinstance(given_unit, str):
-        err(f"unit must be text, got {given_unit!r}")
+        err(f"unit must be text, got {_shown(given_unit)}")
     folded = given_unit.strip().casefold()
     if _AMBIGUOUS.match(folded):
-        err(f"unit {given_unit!r} is ambiguous (decimal or binary?): figures here are binary: {SHOWN[unit]}")
+        shown = _shown(given_unit)
+        err(f"unit {shown} is ambiguous (decimal or binary?): figures here are binary: {SHOWN[unit]}")
     factor = UNITS[unit].get(folded)
     if factor is None:
-        err(f"unit {given_unit!r} does not fit this figure, {WHAT[unit]}: write {SHOWN[unit]}")
+        err(f"unit {_shown(given_unit)} does not fit this figure, {WHAT[unit]}: write {SHOWN[unit]}")
     return {
         "key": key,
         "unit": unit,
@@ -153,7 +174,7 @@ def _table(raw: object, where: str, fail) -> dict[str, dict]:
     out = {}
     for key, entry in raw.items():
         if not isinstance(key, str):
-            fail(where, f"figure key must be text, got {key!r}")
+            fail(where, f"figure key must be text, got {_shown(key)}")
         out[key] = _entry(entry, key, lambda what, key=key: fail(f"{where}: {key}", what))
     return out
 
@@ -173,13 +194,17 @@ def load(reports: Path) -> dict | None:
         raise PredictionsError(f"{path}: {where}: {what}" if where else f"{path}: {what}")
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = boundedyaml.read_text(path, BOUNDS)
     except FileNotFoundError:
         return None
+    except boundedyaml.BoundError as exc:
+        fail("", f"refused before reading: {exc}")
     except (OSError, UnicodeDecodeError) as exc:
         fail("", f"cannot be read: {exc}")
     try:
-        raw = yaml.safe_load(text)
+        raw = boundedyaml.load(text, BOUNDS)
+    except boundedyaml.BoundError as exc:
+        fail("", f"refused {exc}")
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""
