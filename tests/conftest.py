@@ -149,6 +149,35 @@ def unrendered_copy(rendered: Path, reports: Path) -> Path:
     return reports
 
 
+def viewer_heading_ids(markdown: str) -> list[tuple[str, str]]:
+    """(id, heading text) of each heading of a markdown page, in order, as GitHub's viewer makes them,
+    written out here apart from disklab: the heading's text (backslash escapes, entities, code spans' and
+    emphasis' marks undone), lowercased, every character but letters, numbers, ``-``, ``_`` and spaces
+    dropped, each space a ``-``; a repeated id gets ``-1``, ``-2`` in page order."""
+    import html
+    import re
+    import unicodedata
+
+    ids, seen, fenced = [], set(), False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"^#{1,6} +(.*?)(?: +#+)? *$", line)
+        if not m:
+            continue
+        text = html.unescape(re.sub(r"\\(.)", r"\1", m[1].replace("`", "").replace("**", "")))
+        base = "".join(
+            ch for ch in text.strip().lower() if ch in "-_ " or unicodedata.category(ch)[0] in "LMN"
+        ).replace(" ", "-")
+        uniq, n = base, 0
+        while uniq in seen:
+            n += 1
+            uniq = f"{base}-{n}"
+        seen.add(uniq)
+        ids.append((uniq, text.strip()))
+    return ids
+
+
 def run_disklab(*args: str, reports: Path, timeout: int = 900):
     """Run the disklab CLI in a fresh process, as a user would; returns CompletedProcess."""
     import subprocess

@@ -247,7 +247,7 @@ def test_the_answers_at_the_top_escape_every_host_string(tmp_path, linux_doc):  
     assert markup.md(pc["recipes"][0]["title"]) in answer(lines, "A power cut")
     assert markup.md("boom|<script>c</script>\n| x |") in answer(lines, "A kill during a save")
     assert markup.md("no <b>torch</b>|here") in answer(lines, "Loading weights")
-    run_line = section(text, "step-fsync_bench").splitlines()[4]
+    run_line = section(text, "fsync_bench").splitlines()[2]
     assert (
         run_line.startswith("From run `20261129T100000Z`") and markup.md("6.1|<script>k</script>") in run_line
     )

@@ -13,7 +13,7 @@ import pytest
 
 import shared
 from conftest import FIXTURES, REPO
-from disklab import report, schemas, store, stored, units
+from disklab import htmlpage, report, schemas, store, stored, units
 from disklab.fsio import atomic_write_json
 from disklab_host.audit import collect as audit
 from disklab_host.steps import big_write, fsync_bench, write_buffering
@@ -291,6 +291,27 @@ def test_tidy_markdown_separates_tables_and_headings_but_not_code():
     assert report.tidy_markdown(text) == (
         "## A\n\nline\n\n| a |\n|---|\n| 1 |\n\nafter\n```\n# not a heading\n|x\n```\n"
     )
+
+
+def test_tidy_markdown_ends_a_list_before_the_paragraph_after_it():
+    """CommonMark reads text right after a list item as the item's own (a lazy continuation line): the
+    paragraph would sit inside the bullet. markdown-it (disklab.htmlpage) says where each block lands."""
+    text = (
+        "- one\n- two\nAfter the list.\n"
+        "1. first\n   still the first item\nAfter the numbered list.\n"
+        "> - quoted\n> Still quoted, after the list.\n\n"
+        "- last\n| a |\n|---|\n| 1 |\n"
+    )
+    tidy = report.tidy_markdown(text)
+    html = htmlpage.body(tidy)[0]
+    for para in ("After the list.", "After the numbered list.", "Still quoted, after the list."):
+        assert f"<p>{para}</p>" in html, html
+    assert "<li>first\nstill the first item</li>" in html  # indented: the item's own line, kept there
+    assert "<blockquote>\n<ul>\n<li>quoted</li>\n</ul>\n<p>Still quoted" in html
+    assert "</ul>\n<table>" in html
+    assert report.tidy_markdown(tidy) == tidy
+    before = htmlpage.body(text)[0]  # untidied, each paragraph is inside the item above it
+    assert "<p>After the list.</p>" not in before and "<li>two\nAfter the list.</li>" in before
 
 
 @pytest.mark.heavy

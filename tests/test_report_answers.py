@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import shared
-from conftest import copy_render_caches, unrendered_copy
+from conftest import copy_render_caches, unrendered_copy, viewer_heading_ids
 from disklab import report, schemas, stored, units
 from disklab_host.loadlab import proof
 from disklab_host.steps import crash, pickle_safety
@@ -114,15 +114,15 @@ def answer(lines: list[str], label: str) -> str:
     return found[0]
 
 
-def section(text: str, anchor: str) -> str:
-    """A section's text: from its anchor to the next section's anchor."""
-    start = text.index(f'<a id="{anchor}"></a>')
-    ends = [
-        i
-        for i in (text.find('<a id="', start + 1), text.find("\n## Since the previous run", start))
-        if i != -1
-    ]
-    return text[start : min(ends, default=len(text))]
+def section(text: str, step: str) -> str:
+    """A step's section: from the heading that its links (report.anchor) reach, by the id a markdown viewer
+    gives it (conftest.viewer_heading_ids), to the next ``## `` heading."""
+    anchor = report.anchor(step)
+    headings = dict(viewer_heading_ids(text))
+    assert anchor in headings, (step, anchor, headings)
+    start = text.index(f"\n## {headings[anchor]}\n") + 1
+    end = text.find("\n## ", start)
+    return text[start : end if end != -1 else len(text)]
 
 
 def _stored(path: Path) -> dict:
@@ -144,14 +144,14 @@ def test_the_report_opens_with_at_most_15_answers_each_linking_to_an_anchor_in_t
     text = _render(reports)
     lines = answers_block(text)
     assert 7 <= len(lines) <= 15, lines
-    anchors = set(re.findall(r'<a id="([^"]+)"></a>', text))
+    ids = dict(viewer_heading_ids(text))
     for line in lines:
         links = re.findall(r"\]\(#([^)]+)\)", line)
         assert links, line
-        assert set(links) <= anchors, (line, anchors)
+        assert set(links) <= set(ids), (line, ids)
     for step in ("write_buffering", "fsync_bench", "big_write", "crash", "powercut", "load", "pickle_safety"):
-        assert any(f"(#step-{step})" in line for line in lines), step
-    assert text.index("## On this host") < text.index("## Host") < text.index('<a id="step-write_buffering">')
+        assert any(f"(#{report.anchor(step)})" in line for line in lines), step
+    assert text.index("## On this host") < text.index("## Host") < text.index("## Write buffering: one byte")
 
 
 def _buffer_answer(unbuf: float, buf: float) -> str:
@@ -177,14 +177,14 @@ def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc,
     line = answer(lines, "A syscall against the buffer")
     assert _buffer_answer(unbuf, buf) in line
     assert f"Unbuffered over buffered (medians): {units.ratio(unbuf / buf)}." in section(
-        text, "step-write_buffering"
+        text, "write_buffering"
     )
 
     lat = e["fsync_bench"]["modes"]["fsync"]["latency"]
     line = answer(lines, "A durable sync")
     assert f"plus `fsync` took {units.us(lat['p50_us'])} at p50 ({units.us(lat['p99_us'])} at p99)" in line
     assert "vdfull reports a volatile write cache (`write back`)" in line  # the run's own device
-    row = next(r for r in section(text, "step-fsync_bench").splitlines() if r.startswith("| fsync | "))
+    row = next(r for r in section(text, "fsync_bench").splitlines() if r.startswith("| fsync | "))
     assert f"| {units.us(lat['p50_us'])} |" in row and f"| {units.us(lat['p99_us'])} |" in row
 
     bw = e["big_write"]
@@ -193,14 +193,12 @@ def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc,
     assert f"{after['dirty_pages']:,} dirty and {after['writeback_pages']:,} writeback pages" in line
     pending = after["dirty_pages"] + after["writeback_pages"]
     assert ("still in the page cache" if pending else "already written back") in line
-    layers_row = next(
-        r for r in section(text, "step-big_write").splitlines() if r.startswith("| after `write()`")
-    )
+    layers_row = next(r for r in section(text, "big_write").splitlines() if r.startswith("| after `write()`"))
     assert f"| {after['dirty_pages']:,} | {after['writeback_pages']:,} |" in layers_row
     assert "plain_fsync_samples_s" not in bw  # Linux: fsync alone is the sync
     shares = [f / (w + f) for w, f in zip(bw["write_samples_s"], bw["fsync_samples_s"], strict=True)]
     assert f"took {units.pct(_median(shares))} of write + sync" in line
-    assert f"fsync's share {units.pct(_median(shares))}" in section(text, "step-big_write")
+    assert f"fsync's share {units.pct(_median(shares))}" in section(text, "big_write")
 
     line = answer(lines, "A kill during a save")
     for mode in ("naive", "atomic"):
@@ -214,7 +212,7 @@ def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc,
     assert f"{len(unsafe)} of {len(recipes)} save recipes are unsafe under a simulated power cut" in line
     for r in unsafe:
         assert f"{r['number']} {r['title']}" in line
-        assert f"| {r['number']} {r['title']} | power-cut | **unsafe** |" in section(text, "step-powercut")
+        assert f"| {r['number']} {r['title']} | power-cut | **unsafe** |" in section(text, "powercut")
 
     samples = e["load"]["samples"]
 
@@ -235,7 +233,7 @@ def test_the_answers_numbers_are_the_figures_in_the_sections(tmp_path, full_doc,
     assert f"{units.ratio(cold / warm)} its warm time" in line
     assert "proven cold by residency and device reads in 3 of 3 samples" in line
     assert "warm by residency: at least 99 % resident just before the call in 3 of 3 samples" in line
-    load_text = section(text, "step-load")
+    load_text = section(text, "load")
     assert f"| torch.load, big_pt | cold | all_touched | {units.secs(cold)} [" in load_text
     # the fastest method to loader_return on the biggest file (both big files are 256 MiB: big_safetensors
     # sorts last), cold: the three methods on it, proven cold
@@ -329,7 +327,7 @@ def test_an_old_run_says_first_response_was_not_measured(tmp_path, full_doc, dra
     assert "no figure: `first_response` was not measured: not measured in this run" in answer(
         lines, "Fastest to `first_response`"
     )
-    load = section(text, "step-load")
+    load = section(text, "load")
     assert "`first_response` not run: not measured in this run: written before results version 5" in load
     assert "No load reached `first_response` in this run." in load
     assert "In this run the big file was not a model" in load
@@ -374,7 +372,10 @@ def test_a_missing_step_says_why_in_its_line(tmp_path, full_doc, drawn):
     )
     line = answer(lines, "A power cut")
     assert "no figure: no stored run of this host holds the powercut step" in line
-    assert '<a id="step-powercut"></a>' in text and "**In no stored run of this host:**" in text
+    powercut = section(text, "powercut")
+    assert (
+        powercut.startswith("## Power-cut simulator\n") and "**In no stored run of this host:**" in powercut
+    )
     assert "no figure: fsync_bench was not run (not in lab_run_steps)" in answer(lines, "A durable sync")
     assert "no figure: no cold figure at `all_touched` passed its proof" in answer(lines, "Cold against warm")
     assert "cold: no proven cold figure" in answer(lines, "Fastest to `loader_return`")
@@ -432,9 +433,9 @@ def test_a_one_step_run_after_a_full_run_keeps_every_section_each_naming_its_run
     text = _render(reports)
     steps = ("write_buffering", "fsync_bench", "big_write", "crash", "powercut", "load", "pickle_safety")
     for step in steps:
-        body = section(text, f"step-{step}")
-        assert body.count("\n## ") == 1, step  # the section itself, from its anchor
-        first = [ln for ln in body.splitlines() if ln.strip()][2]  # anchor, heading, then its run
+        body = section(text, step)
+        assert body.startswith("## ") and body.count("\n## ") == 0, step  # the section, from its heading
+        first = [ln for ln in body.splitlines() if ln.strip()][1]  # the heading, then its run
         if step == "write_buffering":
             assert (
                 first == f"From run `{ONE_STEP}`, started 2026-11-30T09:00:00Z (UTC), kernel 6.19.0-new, "
@@ -446,10 +447,10 @@ def test_a_one_step_run_after_a_full_run_keeps_every_section_each_naming_its_run
                 "an earlier run than the latest, the newest stored run that holds this step."
             ), (step, first)
         if step != "write_buffering":  # the older run's sections are as they were before the one-step run
-            assert _without_run_line(section(before, f"step-{step}")) == _without_run_line(body), step
+            assert _without_run_line(section(before, step)) == _without_run_line(body), step
     # read against the facts of the run each section is from: the full run's device for fsync
-    assert "The workbench device is vdfull" in section(text, "step-fsync_bench")
-    assert "vdnew" not in section(text, "step-fsync_bench")
+    assert "The workbench device is vdfull" in section(text, "fsync_bench")
+    assert "vdnew" not in section(text, "fsync_bench")
     lines = answers_block(text)
     modes = one["experiments"]["write_buffering"]["modes"]
     unbuf, buf = modes["unbuffered"]["per_call_ns"]["median"], modes["buffered"]["per_call_ns"]["median"]
@@ -457,8 +458,8 @@ def test_a_one_step_run_after_a_full_run_keeps_every_section_each_naming_its_run
     assert "vdfull" in answer(lines, "A durable sync")
     note = lines[-1]
     assert note.startswith("- These answers come from 2 runs, each section naming its own:")
-    assert f"`{ONE_STEP}` (latest) for [write_buffering](#step-write_buffering);" in note
-    assert f"`{FULL}` for [fsync_bench](#step-fsync_bench)" in note
+    assert f"`{ONE_STEP}` (latest) for [write_buffering](#write-buffering-one-byte-per-call);" in note
+    assert f"`{FULL}` for [fsync_bench](#fsync-the-cost-of-durability)" in note
     assert len(lines) <= 15
     assert "Sections from 2 runs." in text
     listed = [ln for ln in text.splitlines() if ln.startswith("> - `")]  # one line per run, not run together
@@ -522,15 +523,18 @@ def test_the_index_opens_with_the_fleets_answers_naming_the_standout_hosts(tmp_p
     lines = _index_answers(reports)
     p50 = slow["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"]
     assert lines[0].startswith(
-        "- Slowest durable sync p50: [slowbox](slowbox/report.md#step-fsync_bench), "
+        "- Slowest durable sync p50: [slowbox](slowbox/report.md#fsync-the-cost-of-durability), "
         f"{units.us_short(p50)} (fsync)"
     ), lines
     assert (
         "of 3 hosts with a figure" in lines[0]
-        and "fastest: [fastbox](fastbox/report.md#step-fsync_bench)" in lines[0]
+        and "fastest: [fastbox](fastbox/report.md#fsync-the-cost-of-durability)" in lines[0]
     )
     cold = next(ln for ln in lines if ln.startswith("- Cold load figures that failed their proof:"))
-    assert "[slowbox](slowbox/report.md#step-load)" in cold and "fastbox" not in cold
+    assert (
+        "[slowbox](slowbox/report.md#loading-weights-cold-and-warm-at-each-readiness-stage)" in cold
+        and "fastbox" not in cold
+    )
     flags = next(ln for ln in lines if ln.startswith("- Flags set:"))
     assert "[tmpbox](tmpbox/report.md): tmpfs" in flags and "slowbox" not in flags
     bad = next(ln for ln in lines if ln.startswith("- Not ok:"))

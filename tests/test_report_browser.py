@@ -17,16 +17,20 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
 
 from disklab import report
 from test_report import _store, linux_doc  # noqa: F401  (the fixture: a real run measured here, at tiny sizes)
+from test_report_answers import full_doc  # noqa: F401  (the fixture: every step the answers read)
+from test_report_html import two_hosts_every_section
 
 # .ci/run sets it after installing every tool, chromium among them (tests/fleet/fleet.py's REQUIRED_ENV).
 REQUIRED_ENV = "DISKLAB_FLEET_REQUIRED"
@@ -270,6 +274,65 @@ def test_a_host_report_and_the_index_show_their_sections_tables_and_plots(tmp_pa
     asked = browser.requests()
     assert asked and all(url.startswith("file://") for url in asked), asked  # nothing from a network
     assert any(url.endswith("/plots/fsync_bench_latency.png") for url in asked)
+
+
+# Every link on the page whose target has a fragment, and the text the page shows (what a reader sees).
+LINKS_AND_TEXT = """(() => ({
+  links: Array.from(document.links).map((a) => a.getAttribute("href")).filter((h) => h.includes("#")),
+  shown: document.body.innerText,
+}))()"""
+# Follow the page's in-page link ``href`` by clicking it; what the page then has as its :target.
+FOLLOW = """((href) => {
+  window.scrollTo(0, document.body.scrollHeight);
+  const a = Array.from(document.links).find((l) => l.getAttribute("href") === href);
+  a.click();
+  const t = document.querySelector(":target");
+  return t ? {hash: location.hash, id: t.id, tag: t.tagName, text: t.textContent,
+              top: t.getBoundingClientRect().top, height: window.innerHeight} : {hash: location.hash};
+})"""
+# What the page has as its :target once opened at a URL with a fragment.
+TARGET = """(() => { const t = document.querySelector(":target");
+  return t ? {id: t.id, tag: t.tagName, text: t.textContent} : null; })()"""
+# Text a template's own raw HTML would show, were it rendered as text (markdown-it runs with html off).
+TAG_TEXT = re.compile(r"</?(?:a|details|summary|div|span|br|b|i|p|img)\b[^>]*>|&(?:lt|gt|quot|amp);")
+
+
+@pytest.mark.browser
+@pytest.mark.heavy
+def test_every_in_page_link_leads_to_its_heading_and_no_tag_shows_as_text(tmp_path, full_doc, browser):  # noqa: F811
+    """Every link with a fragment on the index, the fleet page and both host reports, followed in the
+    browser: an in-page one by clicking it, one to another page by opening it; each lands on a heading
+    with that id, and the host reports' answers reach their sections. No page shows a tag as text."""
+    reports = tmp_path / "reports"
+    pages = [md.with_suffix(".html").resolve() for md in two_hosts_every_section(reports, full_doc)]
+    followed, other_pages = 0, set()
+    for page in pages:
+        browser.load(page.as_uri())
+        seen = browser.evaluate(LINKS_AND_TEXT)
+        assert not TAG_TEXT.search(seen["shown"]), (page, TAG_TEXT.search(seen["shown"]))
+        for href in seen["links"]:
+            if not href.startswith("#"):
+                other_pages.add(urllib.parse.urljoin(page.as_uri(), href))
+                continue
+            landed = browser.evaluate(f"({FOLLOW})({json.dumps(href)})")
+            want = urllib.parse.unquote(href[1:])
+            assert landed.get("id") == want, (page.name, href, landed)
+            assert landed["tag"] in {"H1", "H2", "H3", "H4", "H5", "H6"}, (page.name, href, landed)
+            assert -2 < landed["top"] < landed["height"], (page.name, href, landed)  # scrolled into view
+            followed += 1
+        if page.name == "report.html":
+            answers = [h for h in seen["links"] if h.startswith("#")]
+            for step, heading in (("fsync", "fsync: the cost of durability"), ("crash", "Crash: does a")):
+                assert any(browser.evaluate(f"({FOLLOW})({json.dumps(h)})")["text"].startswith(heading)
+                           for h in answers), (page, step)  # fmt: skip
+    assert followed >= 12, followed  # linuxbox's answers alone link seven sections, bare's as many
+    assert other_pages, "the index links a host report's section"
+    for url in sorted(other_pages):
+        browser.load("about:blank")  # so that each is a page opened anew, not a move within the last one
+        browser.load(url)
+        landed = browser.evaluate(TARGET)
+        assert landed and landed["id"] == urllib.parse.unquote(url.split("#", 1)[1]), (url, landed)
+        assert landed["tag"].startswith("H"), (url, landed)
 
 
 def test_without_chromium_the_browser_test_skips_but_fails_where_it_is_required(monkeypatch):

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import viewer_heading_ids
 from disklab import hostnames, htmlpage, report, store
 from disklab.runner import HostOutcome
 from test_hostile_names import FAILURE_ONLY, _hostile_doc, _stage
 from test_report import _store, linux_doc  # noqa: F401  (the fixture: a real run measured here, at tiny sizes)
+from test_report_answers import full_doc  # noqa: F401  (the fixture: every step the answers read)
 
 # Every element a page may hold: the page's own frame and what markdown-it makes of the templates' markdown.
 ALLOWED_TAGS = {
@@ -28,10 +30,13 @@ ALLOWED_TAGS = {
     *("table", "thead", "tbody", "tr", "th", "td", "code", "pre", "em", "strong"),
 }
 # Every attribute an element may carry, and which of them hold a URL.
-ALLOWED_ATTRS = {"lang", "charset", "http-equiv", "content", "name", "href", "src", "alt", "style"}
+ALLOWED_ATTRS = {"lang", "charset", "http-equiv", "content", "name", "href", "src", "alt", "style", "id"}
+# The only id attribute: a heading's, from its text (letters, numbers, "-" and "_"; disklab.anchors).
+HEADING_ID = re.compile(r"[\w-]*")
 # The only style attribute: a table column's alignment (markdown-it's, from a ``|---:|`` line).
 ALIGN = re.compile(r"text-align:(left|right|center)")
 URL_ATTRS = {"href", "src"}
+HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
 
 EVIL = "evil|<script>x</script>"
 HOSTILE_HOST = 'x"><img src=x onerror=alert(1)>'
@@ -79,6 +84,10 @@ def check_page(path, reports) -> Page:
     for tag, attrs in page.elements:
         assert set(attrs) <= ALLOWED_ATTRS and not any(a.startswith("on") for a in attrs), (path, tag, attrs)
         assert "style" not in attrs or ALIGN.fullmatch(attrs["style"] or ""), (path, tag, attrs)
+        assert "id" not in attrs or (tag in HEADINGS and HEADING_ID.fullmatch(attrs["id"] or "")), (
+            tag,
+            attrs,
+        )
         for name in URL_ATTRS & set(attrs):
             url = attrs[name] or ""
             parts = urllib.parse.urlsplit(url)
@@ -176,6 +185,60 @@ def test_each_html_page_links_html_pages_and_the_markdown_keeps_linking_markdown
     assert "default-src 'none'" in csp and "script" not in csp
 
 
+def two_hosts_every_section(reports: Path, full_doc: dict) -> list[Path]:  # noqa: F811
+    """linuxbox with every step the answers read, and bare, whose load step was not run and whose powercut
+    step is in no stored run: sections ok, not run and absent. Returns the markdown pages, rendered."""
+    _store(reports, full_doc)
+    bare = copy.deepcopy(full_doc)
+    bare["host"] = "bare"
+    bare["experiments"]["load"] = {"status": "not_run", "reason": "no torch here", "step_wall_s": 0.0}
+    del bare["experiments"]["powercut"]
+    bare["lab_code"]["steps"].pop("powercut", None)
+    _store(reports, bare)
+    assert report.render_all(reports)[1] == []
+    return [reports / "index.md", reports / "fleet.md", reports / "linuxbox" / "report.md",
+            reports / "bare" / "report.md"]  # fmt: skip
+
+
+@pytest.mark.heavy
+def test_every_in_page_link_reaches_a_heading_in_the_markdown_and_in_the_html(tmp_path, full_doc):  # noqa: F811
+    """The markdown's links reach the ids a markdown viewer gives its headings (GitHub's rule, written out
+    in conftest.viewer_heading_ids apart from disklab), and the HTML twin's headings carry exactly those
+    ids; no raw tag of a template shows in a page as text, and no list swallows the paragraph after it."""
+    pages = two_hosts_every_section(tmp_path / "reports", full_doc)
+    in_page = 0
+    for md_path in pages:
+        text = md_path.read_text()
+        ids = [i for i, _ in viewer_heading_ids(text)]
+        page = check_page(md_path.with_suffix(".html"), tmp_path / "reports")
+        html_ids = [a["id"] for tag, a in page.elements if tag in HEADINGS]
+        assert html_ids == ids, md_path  # every heading, in order, with a viewer's id
+        for target in re.findall(r"\]\(([^)\s]*#[^)\s]+)\)", text):
+            link, _, fragment = target.partition("#")
+            other = (md_path.parent / urllib.parse.unquote(link)) if link else md_path
+            assert fragment in [i for i, _ in viewer_heading_ids(other.read_text())], (md_path, target)
+            in_page += not link
+        shown = _text(page)
+        assert "<a id" not in shown and "<details" not in shown and "&lt;" not in shown, md_path
+        body = htmlpage.body(text)[0]
+        assert not re.search(r"<li>[^\n]*\n<p>", body) and "<li>\n<p>" not in body, md_path  # no loose item
+    assert in_page >= 12  # the two host reports' answers and run lists
+    # a section's link reaches that section's own heading, whatever its state
+    for host, step, heading in (
+        ("linuxbox", "load", "## Loading weights: cold and warm, at each readiness stage"),
+        ("bare", "load", "## Loading weights: cold and warm, at each readiness stage"),
+        ("bare", "powercut", "## Power-cut simulator"),
+    ):
+        text = (tmp_path / "reports" / host / "report.md").read_text()
+        assert dict(viewer_heading_ids(text))[report.anchor(step)] == heading[3:], (host, step)
+        assert f"\n{heading}\n" in text
+    bare = (tmp_path / "reports" / "bare" / "report.md").read_text()
+    load = bare.split("\n## Loading weights: cold and warm, at each readiness stage\n", 1)[1].split("\n## ")[
+        0
+    ]
+    assert "**Not run on this host**: no torch here" in load
+
+
 @pytest.mark.heavy
 def test_an_html_page_is_written_when_its_markdown_is_up_to_date_but_it_is_missing(tmp_path, linux_doc):  # noqa: F811
     reports = tmp_path / "reports"
@@ -247,7 +310,35 @@ def test_markdown_it_is_a_declared_dependency_and_part_of_the_renderer_stamp(mon
 
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(d.startswith("markdown-it-py") for d in deps)
+    assert "mdit-py-plugins>=0.5,<1" in deps  # anchors_plugin, whose ids the links target
     before = report.renderer_stamp()
+    import mdit_py_plugins
+
+    monkeypatch.setattr(mdit_py_plugins, "__version__", "0.0-other")
+    assert report.renderer_stamp() != before  # another plugin may give other ids
     monkeypatch.setattr(htmlpage, "version", lambda: "0.0-other")
     assert report.renderer_stamp() != before
     assert os.path.basename(htmlpage.html_path(REPO / "x" / "report.md")) == "report.html"
+
+
+def test_each_step_has_one_section_id_from_a_plain_heading(tmp_path, monkeypatch):
+    """Every step of the registry has a section id of its own, from its template's first line; a first
+    line with Jinja in it is refused, naming the template, since no id could be derived from it."""
+    from disklab import anchors
+    from disklab_host import registry
+
+    ids = {name: anchors.section(name) for name in registry.STEP_NAMES}
+    assert len(set(ids.values())) == len(ids) and all(ids.values()), ids
+    assert ids["fsync_bench"] == "fsync-the-cost-of-durability"
+    for name, heading_id in ids.items():  # the id a markdown viewer gives the heading the report writes
+        assert viewer_heading_ids("## " + anchors.section_heading(name))[0][0] == heading_id, name
+    sections = tmp_path / "disklab" / "templates" / "sections"
+    sections.mkdir(parents=True)
+    (sections / "fsync_bench.md.j2").write_text("## fsync on {{ host }}\n")
+    monkeypatch.setattr(anchors.importlib.resources, "files", lambda package: tmp_path / package)
+    anchors._template_heading.cache_clear()
+    try:
+        with pytest.raises(anchors.TemplateHeadingError, match=r"templates/sections/fsync_bench.md.j2: its"):
+            anchors.section("fsync_bench")
+    finally:
+        anchors._template_heading.cache_clear()

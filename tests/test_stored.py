@@ -152,7 +152,10 @@ def test_a_reports_tree_from_disklab_0_1_renders(tmp_path):
     assert "## Since the previous run" in text
     assert "cannot be ruled out" in text  # lab code not recorded in version-1 runs
     assert "Kills by progress watched the file" in text and "predates exact stops" in text
-    assert "- [Loading weights](#step-load): no figure: no stored run of this host holds the load" in text
+    assert (
+        "- [Loading weights](#loading-weights-cold-and-warm-at-each-readiness-stage): no figure: no stored "
+        "run of this host holds the load" in text
+    )
     index = (reports / "index.md").read_text()
     assert "deadhost" in index
     assert "| 381 µs (fsync) |" in index  # the 0.1 run's fsync p50 (380.636 µs), named as the Linux call

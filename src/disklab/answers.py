@@ -7,18 +7,15 @@ the load and power-cut figures, and :func:`disklab.report.durable_sync` for the 
 No number and no claim of the lesson is written here: a line without its figure says why (the step is in
 no stored run, it was not run, it failed, its cold proof failed). Every string from a host goes through
 disklab.markup (``md``, ``code``); the lines are markdown, each linking to its section's anchor
-(disklab.report.anchor).
+(disklab.anchors.section).
 """
 
 from __future__ import annotations
 
-import re
-
-from disklab import figures
+from disklab import anchors, figures
 from disklab.markup import code, md
 from disklab.sections import evidence
 from disklab.units import ibytes, ns, pct, ratio, secs, us
-from disklab_host import registry
 
 # At most this many lines: the answers have to fit the top of the page.
 MAX_LINES = 15
@@ -31,10 +28,9 @@ UNPROVEN = ("cold_unproven", "cold_unverified")
 
 
 def anchor(name: str) -> str:
-    """The id of a section's anchor in the host report (``step-fsync_bench``): a step of the registry by
-    its name, any other name from a host with every character but letters, digits, ``-`` and ``_`` as
-    ``-`` (an id is no place for a host's markup)."""
-    return "step-" + (name if name in registry.STEP_NAMES else "x-" + re.sub(r"[^A-Za-z0-9_-]", "-", name))
+    """The id of step ``name``'s section in the host report, from its heading (disklab.anchors.section:
+    ``fsync-the-cost-of-durability``), the same in report.md and report.html."""
+    return anchors.section(name)
 
 
 def _short(text: object) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab import figures, markup, plotting, units
+from disklab import anchors, figures, markup, plotting, units
 
 FLEET_PAGE = "fleet.md"
 TEMPLATE = "fleet.md.j2"
@@ -489,12 +489,14 @@ def plots(reports: Path, index_rows: list[dict]) -> dict[str, dict]:
 # --- the fleet's answers, at the top of the index ----------------------------------------------------
 
 
-def _host_link(row: dict, anchor: str = "") -> str:
-    """The host's name, linked to its report (at ``anchor``) when it has one; escaped."""
+def _host_link(row: dict, step: str = "") -> str:
+    """The host's name, linked to its report (at the section of ``step``: disklab.anchors.section) when it
+    has one; escaped."""
     name = markup.md(row["host"])
     if not row.get("has_report", True):
         return name
-    return f"[{name}]({markup.link(row['host_link'] + '/report.md')}{'#' + anchor if anchor else ''})"
+    anchor = "#" + anchors.section(step) if step else ""
+    return f"[{name}]({markup.link(row['host_link'] + '/report.md')}{anchor})"
 
 
 def _sync_text(d: dict) -> str:
@@ -534,14 +536,14 @@ def answers(rows: list[dict]) -> list[str]:
         slow, fast = ordered[-1], ordered[0]
         median = units.us_short(_median([r["durable_sync"]["p50_us"] for r in synced]))
         lines.append(
-            f"Slowest durable sync p50: {_host_link(slow, 'step-fsync_bench')}, "
+            f"Slowest durable sync p50: {_host_link(slow, 'fsync_bench')}, "
             f"{_sync_text(slow['durable_sync'])}, "
-            f"of {len(synced)} hosts with a figure (fastest: {_host_link(fast, 'step-fsync_bench')}, "
+            f"of {len(synced)} hosts with a figure (fastest: {_host_link(fast, 'fsync_bench')}, "
             f"{_sync_text(fast['durable_sync'])}; median {median})."
         )
     elif synced:
         lines.append(
-            f"Durable sync p50: only {_host_link(synced[0], 'step-fsync_bench')} has a figure, "
+            f"Durable sync p50: only {_host_link(synced[0], 'fsync_bench')} has a figure, "
             f"{_sync_text(synced[0]['durable_sync'])}; nothing to compare it with."
         )
     else:
@@ -550,7 +552,7 @@ def answers(rows: list[dict]) -> list[str]:
     unproven = [r for r in loaded if r["cold_unproven"]["samples"]]
     if unproven:
         parts = [
-            f"{_host_link(r, 'step-load')} ({r['cold_unproven']['samples']} cold sample(s): "
+            f"{_host_link(r, 'load')} ({r['cold_unproven']['samples']} cold sample(s): "
             f"{markup.md('; '.join(r['cold_unproven']['cells']))}; failed: "
             f"{markup.md(', '.join(r['cold_unproven']['failed']) or 'residency')})"
             for r in unproven

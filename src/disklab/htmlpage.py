@@ -9,7 +9,9 @@ What the rule is, in order:
 
 - **No markup from a host.** markdown-it runs with ``html=False``: a ``<tag>`` in the markdown is text,
   never an element. Every host string was already escaped by disklab.markup (``&``, ``<``, ``>`` as
-  entities, the markdown punctuation with backslashes), so it is shown as its characters.
+  entities, the markdown punctuation with backslashes), so it is shown as its characters. So the markdown
+  holds no raw HTML of its own either: each heading's id comes from its text (disklab.anchors, the id
+  GitHub and other viewers give it), and the in-page links of both pages target those ids.
 - **Links stay inside the reports.** markdown-it refuses ``javascript:``, ``vbscript:``, ``file:`` and
   ``data:`` links (but ``data:image/...`` images). On top of that, a link whose target is relative and ends
   in ``.md`` points to its ``.html`` twin (the markdown pages keep linking to ``.md``); an image whose
@@ -25,8 +27,11 @@ import urllib.parse
 from pathlib import Path
 
 import markdown_it
+import mdit_py_plugins
 from markdown_it.token import Token
+from mdit_py_plugins.anchors import anchors_plugin
 
+from disklab import anchors
 from disklab.fsio import atomic_write_text
 
 # The policy every page carries (a <meta> tag: file:// pages have no headers). 'self' and file: cover the
@@ -59,10 +64,11 @@ blockquote { margin: 0.8em 0; padding: 0.2em 1em; border-left: 4px solid #d0a000
 
 
 def _parser() -> markdown_it.MarkdownIt:
-    """CommonMark with tables; raw HTML off (a tag is text), no linkify, no typographer."""
-    return markdown_it.MarkdownIt(
-        "commonmark", {"html": False, "linkify": False, "typographer": False}
-    ).enable("table")
+    """CommonMark with tables; raw HTML off (a tag is text), no linkify, no typographer; every heading gets
+    the id a markdown viewer gives it (mdit-py-plugins' anchors_plugin with disklab.anchors.slug), so the
+    markdown's in-page links reach the same headings here."""
+    md = markdown_it.MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    return md.enable("table").use(anchors_plugin, min_level=1, max_level=6, slug_func=anchors.slug)
 
 
 _MD = _parser()
@@ -161,5 +167,7 @@ FLEET_NAV = [("fleet index", "index.html"), ("markdown", "fleet.md")]
 
 
 def version() -> str:
-    """markdown-it-py's version: part of the renderer stamp, since another version may render otherwise."""
-    return getattr(markdown_it, "__version__", "unknown")
+    """markdown-it-py's and mdit-py-plugins' versions: part of the renderer stamp, since another version may
+    render otherwise."""
+    plugins = getattr(mdit_py_plugins, "__version__", "unknown")
+    return f"{getattr(markdown_it, '__version__', 'unknown')}, mdit-py-plugins {plugins}"

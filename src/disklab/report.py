@@ -15,6 +15,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
@@ -24,6 +25,7 @@ import jinja2
 
 from disklab import (
     __version__,
+    anchors,
     answers,
     compare,
     fleet,
@@ -157,7 +159,7 @@ def workbench_split(audit_wb: object, run_wb: dict | None) -> dict | None:
     return {"audit": audit_wb, "run": run_wb, "differ": differ} if differ else None
 
 
-anchor = answers.anchor  # a section's anchor in the host report (``step-fsync_bench``)
+anchor = answers.anchor  # a section's id in the host report, from its heading (disklab.anchors)
 
 
 def run_of(doc: dict, latest: bool) -> dict:
@@ -268,7 +270,15 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         x = build_section(name, s, measured_source, host_dir / "plots")
         run = run_of(source, latest=path == doc_path)
         sections.append(
-            {"name": name, "anchor": anchor(name), "s": s, "x": x, "doc": measured_source, "run": run}
+            {
+                "name": name,
+                "anchor": anchor(name),
+                "heading": anchors.section_heading(name),
+                "s": s,
+                "x": x,
+                "doc": measured_source,
+                "run": run,
+            }
         )
     # the newest facts: an audit made after the last run shows the host as it is now
     audit_newer = audit is not None and (not doc or store.run_key(audit_path) > store.run_key(run_files[-1]))
@@ -302,7 +312,7 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         "since": since,
         "n_runs": n_runs,
         "runs_used": runs_used,
-        "absent": [(n, anchor(n)) for n in SECTION_ORDER if doc and n not in sources],
+        "absent": [(n, anchors.section_heading(n)) for n in SECTION_ORDER if doc and n not in sources],
         "durable_sync": {**sync, "run_id": fsync["run"]["run_id"] if fsync else None},
         "answers": answers.host_answers(sections, sync, runs_used),
         "unreadable_runs": unreadable,
@@ -434,21 +444,54 @@ def input_stamp(host_dir: Path, renderer: str) -> str:
     return digest.hexdigest()
 
 
+# A list item's first line (``- x``, ``* x``, ``+ x``, ``1. x``, ``1) x``), in a blockquote too (``> - x``).
+_LIST_ITEM = re.compile(r"^(?P<quote>(?:> ?)*)(?:[-*+]|[0-9]{1,9}[.)])(?: |$)")
+
+
+def _after_list(quote: str, line: str) -> str | None:
+    """What a line after a list item (in a blockquote when ``quote``, the item's ``> `` prefix) is:
+    ``"item"`` (another item), ``"more"`` (indented under the item), ``"blank"`` (blank, in the quote or
+    not: the item's paragraph ends there), or the line that must come before it to end the list (``""``,
+    or the quote's own ``>``): CommonMark reads any other text right after an item as the item's lazy
+    continuation, a paragraph inside the bullet."""
+    if _LIST_ITEM.match(line):
+        return "item"
+    mark = quote.rstrip()
+    if not line.strip():
+        return "blank"
+    if mark and not line.startswith(mark):
+        return ""
+    body = line[len(mark) :]
+    body = body[1:] if body.startswith(" ") and quote.endswith(" ") else body
+    if not body.strip():
+        return "blank"
+    if body.startswith((" ", "\t")):
+        return "more"
+    return mark
+
+
 def tidy_markdown(text: str) -> str:
-    """Blank lines around headings and tables, and no runs of blank lines.
+    """Blank lines around headings and tables, after lists, and no runs of blank lines.
 
     Section templates are included inside loops, and Jinja's whitespace
     control can glue a table or heading to the line before it, which stops
-    markdown renderers from seeing it as a table or heading.
+    markdown renderers from seeing it as a table or heading; a paragraph glued
+    to a list would be read as part of its last item (inside a blockquote, the
+    quote's own ``>`` line ends the list).
     """
     out: list[str] = []
     fenced = False
+    in_list: str | None = None  # the quote prefix of the list item the lines above belong to
     for line in text.splitlines():
         if line.startswith("```"):
             fenced = not fenced
         if fenced or line.startswith("```"):
             out.append(line)
+            in_list = None
             continue
+        after = _after_list(in_list, line) if in_list is not None else None
+        if after not in (None, "item", "more", "blank"):
+            out.append(after)
         prev = out[-1] if out else ""
         starts_block = line.startswith("#") or (line.startswith("|") and not prev.startswith("|"))
         ends_table = prev.startswith("|") and line.strip() and not line.startswith("|")
@@ -456,6 +499,11 @@ def tidy_markdown(text: str) -> str:
             out.append("")
         if line.strip() or (out and out[-1].strip()):
             out.append(line)
+        item = _LIST_ITEM.match(line)
+        if item:
+            in_list = item["quote"]
+        elif after != "more":
+            in_list = None
     return "\n".join(out).strip() + "\n"
 
 
