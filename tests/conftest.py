@@ -149,6 +149,18 @@ def unrendered_copy(rendered: Path, reports: Path) -> Path:
     return reports
 
 
+def collection_plugin(dotted: str):
+    """A plugin module of the checkout's collection imported as Ansible imports it, by its collection name
+    (``filter.result``: ansible_collections.disklab.lab.plugins.filter.result), through Ansible's collection
+    loader with the checkout's collections path (ansible.cfg) first."""
+    import importlib
+
+    from ansible.plugins.loader import init_plugin_loader
+
+    init_plugin_loader([str(REPO / "playbooks" / "collections")])
+    return importlib.import_module(f"ansible_collections.disklab.lab.plugins.{dotted}")
+
+
 def viewer_heading_ids(markdown: str) -> list[tuple[str, str]]:
     """(id, heading text) of each heading of a markdown page, in order, as GitHub's viewer makes them,
     written out here apart from disklab: the heading's text (backslash escapes, entities, code spans' and

@@ -5,7 +5,6 @@ host, the task and the first lines the command printed."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, TINY_SIZES
+from conftest import REPO, TINY_SIZES, collection_plugin
 from disklab import ship
 from disklab_host.common import result as result_line
 
@@ -147,12 +146,7 @@ def test_every_role_and_the_controller_tasks_read_the_line_with_the_collections_
 
 
 def test_the_filters_apply_the_host_modules_rule():
-    spec = importlib.util.spec_from_file_location(
-        "disklab_result_filter", REPO / "plugins" / "filter" / "result.py"
-    )
-    plugin = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plugin)
-    filters = plugin.FilterModule().filters()
+    filters = collection_plugin("filter.result").FilterModule().filters()  # as Ansible imports it
     obj = {"ok": True, "n": 3}
     out = {"rc": 0, "stdout": f"{BANNER}\n{WARNING}\n{result_line.line(obj)}\nShared connection closed.\n"}
     assert filters["result"](out) == obj == result_line.parse(out["stdout"])

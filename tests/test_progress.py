@@ -191,12 +191,9 @@ def test_write_status_records_the_running_step_atomically(tmp_path):
 
 def _collection_filters() -> dict:
     """The collection's filters (plugins/filter/result.py) by their full names, as Ansible finds them."""
-    import importlib.util
+    from conftest import collection_plugin
 
-    path = Path(__file__).resolve().parents[1] / "plugins" / "filter" / "result.py"
-    spec = importlib.util.spec_from_file_location("disklab_result_filters", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = collection_plugin("filter.result")
     return {f"disklab.lab.{name}": f for name, f in module.FilterModule().filters().items()}
 
 

@@ -5,22 +5,16 @@ through disklab_host.common.hostnames' one rule (``../x`` becomes ``%2E.%2Fx``),
 point a fetch outside the staging directory, and the store finds each host by the same rule::
 
     dest: "{{ lab_run_incoming_dir }}/{{ inventory_hostname | disklab.lab.host_file }}.json"
+
+The rule is the collection's own (plugins/plugin_utils/hostnames.py, a link to the host package's
+src/disklab_host/common/hostnames.py, standard library only), imported by its collection name: whatever
+``disklab_host`` the controller's Python path holds, this filter applies the rule of its own collection.
+Its documentation is plugins/filter/host_file.yml (``ansible-doc -t filter disklab.lab.host_file``).
 """
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-try:
-    from disklab_host.common import hostnames as _hostnames
-except ImportError:
-    # The collection on its own (ansible-galaxy install), or beside an older disklab_host that has no
-    # hostnames module: the collection's own src/ holds it, and it imports only the standard library.
-    _path = Path(__file__).resolve().parents[2] / "src" / "disklab_host" / "common" / "hostnames.py"
-    _spec = importlib.util.spec_from_file_location("_disklab_lab_hostnames", _path)
-    _hostnames = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_hostnames)
+from ansible_collections.disklab.lab.plugins.plugin_utils import hostnames as _hostnames
 
 
 def host_file(host) -> str:

@@ -9,18 +9,17 @@ one place the rule is written::
     __lab_run_result: "{{ __lab_run_out | disklab.lab.result }}"          # {} when there is no line
     __lab_run_result_line: "{{ __lab_run_out | disklab.lab.result_line }}"  # '' when there is none
     fail_msg: "{{ __lab_run_out | disklab.lab.no_result(inventory_hostname, 'the task') }}"
+
+The rule is the collection's own (plugins/plugin_utils/result.py, a link to the host package's
+src/disklab_host/common/result.py, standard library only), imported by its collection name: whatever
+``disklab_host`` the controller's Python path holds, these filters read the line as the hosts of their
+own collection write it. Their documentation is plugins/filter/result.yml, result_line.yml and
+no_result.yml (``ansible-doc -t filter disklab.lab.result``).
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-try:
-    from disklab_host.common import result as _result
-except ImportError:  # the collection on its own (ansible-galaxy install): its src/ holds the package
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-    from disklab_host.common import result as _result
+from ansible_collections.disklab.lab.plugins.plugin_utils import result as _result
 
 DOCUMENTATION_LINES = 5  # how many of a command's first lines a missing result's message shows
 

@@ -8,8 +8,10 @@ playbook-begin) prints its result as one line, :data:`MARKER` then compact
 JSON, and the reader takes exactly that line, ignoring whatever is around it.
 
 The roles and playbooks read it with :func:`parse` too, through the
-collection's filters (plugins/filter/result.py: ``disklab.lab.result``); the
-controller calls it directly. Standard library only.
+collection's filters (plugins/filter/result.py: ``disklab.lab.result``, which
+import this file through its link plugins/plugin_utils/result.py); the
+controller calls it directly. Standard library only, and no import of another
+disklab_host module: the collection loads this file on its own.
 """
 
 from __future__ import annotations
