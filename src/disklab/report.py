@@ -34,6 +34,7 @@ from disklab import (
     predictions,
     store,
     stored,
+    verdicts,
 )
 from disklab.fsio import atomic_write_text
 from disklab.units import FILTERS
@@ -87,6 +88,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(FILTERS)
     env.filters["figure"] = compare.format_value
+    env.filters["verdict_sentence"] = verdicts.sentence
     env.filters.update(markup.FILTERS)  # every string from an inventory or a host is escaped where it lands
     return env
 
@@ -300,6 +302,8 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         "failure": failure,
         "sections": sections,
         "since": since,
+        "since_shown": [g for g in since["figures"] if compare.shown(g)] if since else [],
+        "since_noise": compare.noise_recorded(since) if since else {},
         "n_runs": n_runs,
         "runs_used": runs_used,
         "absent": [(n, anchor(n)) for n in SECTION_ORDER if doc and n not in sources],

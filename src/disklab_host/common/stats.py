@@ -37,3 +37,18 @@ def spread(samples: list[float]) -> dict:
     """Median, min and max of repeated samples (any unit; the caller names it)."""
     s = sorted(samples)
     return {"n": len(s), "median": percentile(s, 50), "min": s[0], "max": s[-1]}
+
+
+# How many rounds a list of consecutive calls is split into (fsync_bench's rounds): each round's median is
+# one test unit when two runs are compared (disklab.verdicts), so ten a side can reach p ~ 1e-5.
+ROUNDS = 10
+
+
+def round_sizes(n: int, rounds: int = ROUNDS) -> list[int]:
+    """``n`` consecutive samples split into at most ``rounds`` rounds, the first ones one longer where it
+    does not divide (1000 -> ten of 100; 25 -> five of 3 and five of 2). Raises ValueError for n < 1."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"round_sizes needs n >= 1 samples, got {n!r}")
+    k = min(rounds, n)
+    base, extra = divmod(n, k)
+    return [base + (1 if i < extra else 0) for i in range(k)]
