@@ -154,14 +154,7 @@ def _median(values: list[float]) -> float:
     return percentile(sorted(values), 50)
 
 
-def _unit_noise(found: list[list | None], word: str) -> tuple[tuple[str | None, ...] | None, str | None]:
-    """(flags, summary) of the units' disturbance lists (disklab.noise.disturbances; None: not recorded)."""
-    if all(f is None for f in found):
-        return None, noise.summary(found, word)
-    return tuple(noise.flag(f) for f in found), noise.summary(found, word)
-
-
-def test_units(samples: list[float], container: object) -> tuple[str, tuple, tuple | None, str | None]:
+def units_of(samples: list[float], container: object) -> tuple[str, tuple, tuple | None, str | None]:
     """(unit kind, units, flags, noise summary) of a samples list found in ``container`` (its dict).
 
     ``rounds`` in the container that cover the list exactly give one unit per round (a round of one is
@@ -181,7 +174,7 @@ def test_units(samples: list[float], container: object) -> tuple[str, tuple, tup
         kind = "samples" if all(r["count"] == 1 for r in rounds) else "batches"
         units = tuple(_median(samples[r["first"] : r["first"] + r["count"]]) for r in rounds)
         found = [noise.disturbances(r.get("io_record"), r.get("noise"), r.get("time_split")) for r in rounds]
-        flags, summary = _unit_noise(found, "rounds" if kind == "batches" else "samples")
+        flags, summary = noise.flags_of(found, "rounds" if kind == "batches" else "samples")
         return kind, units, flags, summary
     if len(samples) > BATCH_OVER:
         sizes = round_sizes(len(samples))
@@ -318,7 +311,7 @@ def _generic(experiments: dict) -> list[Figure]:
     out = []
     for path, _, samples, container in _walk(tree, "experiments", ()):
         unit = unit_of(path)
-        kind, units, flags, summary = test_units(samples, container)
+        kind, units, flags, summary = units_of(samples, container)
         out.append(
             Figure(
                 key=path,
@@ -377,7 +370,7 @@ def _load(section: dict) -> list[Figure]:
             if stage in RSS_STAGES:
                 what += (("peak_rss_bytes", "peak RSS", "bytes", "peak_rss"),)
             found = [noise.disturbances(st.get("io"), st.get("noise"), st.get("time_split")) for st in ok]
-            flags, summary = _unit_noise(found, "samples")
+            flags, summary = noise.flags_of(found, "samples")
             for fld, word, unit, measure in what:
                 values = [st[fld] for st in ok]
                 out.append(
@@ -427,7 +420,7 @@ def _ceiling(section: object) -> list[Figure]:
             continue
         values = [r["mib_s"] for r in runs]
         found = [noise.disturbances(r.get("io"), r.get("noise"), r.get("time_split")) for r in runs]
-        flags, summary = _unit_noise(found, "reads")
+        flags, summary = noise.flags_of(found, "reads")
         out.append(
             Figure(
                 key=f"experiments.ceiling.{stem}_mib_s",
@@ -492,3 +485,19 @@ def extract(doc: dict, experiments: tuple[str, ...] | None = None) -> list[Figur
 
 def by_key(figures: list[Figure]) -> dict[str, Figure]:
     return {f.key: f for f in figures}
+
+
+def noise_of(doc: dict, experiment: str) -> dict:
+    """What one step's figures say of the host's noise in a run: ``{"recorded": bool, "busy": [{"name",
+    "summary"}]}``, ``busy`` listing the samples figures with units run while the host was busy (their
+    disklab.noise summary; figures of the same units in one entry, their names joined); ``recorded``
+    False when no figure of the step recorded any noise."""
+    found = [f for f in extract(doc, experiments=(experiment,)) if f.kind == SAMPLES]
+    busy: dict[str, list[str]] = {}
+    for f in found:
+        if f.n_disturbed:
+            busy.setdefault(f.noise_summary, []).append(f.name)
+    return {
+        "recorded": any(f.flags is not None for f in found),
+        "busy": [{"name": "; ".join(names), "summary": summary} for summary, names in busy.items()],
+    }

@@ -149,3 +149,11 @@ def summary(per_unit: list[list[Disturbance] | None], word: str = "samples") -> 
     words = "; ".join(worst[k].words for k in KINDS if k in worst)
     worst_of = "at worst, " if len(busy) > 1 else ""
     return f"{len(busy)} of {len(per_unit)} {word} ran while the host was busy ({worst_of}{words})"
+
+
+def flags_of(found: list[list[Disturbance] | None], word: str = "samples") -> tuple[tuple | None, str | None]:
+    """(flags, summary) of a side's units from their :func:`disturbances`: the flags per unit (None as a
+    whole when no unit's noise was recorded) and :func:`summary`'s sentence."""
+    if all(f is None for f in found):
+        return None, summary(found, word)
+    return tuple(flag(f) for f in found), summary(found, word)

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from disklab import ranktests
+from disklab_host.common.stats import median_interval, percentile
 
 CHANGED, NO_CHANGE, INCONCLUSIVE, DISTURBED = "changed", "no change", "inconclusive", "disturbed"
 VERDICTS = (CHANGED, NO_CHANGE, INCONCLUSIVE, DISTURBED)
@@ -114,6 +115,8 @@ class Pair:
     measure: str
     units: str = "samples"
     extra: dict = field(default_factory=dict)
+    # what the two sides are called where a verdict names them (two cells of one run, two hosts)
+    names: tuple[str, str] = ("old run", "new run")
 
 
 def min_effect(measure: str, overrides: dict[str, float] | None = None) -> float:
@@ -303,8 +306,8 @@ def _verdict(
         "new": _noise_words(pair.new, used_quiet),
         "judged_on": "undisturbed" if used_quiet else "all",
         "reasons": [
-            f"{name} run: {side.summary}"
-            for name, side in (("old", pair.old), ("new", pair.new))
+            f"{name}: {side.summary}"
+            for name, side in zip(pair.names, (pair.old, pair.new), strict=True)
             if side.disturbed() and side.summary
         ],
     }
@@ -459,6 +462,65 @@ def sentence(j: dict) -> str:
     judged = "; judged on the undisturbed units" if j["noise"]["judged_on"] == "undisturbed" else ""
     busy = "".join(f"; {r}" for r in j["noise"]["reasons"])
     return f"{head} ({interval_text(j)}; {j['test']}; {n}{q}; {t}{judged}{tail}{busy})"
+
+
+def _short_test(j: dict) -> str:
+    return "exact Mann–Whitney" if j["test"].startswith("exact") else "Mann–Whitney, normal approximation"
+
+
+def brief(j: dict) -> str:
+    """The verdict in a few words for a sentence of the report: the verdict, the ratio, its interval,
+    n and the test; what would decide an inconclusive one; why a disturbed one is not called."""
+    n = f"n = {j['n_old']} a side" if j["n_old"] == j["n_new"] else f"n = {j['n_old']} and {j['n_new']}"
+    if j["test"] is None:
+        busy = f" ({j['noise']['reasons'][0]})" if j["noise"]["reasons"] else ""
+        return f"{j['verdict']}: {j['why']}{busy}"
+    interval = interval_text(j)
+    if j["verdict"] == CHANGED:
+        q = f", q = {j['q']:.2g}" if j["q"] is not None else ""
+        return f"changed: {ratio_text(j['ratio'])} {j['words']} ({interval}; {_short_test(j)}, {n}{q})"
+    if j["verdict"] == NO_CHANGE:
+        return f"no change beyond ±{_pct(j['min_effect'])} ({ratio_text(j['ratio'])}, {interval}; {n})"
+    if j["verdict"] == DISTURBED:
+        busy = f"; {j['noise']['reasons'][0]}" if j["noise"]["reasons"] else ""
+        return f"disturbed: not called changed, the host was busy ({ratio_text(j['ratio'])}{busy})"
+    need = f"more than {NEEDED_CAP}" if j["needed_n"] > NEEDED_CAP else f"about {j['needed_n']}"
+    if j["low"] is None or j["smallest_p"] > 1 - j["level"]:
+        return f"inconclusive: {n} cannot decide ({ratio_text(j['ratio'])}; {need} a side would)"
+    return f"inconclusive ({ratio_text(j['ratio'])}, {interval}; {n}; {need} a side would decide)"
+
+
+def against_value(units: Sequence[float], value: float, factor: float, level: float = LEVEL) -> dict:
+    """Whether a figure's median is within ``factor`` of a given value (a prediction), judged on the
+    median's distribution-free interval (disklab_host.common.stats.median_interval of its units).
+
+    Returns ``{"verdict": "within" | "above" | "below" | "undecided", "ratio" (median / value), "low",
+    "high" (the interval over the value), "coverage", "n"}``: ``within`` when the whole interval lies
+    within value/factor..value·factor, ``above``/``below`` when it lies wholly beyond, ``undecided``
+    when it straddles a bound. Below 6 units the interval is their whole range, whose coverage is under
+    95 % (75 % at 3): the answer says so. Raises ValueError for no units or a value not above 0.
+    """
+    if not value > 0:
+        raise ValueError(f"the value must be above 0, got {value!r}")
+    ci = median_interval(list(units), level)
+    med = percentile(sorted(units), 50)
+    lo, hi = ci["low"] / value, ci["high"] / value
+    if 1 / factor <= lo and hi <= factor:
+        verdict = "within"
+    elif lo > factor:
+        verdict = "above"
+    elif hi < 1 / factor:
+        verdict = "below"
+    else:
+        verdict = "undecided"
+    return {
+        "verdict": verdict,
+        "ratio": med / value,
+        "low": lo,
+        "high": hi,
+        "coverage": ci["coverage"],
+        "n": ci["n"],
+    }
 
 
 def expected_false_calls(n_judged: int, fdr: float = FDR) -> str:
