@@ -28,7 +28,7 @@ from pathlib import Path
 from common import judged_part, pair_orders, run_fio
 
 from disklab_host.cache import pagecache as cache
-from disklab_host.common import iorecord
+from disklab_host.common import sampling
 from disklab_host.common.units import MIB
 from disklab_host.steps import ceiling
 
@@ -42,7 +42,7 @@ def _disklab(path: Path, streams: int, block: int) -> dict:
     before = cache.cache_state(path)["fraction"]
     fd, mode = ceiling.open_for_parallel(path, "Linux", True)
     try:
-        read = ceiling.parallel_read(path, fd, streams, block, iorecord.Recorder(str(path)))
+        read = ceiling.parallel_read(path, fd, streams, block, sampling.Interval(str(path)))
     finally:
         os.close(fd)
     if read["bytes"] != path.stat().st_size:

@@ -15,7 +15,7 @@ from disklab import figures, report
 from disklab.sections import ceiling as section_mod
 from disklab.sections import evidence
 from disklab_host import registry
-from disklab_host.common import iorecord
+from disklab_host.common import sampling
 from disklab_host.steps import ceiling
 
 REPO = Path(__file__).resolve().parent.parent
@@ -166,7 +166,7 @@ def test_the_macos_path_opens_without_o_direct_and_sets_f_nocache(tmp_path, monk
     fake = FakeFcntl()
     fd, mode = ceiling.open_for_parallel(path, "Darwin", True, fake)
     try:
-        read = ceiling.parallel_read(path, fd, 2, MIB, iorecord.Recorder(str(tmp_path)))
+        read = ceiling.parallel_read(path, fd, 2, MIB, sampling.Interval(str(tmp_path)))
     finally:
         os.close(fd)
     assert mode == "F_NOCACHE" and fake.calls == [(48, 1)] and not flags[0] & os.O_DIRECT

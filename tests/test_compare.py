@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from disklab import compare
+from disklab import compare, verdicts
 from disklab.compare import (
     CHANGED,
-    TOO_FEW,
-    WITHIN_NOISE,
+    DISTURBED,
+    INCONCLUSIVE,
+    NO_CHANGE,
     compare_runs,
     find_previous_run,
     render_compare_text,
@@ -60,10 +61,15 @@ def test_unavailable_facts_are_values_and_missing_ones_say_so(runs):
     assert changes["profile"] == ("quick", "full")
 
 
-def test_identical_samples_are_within_noise(runs):
+def test_identical_but_widely_spread_samples_do_not_prove_no_change(runs):
+    """Five identical samples a side spread from 900 ns to 2.5 µs: the interval of the ratio is wider than
+    ±10 %, so "no change" is not shown either; the verdict says how many a side would decide."""
     f = _figure(compare_runs(*runs), "experiments.fsync_bench.modes[mode=write].samples_ns")
-    assert f["verdict"] == WITHIN_NOISE and f["direction"] is None
-    assert f["ratio"] == 1.0 and f["unit"] == "ns"
+    assert f["verdict"] == INCONCLUSIVE and f["direction"] is None
+    assert f["ratio"] == 1.0 and f["median_ratio"] == 1.0 and f["p"] == pytest.approx(1.0)
+    assert f["low"] < 1 / 1.1 and f["high"] > 1.1  # the 95 % interval crosses ±T
+    assert "the interval crosses ±10 %" in f["why"] and f["needed_n"] > 5
+    assert f["unit"] == "ns" and f["measure"] == "latency" and (f["n_old"], f["n_new"]) == (5, 5)
     assert (
         f["old"]
         == f["new"]
@@ -71,51 +77,74 @@ def test_identical_samples_are_within_noise(runs):
     )
 
 
-def test_overlapping_samples_with_other_medians_are_within_noise(runs):
+def test_identical_tight_samples_are_no_change(runs):
+    old, new = copy.deepcopy(runs[0]), copy.deepcopy(runs[1])
+    for doc in (old, new):
+        doc["experiments"]["fsync_bench"]["modes"][0]["samples_ns"] = [1000, 1001, 1002, 1003, 1004]
+    f = _figure(compare_runs(old, new), "experiments.fsync_bench.modes[mode=write].samples_ns")
+    assert f["verdict"] == NO_CHANGE and 1 / 1.1 < f["low"] <= 1 <= f["high"] < 1.1
+
+
+def test_three_samples_a_side_are_inconclusive_whatever_they_show(runs):
     f = _figure(compare_runs(*runs), "experiments.big_write.write_samples_mib_s")
-    assert f["old"]["median"] != f["new"]["median"]
-    assert f["verdict"] == WITHIN_NOISE and f["unit"] == "mib_s"
+    assert f["old"]["median"] != f["new"]["median"] and f["measure"] == "rate"
+    assert f["verdict"] == INCONCLUSIVE and f["low"] is None  # no 95 % interval at 3 a side
+    assert f["smallest_p"] == pytest.approx(0.1)
+    assert "n = 3 a side cannot reach p < 0.05 (its smallest exact p is 0.1)" in f["why"]
     assert "p99" not in f["old"]  # percentiles only for latency units
 
 
-def test_disjoint_samples_are_changed_with_their_direction_and_ratio(runs):
+def test_disjoint_samples_are_changed_with_their_direction_ratio_and_interval(runs):
     f = _figure(compare_runs(*runs), "experiments.fsync_bench.modes[mode=fsync].samples_ns")
     assert f["old"]["max"] < f["new"]["min"]
-    assert f["test"] == compare.RANGES and f["p_value"] is None  # n=5: the range rule
-    assert f["verdict"] == CHANGED and f["direction"] == "up"
-    assert f["ratio"] == pytest.approx(530000 / 215000)
+    assert f["measure"] == "durable_sync" and f["min_effect"] == verdicts.MIN_EFFECT["durable_sync"]
+    assert f["test"].startswith("exact Mann–Whitney U") and f["p"] == pytest.approx(2 / 252)
+    assert f["q"] <= verdicts.FDR
+    assert f["verdict"] == CHANGED and f["direction"] == "up" and f["words"] == "slower"
+    assert f["median_ratio"] == pytest.approx(530000 / 215000)
+    assert f["low"] < f["ratio"] < f["high"] and f["low"] > 1 + f["min_effect"]
     swapped = _figure(compare_runs(runs[1], runs[0]), f["path"])
-    assert swapped["verdict"] == CHANGED and swapped["direction"] == "down"
+    assert swapped["verdict"] == CHANGED and swapped["direction"] == "down" and swapped["words"] == "faster"
 
 
-def test_single_samples_get_no_verdict_and_one_sided_figures_are_listed(runs):
+def test_single_samples_are_inconclusive_and_one_sided_figures_are_listed(runs):
     cmp = compare_runs(*runs)
     few = _figure(cmp, "experiments.big_write.fsync_samples_s")
-    assert (few["verdict"], few["test"], few["p_value"]) == (TOO_FEW, None, None)
+    assert (few["verdict"], few["low"], few["q"] > verdicts.FDR) == (INCONCLUSIVE, None, True)
     assert cmp["figures_only_old"] == ["experiments.crash.kill_samples_s"]
     assert cmp["figures_only_new"] == []
     assert cmp["section_changes"] == [{"name": "crash", "old": "ok", "new": "failed"}]
     # summaries and wall times are not sample lists
     assert not [f for f in cmp["figures"] if "summary" in f["path"] or "step_wall" in f["path"]]
+    assert cmp["counts"] == {
+        "changed": 1, "no_change": 0, "inconclusive": 3, "disturbed": 0, "judged": 4,
+        "large_undecided": 0, "cannot_decide": 2, "verdicts_changed": 0,
+    }  # fmt: skip
 
 
-def test_rendered_text_shows_facts_verdicts_and_units(runs):
-    text = render_compare_text(compare_runs(*runs))
+def test_rendered_text_states_the_test_n_interval_and_shows_only_what_matters(runs):
+    cmp = compare_runs(*runs)
+    text = render_compare_text(cmp)
     assert "Run 20261101T090000Z-a1 -> 20261128T090000Z-b2 on host node1" in text
     assert "facts.kernel.release: 6.1.0-26-amd64 -> 6.12.9-amd64" in text
     assert "facts.vm.dirty_expire_centisecs: 3000 -> 1500" in text
     assert "experiment crash: ok -> failed" in text
-    assert "do not overlap" in text  # the rule is stated
-    fsync = next(line for line in text.splitlines() if "modes[mode=fsync].samples_ns)" in line)
-    assert fsync.startswith("  fsync_bench · fsync · latency (experiments.fsync_bench.modes[mode=fsync]")
-    assert "median 215.0 µs -> 530.0 µs (2.5×)" in fsync
-    assert fsync.endswith("ranges do not overlap: changed, up")
-    write = next(line for line in text.splitlines() if "modes[mode=write].samples_ns)" in line)
-    assert "range 900 ns..2.5 µs (n=5)" in write and write.endswith("ranges overlap: within noise")
-    assert "big_write · write rate (experiments.big_write.write_samples_mib_s)" in text
-    assert "1,900 MiB/s -> 1,850 MiB/s" in text
-    assert "too few samples to judge: big_write · fsync time" in text
-    assert "only in the old run: experiments.crash.kill_samples_s" in text
+    assert "Figures: 4 judged: 1 changed, 0 disturbed, 0 no change" in text
+    assert "Hodges–Lehmann ratio (new/old) with its 95 % interval" in text  # the test is stated
+    assert "durable sync latency ±25 %" in text and "peak RSS ±2 %" in text  # T per kind
+    assert "Benjamini–Hochberg at q = 0.05 over 4 judged figures" in text
+    fsync = next(line for line in text.splitlines() if line.startswith("  fsync_bench · fsync · latency"))
+    assert "215.0 µs -> 530.0 µs" in fsync and "changed, slower" in fsync and "5/5 samples" in fsync
+    assert "2.47× (" in fsync and "exact, p = 0.0079" in fsync
+    # no change and small undecided effects are not listed by default; --all lists them
+    assert "fsync_bench · write · latency" not in text
+    assert "Not shown: 3 figure(s)" in text
+    every = render_compare_text(cmp, show_all=True)
+    write = next(line for line in every.splitlines() if line.startswith("  fsync_bench · write · latency"))
+    assert "inconclusive" in write and "1.000× (" in write and "5/5 samples" in write
+    assert (
+        "big_write · fsync time" in every and "only in the old run: experiments.crash.kill_samples_s" in every
+    )
 
 
 def test_schema_versions_must_match(runs):
@@ -164,7 +193,7 @@ def test_compare_never_imports_torch():
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
-# --- the rank test for figures with many samples -------------------------------------------------
+# --- many samples: consecutive rounds, not a thousand independent draws ----------------------------------
 
 
 def _latencies_ns(seed: int, n: int, median_ns: float, outliers_ns: tuple[int, ...] = ()) -> list[int]:
@@ -185,81 +214,97 @@ def _runs_with(runs, old_samples: list[int], new_samples: list[int]) -> tuple[di
 FDATASYNC = "experiments.fsync_bench.modes[mode=fdatasync].samples_ns"
 
 
-def test_many_identical_samples_are_within_noise(runs):
+def test_a_thousand_samples_are_judged_on_ten_rounds_of_consecutive_calls(runs):
     samples = _latencies_ns(1, 1000, 331_700, outliers_ns=(52_800_000,))
     f = _figure(compare_runs(*_runs_with(runs, samples, list(samples))), FDATASYNC)
-    assert f["test"] == compare.RANK_TEST and f["p_value"] == pytest.approx(1.0)
-    assert f["verdict"] == WITHIN_NOISE and f["direction"] is None
+    assert (f["units"], f["n_old"], f["n_new"]) == ("batches", 10, 10)
+    assert f["verdict"] == NO_CHANGE and f["p"] == pytest.approx(1.0)
 
 
-def test_a_shifted_distribution_with_one_outlier_is_changed(runs):
+def test_a_large_shift_over_many_samples_is_changed(runs):
     """The user's case: median 331.7 µs -> 228.9 µs over 1000 samples, one 52.8 ms outlier in the old run."""
     old = _latencies_ns(2, 1000, 331_700, outliers_ns=(52_800_000,))
     new = _latencies_ns(3, 1000, 228_900)
     f = _figure(compare_runs(*_runs_with(runs, old, new)), FDATASYNC)
     assert f["new"]["min"] < f["old"]["max"] and f["old"]["min"] < f["new"]["max"]  # ranges overlap
-    assert f["test"] == compare.RANK_TEST and f["p_value"] < 1e-10
-    assert f["verdict"] == CHANGED and f["direction"] == "down"
+    assert f["p"] == pytest.approx(2 / math.comb(20, 10))  # every new round below every old one
+    assert f["verdict"] == CHANGED and f["direction"] == "down" and f["words"] == "faster"
     assert f["label"] == "fsync_bench · fdatasync · latency"
-    assert f["judged_by"].startswith("Mann-Whitney U p=")
 
 
-def test_a_tiny_shift_over_many_samples_is_within_noise(runs):
+def test_a_significant_shift_below_the_minimum_effect_is_no_change(runs):
+    """1 % slower over 20,000 samples: significant, but under T, and its interval lies inside ±T."""
     old = _latencies_ns(4, 20_000, 300_000)
-    new = _latencies_ns(5, 20_000, 303_000)  # 1 % slower
+    new = _latencies_ns(5, 20_000, 303_000)
     f = _figure(compare_runs(*_runs_with(runs, old, new)), FDATASYNC)
-    assert f["p_value"] < compare.ALPHA  # significant, but smaller than the stated minimum effect
-    assert abs(f["ratio"] - 1) < compare.MIN_EFFECT
-    assert f["verdict"] == WITHIN_NOISE
+    assert f["verdict"] == NO_CHANGE
+    assert 1 / 1.25 < f["low"] <= f["high"] < 1.25
 
 
-def test_the_range_rule_still_judges_when_one_side_is_small(runs):
-    old = _latencies_ns(6, 1000, 331_700, outliers_ns=(52_800_000,))
-    new = _latencies_ns(7, compare.RANK_TEST_MIN_SAMPLES - 1, 228_900)
-    f = _figure(compare_runs(*_runs_with(runs, old, new)), FDATASYNC)
-    assert f["test"] == compare.RANGES and f["verdict"] == WITHIN_NOISE
+# --- the noise of every sample ------------------------------------------------------------------------
 
 
-def _exact_two_sided_p(n1: int, n2: int, u: float) -> float:
-    """Exact P(|U - n1*n2/2| >= |u - n1*n2/2|) without ties, by counting rank arrangements."""
-    # counts[i][j][k]: arrangements of i values of a and j of b with U (pairs a > b) = k
-    counts = {(0, 0): {0: 1}}
-    for i in range(n1 + 1):
-        for j in range(n2 + 1):
-            if i == j == 0:
-                continue
-            c: dict[int, int] = {}
-            if i:  # the largest value is from a: it beats all j values of b
-                for k, v in counts[(i - 1, j)].items():
-                    c[k + j] = c.get(k + j, 0) + v
-            if j:
-                for k, v in counts[(i, j - 1)].items():
-                    c[k] = c.get(k, 0) + v
-            counts[(i, j)] = c
-    dist = counts[(n1, n2)]
-    mid = n1 * n2 / 2
-    return sum(v for k, v in dist.items() if abs(k - mid) >= abs(u - mid)) / sum(dist.values())
+def _rounds(n_rounds: int, per: int, busy: set[int]) -> list[dict]:
+    """fsync_bench-style rounds of ``per`` 4 KiB writes in 20 ms; those in ``busy`` ran while the device also
+    read 16 MiB for another process."""
+    out = []
+    for i in range(n_rounds):
+        other = 16 * (1 << 20) if i in busy else 0
+        out.append(
+            {
+                "first": i * per,
+                "count": per,
+                "io_record": {
+                    "process": {"read_bytes": 0, "write_bytes": per * 4096},
+                    "device": {"read_bytes": other, "written_bytes": 2 * per * 4096},
+                    "faults": {"major": 0, "minor": 0},
+                },
+                "noise": {
+                    "interval_s": 0.02,
+                    "pressure": {},
+                    "cpu": {},
+                    "swap": {"in_pages": 0, "out_pages": 0},
+                },
+                "time_split": {"wall_s": 0.02, "user_s": 0.001, "system_s": 0.002, "waiting_s": 0.0},
+            }
+        )
+    return out
 
 
-def test_mann_whitney_u_matches_the_exact_distribution_and_handles_ties():
-    rng = random.Random(8)
-    a = [rng.gauss(0, 1) for _ in range(20)]
-    b = [rng.gauss(0.8, 1) for _ in range(20)]
-    u, p = compare.mann_whitney_u(a, b)
-    assert u == sum(x > y for x in a for y in b)  # U counts the pairs a wins
-    assert p == pytest.approx(_exact_two_sided_p(20, 20, u), abs=0.005)
-    assert compare.mann_whitney_u(b, a)[1] == pytest.approx(p)  # two-sided: symmetric
-    # fully separated, n=20 each: U=0, z=(200-0.5)/sqrt(20*20*41/12)
-    assert compare.mann_whitney_u(list(range(20)), list(range(20, 40)))[1] == pytest.approx(
-        math.erfc((200 - 0.5) / math.sqrt(400 * 41 / 12) / math.sqrt(2))
-    )
-    assert compare.mann_whitney_u([7] * 30, [7] * 30) == (450.0, 1.0)  # all tied: no evidence
-    # ties shrink the variance: tied data give a smaller p than the same ranks untied would
-    tied_a, tied_b = [1] * 10 + [2] * 10, [2] * 10 + [3] * 10
-    _, p_tied = compare.mann_whitney_u(tied_a, tied_b)
-    assert 0 < p_tied < compare.mann_whitney_u(list(range(20)), list(range(10, 30)))[1]
-    with pytest.raises(ValueError, match="both sides"):
-        compare.mann_whitney_u([], [1])
+def test_a_run_slowed_by_other_io_is_disturbed_not_changed(runs):
+    old = _latencies_ns(6, 1000, 200_000)
+    new = _latencies_ns(7, 1000, 2_000_000)  # ten times slower, every round beside another process's reads
+    o, n = _runs_with(runs, old, new)
+    o["experiments"]["fsync_bench"]["modes"][-1]["rounds"] = _rounds(10, 100, set())
+    n["experiments"]["fsync_bench"]["modes"][-1]["rounds"] = _rounds(10, 100, set(range(10)))
+    cmp = compare_runs(o, n)
+    f = _figure(cmp, FDATASYNC)
+    assert f["verdict"] == DISTURBED and f["direction"] == "up" and f["test"] is None
+    assert compare.n_changed(cmp) == 1  # the fixture's own fsync figure, not this one
+    assert {k: f["noise"][k] for k in ("old", "new", "judged_on")} == {
+        "old": "quiet",
+        "new": "10 of 10 disturbed",
+        "judged_on": "undisturbed",
+    }
+    # 16 MiB read beside each round's 400 KiB of writes, less the journal's allowance, in 20 ms
+    other = (16 * 2**20 + 2 * 400 * 1024 - 400 * 1024 - 4 * 400 * 1024) / 2**20 / 0.02
+    assert f["noise"]["reasons"] == [
+        f"new run: 10 of 10 rounds ran while the host was busy (at worst, the device served {other:,.0f} "
+        "MiB/s of other I/O)"
+    ]
+    text = render_compare_text(cmp)
+    assert "disturbed (slower)" in text and f"{other:,.0f} MiB/s of other I/O" in text
+
+
+def test_a_change_seen_on_the_quiet_rounds_too_is_changed(runs):
+    old = _latencies_ns(8, 1000, 200_000)
+    new = _latencies_ns(9, 1000, 2_000_000)
+    o, n = _runs_with(runs, old, new)
+    o["experiments"]["fsync_bench"]["modes"][-1]["rounds"] = _rounds(10, 100, set())
+    n["experiments"]["fsync_bench"]["modes"][-1]["rounds"] = _rounds(10, 100, {0, 1, 2})
+    f = _figure(compare_runs(o, n), FDATASYNC)
+    assert f["verdict"] == CHANGED and (f["n_old"], f["n_new"]) == (10, 7)
+    assert f["noise"]["judged_on"] == "undisturbed" and f["noise"]["new"] == "3 of 10 disturbed"
 
 
 # --- readable figures --------------------------------------------------------------------------
@@ -302,15 +347,19 @@ def test_format_value_keeps_nanoseconds_below_a_microsecond():
     assert compare.format_value(52_800_000, "ns") == "52.8 ms"
 
 
-def test_the_report_section_names_labels_tests_and_too_few_figures(runs):
+def test_the_report_section_names_the_verdict_the_test_n_and_the_interval(runs):
     from disklab import report
 
     old = _latencies_ns(2, 1000, 331_700, outliers_ns=(52_800_000,))
     new = _latencies_ns(3, 1000, 228_900)
     cmp = compare_runs(*_runs_with(runs, old, new))
-    text = report.environment().get_template("since.md.j2").render(since=cmp)
-    assert "Rule: with fewer than 20 samples" in text and "Mann-Whitney U" in text
+    shown = [g for g in cmp["figures"] if compare.shown(g)]
+    text = (
+        report.environment()
+        .get_template("since.md.j2")
+        .render(since=cmp, since_shown=shown, since_noise=compare.noise_recorded(cmp))
+    )
+    assert "Benjamini–Hochberg at q = 0.05" in text and "Hodges–Lehmann" in text
     row = next(line for line in text.splitlines() if line.startswith("| fsync_bench · fdatasync · latency"))
-    assert f"(`{FDATASYNC}`)" in row and "| 0.7× |" in row and "Mann-Whitney U p=" in row
-    assert "Too few samples to judge (1, fewer than 2 in a run): big_write · fsync time." in text
-    assert "fsync_bench · write · latency (ranges overlap)" in text
+    assert "changed: 0.69× faster" in row and "n = 10 batches a side" in row and "95 % interval" in row
+    assert "docs/statistics.md" in text

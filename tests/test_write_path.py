@@ -432,7 +432,7 @@ def test_big_write_on_linux_is_unchanged(workbench, fsync_events):
     s = big_write.run({"sizes": {"big_write_mib": 1}, "system": "Linux"}, workbench, fcntl_mod=fake)
     assert fake.calls == []
     assert fsync_events == ["fsync"] * (big_write.WARMUP_REPEATS + big_write.REPEATS + 1)
-    assert set(s) == BIG_WRITE_KEYS_BEFORE | {"system", "durable_call"}
+    assert set(s) == BIG_WRITE_KEYS_BEFORE | {"system", "durable_call", "rounds"}
     assert s["system"] == "Linux" and s["durable_call"] == "fsync"
     one = big_write.write_then_fsync(workbench / "x.bin", b"x" * 4096, system="Linux", fcntl_mod=fake)
     assert set(one) == {"write_s", "fsync_s", "write_calls", "write_io", "fsync_io", "durable_call"}

@@ -12,9 +12,9 @@ disklab.markup (``md``, ``code``); the lines are markdown, each linking to its s
 
 from __future__ import annotations
 
-from disklab import anchors, figures
+from disklab import anchors, figures, verdicts
 from disklab.markup import code, md
-from disklab.sections import evidence
+from disklab.sections import evidence, load_time
 from disklab.units import ibytes, ns, pct, ratio, secs, us
 
 # At most this many lines: the answers have to fit the top of the page.
@@ -262,7 +262,28 @@ def _biggest_weights(
 
 
 def _cell(f: figures.Figure) -> str:
-    return md(figures.cell_name(f.method, f.file, f.populate))
+    return md(_plain_cell(f))
+
+
+def _plain_cell(f: figures.Figure) -> str:
+    return figures.cell_name(f.method, f.file, f.populate)
+
+
+def _split_quote(sec: dict, cold: figures.Figure) -> str | None:
+    """Where a cold load's time went, from the load section's time split (its median sample at
+    all_touched): the mapped torch.load-mmap against the eager torch.load on the big file where both ran
+    (the lesson's "mmap is not faster disk", measured), else this answer's own cell, cold and warm:
+    ``cold torch.load-mmap ... spent 0.61 s of 0.98 s blocked on I/O, in 64,000 major faults``; None
+    when this run recorded no split."""
+    rows = (sec.get("x") or {}).get("time_split") or []
+    whats = list(dict.fromkeys(r["what"] for r in rows if r["cache_state"] == "cold"))
+    mapped = [w for w in whats if w.startswith("torch.load-mmap") and "big" in w]
+    eager = [w for w in whats if w.startswith("torch.load ") and "big" in w]
+    if mapped and eager:
+        said = [q for w in (mapped[0], eager[0]) if (q := load_time.quote(rows, w, "cold"))]
+    else:
+        said = [q for c in ("cold", "warm") if (q := load_time.quote(rows, _plain_cell(cold), c))]
+    return "; ".join(said) if said else None
 
 
 def _rss(found: list[figures.Figure], f: figures.Figure, section: dict) -> str:
@@ -306,44 +327,69 @@ def _load_lines(sec: dict, anchor: str) -> list[dict]:
     pairs.sort(
         key=lambda p: (p[0].method != "torch.load", p[0].populate is not None, -sizes.get(p[0].file, 0))
     )
+    # every comparison these lines make is judged in one family (disklab.verdicts): cold against warm
+    # first, then each fastest method against the next fastest at its stage and cache state
+    wanted: list[verdicts.Pair] = []
     if pairs:
         cold, warm = pairs[0]
+        wanted.append(verdicts.Pair(warm.side(), cold.side(), "load_time", names=("warm", "cold")))
+    fastest = []
+    for stage in figures.LOAD_STAGES:
+        here = _times(found, stage)
+        if not here:
+            fastest.append((stage, None, [], []))
+            continue
+        name, group = _biggest_weights(here, sizes, weights)
+        per_cache = []
+        for cache in figures.PROVEN:
+            cands = sorted((f for f in group if f.cache == cache), key=lambda f: f.median)
+            per_cache.append((cache, cands))
+            if len(cands) > 1:
+                names = (_plain_cell(cands[1]), _plain_cell(cands[0]))
+                wanted.append(verdicts.Pair(cands[1].side(), cands[0].side(), "load_time", names=names))
+        fastest.append((stage, name, group, per_cache))
+    judged = iter(verdicts.judge_many(wanted))
+    if pairs:
+        cold, warm = pairs[0]
+        j = next(judged)
         times = (
             f"{ratio(cold.median / warm.median)} its warm time" if warm.median else "warm time not above 0 s"
         )
+        split = _split_quote(sec, cold)
         lines.append(
             _line(
                 "Cold against warm",
                 anchor,
                 f"{_cell(cold)} ({ibytes(sizes.get(cold.file, 0))}) reached readiness stage `all_touched` in "
                 f"{secs(cold.median)} cold against {secs(warm.median)} warm (medians of "
-                f"{cold.summary['n']} and {warm.summary['n']} samples), {times}; {proof_words(s, cold)}; "
-                f"{proof_words(s, warm)}",
+                f"{cold.summary['n']} and {warm.summary['n']} samples), {times} ({md(verdicts.brief(j))})"
+                f"{f'; {md(split)}' if split else ''}; {proof_words(s, cold)}; {proof_words(s, warm)}",
             )
         )
     else:
         lines.append(_line("Cold against warm", anchor, f"no figure: {_no_pair_why(found, s)}"))
     # the fastest method to each readiness stage, cold and warm, over every file of the biggest weights
-    for stage in figures.LOAD_STAGES:
-        here = _times(found, stage)
-        if not here:
+    for stage, name, group, per_cache in fastest:
+        if name is None:
             why = _stage_why(s, stage)
             if why:
                 lines.append(_line(f"Fastest to `{stage}`", anchor, f"no figure: {why}"))
             continue
-        name, group = _biggest_weights(here, sizes, weights)
         files = sorted({f.file for f in group})
         parts = []
-        for cache in figures.PROVEN:
-            cands = [f for f in group if f.cache == cache]
+        for cache, cands in per_cache:
             if not cands:
                 parts.append(f"{cache}: no proven {cache} figure")
                 continue
-            best = min(cands, key=lambda f: f.median)
+            best = cands[0]
+            ahead = ""
+            if len(cands) > 1:
+                j = next(judged)
+                ahead = f", against the next, {_cell(cands[1])}: {md(verdicts.brief(j))}"
             parts.append(
                 f"{cache}: {md(best.method)}{f' → module ({md(best.populate)})' if best.populate else ''}"
                 f"{f' from {md(best.file)}' if len(files) > 1 else ''} "
-                f"in {secs(best.median)} (median){_rss(found, best, s)}, {proof_words(s, best)}"
+                f"in {secs(best.median)} (median){_rss(found, best, s)}, {proof_words(s, best)}{ahead}"
             )
         held = ", ".join(f"{md(f)} {ibytes(sizes.get(f, 0))}" for f in files)
         said = (

@@ -3,7 +3,8 @@
     disklab run [-i INVENTORY] [--profile quick|full] [-l HOSTS] [--retry-failed] [ANSIBLE OPTIONS] [-- ...]
     disklab audit [-i INVENTORY] [ANSIBLE OPTIONS] [-- ...]
     disklab report
-    disklab compare [--json] [--fail-on-change] [--baseline RUN_ID] HOST | RUN_A.json RUN_B.json
+    disklab compare [--json] [--all] [--min-effect KIND=SHARE] [--fail-on-change] [--baseline RUN_ID]
+                    HOST | RUN_A.json RUN_B.json
     disklab history [--json] HOST [FIGURE]
     disklab runs [--json] [HOST]
     disklab export [--format csv|json|jsonl] [--out FILE] [--host HOST]
@@ -412,7 +413,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from disklab import compare, stored
+    from disklab import compare, stored, verdicts
 
     if len(args.targets) == 1:
         host = args.targets[0]
@@ -448,17 +449,20 @@ def cmd_compare(args) -> int:
         if not Path(path).is_file():
             raise UsageError(f"compare: run file {path} does not exist")
     try:
-        cmp = compare.compare_runs(stored.read(old, "results"), stored.read(new, "results"))
+        effects = verdicts.parse_min_effects(args.min_effect or [])
+        cmp = compare.compare_runs(stored.read(old, "results"), stored.read(new, "results"), effects)
     except (stored.StoredFileError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     if args.json:
         sys.stdout.write(compare.to_json(cmp))
     else:
-        print(compare.render_compare_text(cmp))
+        print(compare.render_compare_text(cmp, show_all=args.all))
     changed = compare.n_changed(cmp)
     if args.fail_on_change and changed:
         print(
-            f"disklab compare: {changed} figure(s) changed beyond noise (--fail-on-change)", file=sys.stderr
+            f"disklab compare: {changed} figure(s) called changed (--fail-on-change; disklab.verdicts: "
+            "q <= 0.05 and beyond the minimum effect; disturbed and inconclusive figures do not count)",
+            file=sys.stderr,
         )
         return 1
     return 0
@@ -580,8 +584,8 @@ _EXIT_STATUSES = """exit status:
   0    every host succeeded, every stored file rendered
   1    run, audit: a host failed, was unreachable or partial (a step, or a part of one, failed);
        report: a stored file could not be rendered (named; the others are), or the predictions file was
-       not used (named, with the rule or bound it broke); compare --fail-on-change: a figure changed
-       beyond noise; export, history, runs: a stored run could not be read (named; the others are shown)
+       not used (named, with the rule or bound it broke); compare --fail-on-change: a figure called
+       changed; export, history, runs: a stored run could not be read (named; the others are shown)
   2    bad input: a refused option, inventory value or setting, named in one line
   130  run, audit interrupted (Ctrl-C or SIGTERM): the lab is stopped on every host, nothing of it stored
 
@@ -661,7 +665,21 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument(
         "--fail-on-change",
         action="store_true",
-        help="exit 1 when any figure changed beyond noise or a power-cut verdict changed (for CI)",
+        help="exit 1 when any figure is called changed (the verdicts of docs/statistics.md) or a power-cut "
+        "verdict changed (for CI); disturbed and inconclusive figures do not count",
+    )
+    cmp.add_argument(
+        "--all",
+        action="store_true",
+        help="list every judged figure (default: changed, disturbed, and large "
+        "effects the samples could not decide)",
+    )
+    cmp.add_argument(
+        "--min-effect",
+        action="append",
+        metavar="KIND=SHARE",
+        help="the minimum effect T of one kind of figure, e.g. durable_sync=0.5 or load_time=5%% (kinds: "
+        "durable_sync, latency, load_time, time, rate, peak_rss, size); repeat for several",
     )
     cmp.set_defaults(func=cmd_compare)
 

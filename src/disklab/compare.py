@@ -1,33 +1,32 @@
-"""Compare two runs of the lab: what changed on the host, and which figures moved beyond noise.
+"""Compare two runs of the lab: what changed on the host, and which figures changed, with a stated test.
 
 Controller side: standard library plus :mod:`disklab.units`, no torch. Both
-inputs are results documents as ``labscripts/lab.py`` writes them (and as
-``disklab.results`` loads and migrates them)::
+inputs are results documents as the lab runner writes them (and as
+:mod:`disklab.stored` reads and upgrades them)::
 
     {"schema_version", "run_id", "host", "profile", "sizes", "lab_python",
-     "lab_platform", "facts": {...}, "experiments": {NAME: section}}
-
-Noise rule (:data:`NOISE_RULE`): with fewer than :data:`RANK_TEST_MIN_SAMPLES`
-samples on either side, a figure is ``"changed"`` only when the min..max ranges
-of the two runs' raw samples do not overlap. With at least that many on both
-sides one outlier would widen a range over everything, so a two-sided
-Mann-Whitney U test (normal approximation, tie-corrected, continuity-corrected)
-judges instead: ``"changed"`` when p < :data:`ALPHA` and the medians differ by
-more than :data:`MIN_EFFECT` of the previous median (so a huge n cannot flag a
-trivial shift). Anything else is ``"within noise"``; fewer than
-:data:`MIN_SAMPLES` on either side is ``"too few samples"``. Medians and their
-ratio are shown either way, never a mean.
+     "lab_platform", "facts": {...}, "workbench": {...}, "experiments": {NAME: section}}
 
 Figures come from :func:`disklab.figures.extract`, the one extraction shared
-with the fleet page and ``disklab export``: every raw sample list, and the load
-step's samples grouped by file, method, populate mode, cache state and
-readiness stage (a figure's key names all of them, so only figures at the same
-stage and cache state are ever paired). A cold figure holds only samples whose
-cache proof says cold (``cache_proof.verdict``, else the sample's
-``cache_state``); samples that failed their proof are listed as not compared.
+with the fleet page and ``disklab export``: every raw sample list, the ceiling
+reads, and the load step's samples grouped by file, method, populate mode,
+cache state and readiness stage (a figure's key names all of them, so only
+figures at the same stage and cache state are ever paired). A cold figure holds
+only samples whose cache proof says cold; samples that failed their proof are
+listed as not compared.
+
+Every pair of samples figures is judged by :mod:`disklab.verdicts`, all of a
+comparison's figures as one family: the exact (or, above 40 pooled units,
+normal) Mann–Whitney test, the Hodges–Lehmann ratio with its 95 % interval,
+Benjamini–Hochberg over the family at q = 0.05, and each kind's minimum effect
+T. A figure is ``changed``, ``no change`` beyond ±T, ``inconclusive`` (with the
+samples a side that would decide), or ``disturbed`` (the apparent change rests
+on samples taken while the host was busy: :mod:`disklab.noise`).
 :func:`to_json` is what ``disklab compare --json`` prints; :func:`n_changed`
-counts what ``--fail-on-change`` fails on (figures changed beyond noise and
-changed power-cut verdicts; changed facts alone do not count).
+counts what ``--fail-on-change`` fails on (figures called changed and changed
+power-cut verdicts; changed facts, disturbed and inconclusive figures do not
+count). The workbench facts compared are each run's own (``workbench``, the
+filesystem the steps wrote to), and the audit's beside them.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ import math
 from pathlib import Path
 
 from disklab import figures as figs
-from disklab import units
+from disklab import units, verdicts
 from disklab.figures import (  # noqa: F401  (re-exported: compare's figures are figures.py's)
     LATENCY_UNITS,
     figure_labels,
@@ -46,37 +45,42 @@ from disklab.figures import (  # noqa: F401  (re-exported: compare's figures are
     unit_of,
 )
 from disklab_host.common.formats import output
-from disklab_host.common.stats import percentile
 
 __all__ = [  # compare's own, and the figures it re-exports (compare's figures are figures.py's)
     "LATENCY_UNITS", "figure_labels", "find_samples", "sample_stats", "unit_of",
     "compare_runs", "n_changed", "render_compare_text", "to_json",
 ]  # fmt: skip
 
-CHANGED, WITHIN_NOISE, TOO_FEW = "changed", "within noise", "too few samples"
-# Fewer samples than this on either side: no range, so no verdict.
-MIN_SAMPLES = 2
-# Both sides at least this many samples: the rank test replaces the range rule.
-RANK_TEST_MIN_SAMPLES = 20
-# Rank test: two-sided p below ALPHA and |median change| above MIN_EFFECT of the previous median.
-ALPHA = 0.01
-MIN_EFFECT = 0.05
-RANGES, RANK_TEST = "ranges", "mann_whitney_u"
+CHANGED, NO_CHANGE, INCONCLUSIVE, DISTURBED = (
+    verdicts.CHANGED,
+    verdicts.NO_CHANGE,
+    verdicts.INCONCLUSIVE,
+    verdicts.DISTURBED,
+)
 # The text shows p90/p99 only from this many samples in both runs (below it they are the max, nearly).
 PERCENTILE_MIN_SAMPLES = 5
-NOISE_RULE = (
-    f'with fewer than {RANK_TEST_MIN_SAMPLES} samples in either run, a figure is "{CHANGED}" only when '
-    "the min..max ranges of the two runs' samples do not overlap; with "
-    f"{RANK_TEST_MIN_SAMPLES} or more in both, only when a two-sided Mann-Whitney U test "
-    f"(normal approximation, tie-corrected) gives p < {ALPHA:g} and the medians differ by more than "
-    f'{MIN_EFFECT * 100:g} % of the previous median; otherwise it is "{WITHIN_NOISE}" '
-    f'(under {MIN_SAMPLES} samples in either run: "{TOO_FEW}")'
+RULE = (
+    "each figure's test units (its samples, or each round's median) compared on a log scale: the "
+    "two-sided Mann–Whitney U test (exact up to 40 pooled units, else the normal approximation), the "
+    "Hodges–Lehmann ratio (new/old) with its 95 % interval, Benjamini–Hochberg over the figures at "
+    f"q = {verdicts.FDR:g}; changed when q <= {verdicts.FDR:g} and the ratio is beyond ±T, no change "
+    "when the interval lies inside ±T, inconclusive otherwise; disturbed when the change rests on "
+    "samples taken while the host was busy (docs/statistics.md)"
 )
-# Run-level settings compared alongside the host facts (a profile change makes figures incomparable).
-RUN_KEYS = ("host", "profile", "sizes", "lab_python", "lab_platform")
+# Run-level settings and facts compared alongside the audit's facts: a profile change makes figures
+# incomparable; ``workbench`` is the run's own workbench (the filesystem the steps wrote to, results 4
+# on), ``noise_context`` the run's governor, turbo, swap and delay accounting (results 6 on).
+RUN_KEYS = ("host", "profile", "sizes", "lab_python", "lab_platform", "workbench", "noise_context")
 _NOT_RECORDED = {"unavailable": "not recorded in this run"}
-# Leaves that record when or how the audit ran, not a property of the host: never a "changed fact".
-NOT_FACTS = {"facts.collected_utc", "facts.versions.python_executable"}
+# Leaves that record when or how a probe ran, or what moves on every run, not a property of the host:
+# never a "changed fact".
+NOT_FACTS = {
+    "facts.collected_utc",
+    "facts.versions.python_executable",
+    "workbench.collected_utc",
+    "noise_context.swap.free_bytes",
+    "noise_context.delay_accounting.restored",
+}
 
 
 def _flatten_facts(obj: object, path: str, out: dict[str, object]) -> None:
@@ -113,82 +117,9 @@ def fact_changes(old: dict, new: dict) -> list[dict]:
     return changes
 
 
-def _ranks(values: list[float]) -> tuple[list[float], float]:
-    """Average ranks (1-based, ties share their mean rank) and the tie term sum(t**3 - t)."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    ties = 0.0
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        t = j - i + 1
-        ties += t**3 - t
-        i = j + 1
-    return ranks, ties
-
-
-def mann_whitney_u(a: list[float], b: list[float]) -> tuple[float, float]:
-    """Two-sided Mann-Whitney U test of samples ``a`` against ``b``: ``(U of a, p)``.
-
-    Normal approximation with the tie correction of the variance and a 0.5
-    continuity correction (as scipy.stats.mannwhitneyu with method="asymptotic",
-    use_continuity=True; Mann and Whitney 1947). O(n log n) for the sort.
-    p is 1.0 when every value is equal. Raises ValueError when either is empty.
-    """
-    n1, n2 = len(a), len(b)
-    if not n1 or not n2:
-        raise ValueError(f"mann_whitney_u needs samples on both sides, got n={n1} and n={n2}")
-    ranks, ties = _ranks(list(a) + list(b))
-    n = n1 + n2
-    u1 = sum(ranks[:n1]) - n1 * (n1 + 1) / 2
-    var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
-    if var <= 0:
-        return u1, 1.0
-    z = max(abs(u1 - n1 * n2 / 2) - 0.5, 0.0) / math.sqrt(var)
-    return u1, math.erfc(z / math.sqrt(2))
-
-
-def judge(old_samples: list[float], new_samples: list[float]) -> dict:
-    """The noise rule (:data:`NOISE_RULE`) on two runs' raw samples.
-
-    Returns ``{"verdict", "test": "ranges" | "mann_whitney_u" | None, "p_value": float | None,
-    "judged_by": str}``; ``test`` and ``p_value`` are None for too few samples, ``p_value`` None
-    for the range rule; ``judged_by`` says it in words (``ranges overlap``, ``Mann-Whitney U p=3.1e-07``).
-    """
-    so, sn = sorted(old_samples), sorted(new_samples)
-    if len(so) < MIN_SAMPLES or len(sn) < MIN_SAMPLES:
-        return {"verdict": TOO_FEW, "test": None, "p_value": None, "judged_by": f"n < {MIN_SAMPLES}"}
-    if len(so) < RANK_TEST_MIN_SAMPLES or len(sn) < RANK_TEST_MIN_SAMPLES:
-        disjoint = sn[-1] < so[0] or sn[0] > so[-1]
-        return {
-            "verdict": CHANGED if disjoint else WITHIN_NOISE,
-            "test": RANGES,
-            "p_value": None,
-            "judged_by": "ranges do not overlap" if disjoint else "ranges overlap",
-        }
-    _, p = mann_whitney_u(so, sn)
-    mo, mn = percentile(so, 50), percentile(sn, 50)
-    big_enough = abs(mn - mo) > MIN_EFFECT * abs(mo) if mo else mn != mo
-    v = CHANGED if p < ALPHA and big_enough else WITHIN_NOISE
-    return {
-        "verdict": v,
-        "test": RANK_TEST,
-        "p_value": p,
-        "judged_by": f"Mann-Whitney U p={p:.2g}" if p else "Mann-Whitney U p<1e-300",
-    }
-
-
-def _figure_entry(fo: figs.Figure, fn: figs.Figure) -> dict:
-    """One judged figure: both runs' stats, the ratio of medians, the noise rule's verdict."""
+def _figure_entry(fo: figs.Figure, fn: figs.Figure, judged: dict) -> dict:
+    """One judged figure: both runs' stats, the ratio of their medians, and the verdict."""
     so, sn = fo.summary, fn.summary
-    judged = judge(list(fo.samples), list(fn.samples))
-    direction = None
-    if judged["verdict"] == CHANGED:
-        direction = "up" if sn["median"] > so["median"] else "down"
     return {
         "path": fn.key,
         "label": fn.name,
@@ -202,14 +133,13 @@ def _figure_entry(fo: figs.Figure, fn: figs.Figure) -> dict:
         "populate": fn.populate,
         "old": so,
         "new": sn,
-        "ratio": sn["median"] / so["median"] if so["median"] else None,
-        "direction": direction,
+        "median_ratio": sn["median"] / so["median"] if so["median"] else None,
         **judged,
     }
 
 
-def compare_figures(old: dict, new: dict) -> dict:
-    """Every figure of :func:`disklab.figures.extract` that both runs have, paired by key.
+def compare_figures(old: dict, new: dict, min_effects: dict[str, float] | None = None) -> dict:
+    """Every figure of :func:`disklab.figures.extract` that both runs have, paired by key and judged.
 
     A key names the experiment, and for a load figure its file, method, populate
     mode, cache state and readiness stage, so only figures at the same stage and
@@ -220,18 +150,20 @@ def compare_figures(old: dict, new: dict) -> dict:
          "values": [{"path", "name", "unit", "cache", "old", "new", "ratio"}],
          "verdicts": [{"path", "name", "old", "new", "changed"}]}
 
-    ``figures`` holds the raw-sample figures whose cache state is proven (or has
-    none), judged by :data:`NOISE_RULE`; ``unproven`` the load figures of samples
-    that failed their cache proof (cold_unverified, cold_unproven,
-    warm_unverified), left out of the judgement; ``values`` single stored numbers
-    (no samples, so no noise to judge by); ``verdicts`` categorical figures (the
-    power-cut verdicts), ``changed`` when they differ.
+    ``figures`` holds the samples figures whose cache state is proven (or has
+    none), judged together by :func:`disklab.verdicts.judge_many` (``min_effects``
+    overrides T per kind); ``unproven`` the load figures of samples that failed
+    their cache proof (cold_unverified, cold_unproven, warm_unverified), left out
+    of the judgement; ``values`` single stored numbers (no samples, so nothing to
+    judge by); ``verdicts`` categorical figures (the power-cut verdicts),
+    ``changed`` when they differ.
     """
     a = figs.by_key(figs.extract(old))
     b = figs.by_key(figs.extract(new))
     out: dict[str, list] = {
         k: [] for k in ("figures", "only_old", "only_new", "unproven", "values", "verdicts")
     }
+    pairs: list[tuple[figs.Figure, figs.Figure]] = []
     for key, fn in b.items():
         fo = a.get(key)
         if not fn.proven or (fo is not None and not fo.proven):
@@ -247,7 +179,7 @@ def compare_figures(old: dict, new: dict) -> dict:
         elif fo is None or fo.kind != fn.kind:
             out["only_new"].append(key)
         elif fn.kind == figs.SAMPLES:
-            out["figures"].append(_figure_entry(fo, fn))
+            pairs.append((fo, fn))
         elif fn.kind == figs.VALUE:
             ratio = fn.value / fo.value if isinstance(fo.value, (int, float)) and fo.value else None
             out["values"].append(
@@ -271,6 +203,11 @@ def compare_figures(old: dict, new: dict) -> dict:
                     "changed": fo.value != fn.value,
                 }
             )
+    judged = verdicts.judge_many(
+        [verdicts.Pair(fo.side(), fn.side(), fn.measure, fn.unit_kind) for fo, fn in pairs],
+        min_effects=min_effects,
+    )
+    out["figures"] = [_figure_entry(fo, fn, j) for (fo, fn), j in zip(pairs, judged, strict=True)]
     for key, fo in a.items():
         if key in b:
             continue
@@ -301,7 +238,8 @@ def cache_proofs(doc: dict) -> str:
 
 
 def n_changed(cmp: dict) -> int:
-    """How many figures of a comparison changed beyond noise, verdict changes included."""
+    """How many figures of a comparison were called changed, power-cut verdict changes included
+    (``--fail-on-change``): disturbed and inconclusive figures do not count."""
     return sum(f["verdict"] == CHANGED for f in cmp["figures"]) + sum(v["changed"] for v in cmp["verdicts"])
 
 
@@ -334,32 +272,80 @@ def lab_code_changes(old: dict, new: dict) -> dict:
     return {"known": True, "disklab_version": version, "steps": steps}
 
 
-def compare_runs(old: dict, new: dict) -> dict:
+def run_context(doc: dict) -> dict:
+    """What a figure's row needs to stand alone: host, run, kernel, the run's own workbench filesystem
+    and device (else the audit's), profile, torch and disklab version (None where not recorded)."""
+    facts = doc.get("facts") or {}
+    own = doc.get("workbench") if isinstance(doc.get("workbench"), dict) else {}
+    audit = facts.get("workbench") or {}
+    wb = own if "fstype" in own else audit
+    device = wb.get("device") if isinstance(wb.get("device"), dict) else {}
+    lab = doc.get("lab_code") if isinstance(doc.get("lab_code"), dict) else {}
+
+    def plain(x: object) -> object:
+        return None if isinstance(x, dict) else x
+
+    return {
+        "host": doc.get("host"),
+        "run_id": doc.get("run_id"),
+        "started_utc": doc.get("started_utc"),
+        "kernel": plain((facts.get("host") or {}).get("kernel")),
+        "fstype": plain(wb.get("fstype")),
+        "device": plain(device.get("name")),
+        "profile": doc.get("profile"),
+        "torch": plain((facts.get("versions") or {}).get("torch")),
+        "disklab_version": lab.get("disklab_version"),
+    }
+
+
+def counts(figures: list[dict], verdict_changes: int = 0) -> dict:
+    """How many figures got each verdict; ``large_undecided``: inconclusive ones whose ratio is beyond
+    their T (shown by default); ``cannot_decide``: inconclusive at sizes whose smallest p cannot reach
+    the level (3 a side)."""
+    out = {v.replace(" ", "_"): sum(f["verdict"] == v for f in figures) for v in verdicts.VERDICTS}
+    out["judged"] = len(figures)
+    out["large_undecided"] = sum(large_undecided(f) for f in figures)
+    out["cannot_decide"] = sum(
+        f["verdict"] == INCONCLUSIVE and f["smallest_p"] is not None and f["smallest_p"] > 1 - verdicts.LEVEL
+        for f in figures
+    )
+    out["verdicts_changed"] = verdict_changes
+    return out
+
+
+def large_undecided(f: dict) -> bool:
+    """An inconclusive figure whose ratio is beyond its T: a large effect the samples could not decide."""
+    r = f.get("ratio")
+    return f["verdict"] == INCONCLUSIVE and r is not None and abs(math.log(r)) >= math.log1p(f["min_effect"])
+
+
+def compare_runs(old: dict, new: dict, min_effects: dict[str, float] | None = None) -> dict:
     """Compare two results documents of the same schema version (old first).
 
     Returns::
 
         {"old_run_id", "new_run_id", "old_host", "new_host", "results_schema_version",
-         "rule": NOISE_RULE, "min_samples": MIN_SAMPLES,
-         "rank_test_min_samples": RANK_TEST_MIN_SAMPLES, "alpha": ALPHA, "min_effect": MIN_EFFECT,
+         "rule": RULE, "level": 0.95, "fdr": 0.05, "min_effects": {kind: T},
+         "expected_false_calls": str, "context": {"old": run_context, "new": run_context},
          "fact_changes": [{"path", "old", "new"}],
          "section_changes": [{"name", "old", "new"}],
          "lab_code_changes": {"known", "disklab_version", "steps"},
          "figures": [{"path", "label", "name", "experiment", "unit", "stage", "cache", "method", "file",
                       "populate", "old": {"n", "median", "min", "max"[, "p90", "p99"]}, "new": {...},
-                      "ratio", "direction", "verdict", "test", "p_value", "judged_by"}],
+                      "median_ratio", **disklab.verdicts.judge_many's verdict}],
          "figures_only_old": [path], "figures_only_new": [path],
          "figures_unproven": [{"path", "name", "cache", "n_old", "n_new"}],
          "cache_proof": {"old", "new"}: "three_part" | "residency" | "none" (see cache_proofs),
          "values": [{"path", "name", "unit", "cache", "old", "new", "ratio"}],
          "verdicts": [{"path", "name", "old", "new", "changed"}],
-         "counts": {"changed", "within_noise", "too_few", "verdicts_changed"}}
+         "counts": counts()}
 
     ``path`` is the figure's key (:class:`disklab.figures.Figure`), the same in
     every run and on every host; ``label`` and ``name`` are its readable name;
     ``old`` and ``new`` hold each run's median and number of samples ``n``;
     ``stage`` and ``cache`` are None for a figure without a readiness stage or
-    cache state. See :func:`compare_figures` for the other lists.
+    cache state. ``min_effects`` overrides T per kind (``--min-effect``). See
+    :func:`compare_figures` for the other lists.
 
     Raises ValueError when either is not a results document or their
     schema_version differ (read both with disklab.stored first, which upgrades them).
@@ -372,7 +358,7 @@ def compare_runs(old: dict, new: dict) -> dict:
             f"old and new must have the same schema_version (read both with disklab.stored), "
             f"got {old['schema_version']} and {new['schema_version']}"
         )
-    found = compare_figures(old, new)
+    found = compare_figures(old, new, min_effects)
     figures = found["figures"]
     return {
         "old_run_id": old.get("run_id"),
@@ -380,11 +366,12 @@ def compare_runs(old: dict, new: dict) -> dict:
         "old_host": old.get("host"),
         "new_host": new.get("host"),
         "results_schema_version": new["schema_version"],
-        "rule": NOISE_RULE,
-        "min_samples": MIN_SAMPLES,
-        "rank_test_min_samples": RANK_TEST_MIN_SAMPLES,
-        "alpha": ALPHA,
-        "min_effect": MIN_EFFECT,
+        "rule": RULE,
+        "level": verdicts.LEVEL,
+        "fdr": verdicts.FDR,
+        "min_effects": {k: verdicts.min_effect(k, min_effects) for k in verdicts.MIN_EFFECT},
+        "expected_false_calls": verdicts.expected_false_calls(len(figures)),
+        "context": {"old": run_context(old), "new": run_context(new)},
         "fact_changes": fact_changes(old, new),
         "section_changes": section_changes(old, new),
         "lab_code_changes": lab_code_changes(old, new),
@@ -395,12 +382,7 @@ def compare_runs(old: dict, new: dict) -> dict:
         "cache_proof": {"old": cache_proofs(old), "new": cache_proofs(new)},
         "values": found["values"],
         "verdicts": found["verdicts"],
-        "counts": {
-            "changed": sum(f["verdict"] == CHANGED for f in figures),
-            "within_noise": sum(f["verdict"] == WITHIN_NOISE for f in figures),
-            "too_few": sum(f["verdict"] == TOO_FEW for f in figures),
-            "verdicts_changed": sum(v["changed"] for v in found["verdicts"]),
-        },
+        "counts": counts(figures, sum(v["changed"] for v in found["verdicts"])),
     }
 
 
@@ -455,8 +437,93 @@ def _lab_code_text(lc: dict) -> str:
     return "Lab code: " + ("; ".join(parts) if parts else "unchanged (same disklab version and step code)")
 
 
-def render_compare_text(cmp: dict) -> str:
-    """Plain-text rendering of :func:`compare_runs` for the terminal (one figure per line)."""
+# What each kind of figure is called in the text (the keys of verdicts.MIN_EFFECT).
+MEASURE_WORDS = {
+    "durable_sync": "durable sync latency",
+    "latency": "other latency",
+    "load_time": "load time",
+    "time": "other time",
+    "rate": "rate",
+    "peak_rss": "peak RSS",
+    "size": "other size",
+}
+
+
+def shown(f: dict) -> bool:
+    """Whether the default text lists a figure: changed, disturbed, or a large effect left undecided."""
+    return f["verdict"] in (CHANGED, DISTURBED) or large_undecided(f)
+
+
+def _verdict_cell(f: dict) -> str:
+    if f["verdict"] == CHANGED:
+        return f"changed, {f['words']}"
+    if f["verdict"] == NO_CHANGE:
+        return f"no change (±{f['min_effect'] * 100:g} %)"
+    if f["verdict"] == DISTURBED:
+        return f"disturbed ({f['words']})" if f["words"] else "disturbed"
+    return "inconclusive"
+
+
+def _ratio_cell(f: dict) -> str:
+    if f["ratio"] is None:
+        return "n/a"
+    if f["low"] is None:
+        return f"{verdicts.ratio_text(f['ratio'])} (no interval)"
+    low, high = verdicts.ratio_text(f["low"]), verdicts.ratio_text(f["high"])
+    return f"{verdicts.ratio_text(f['ratio'])} ({low}..{high})"
+
+
+def _test_cell(f: dict) -> str:
+    if f["test"] is None:
+        return "not tested"
+    kind = "exact" if f["test"].startswith("exact") else "normal"
+    return f"{kind}, p = {f['p']:.2g}, q = {f['q']:.2g}"
+
+
+def _row(f: dict) -> list[str]:
+    o, n, u = f["old"], f["new"], f["unit"]
+    size = f"{f['n_old']}/{f['n_new']} {f['units']}"
+    medians = f"{format_value(o['median'], u)} -> {format_value(n['median'], u)}"
+    return [f["label"], medians, _ratio_cell(f), _verdict_cell(f), size, _test_cell(f)]
+
+
+def noise_recorded(cmp: dict) -> dict:
+    """Whether each run recorded its samples' noise: ``{"old": bool, "new": bool}`` (False for a run
+    from before results version 6, or one whose figures carry none)."""
+    out = {}
+    for side in ("old", "new"):
+        states = [f["noise"][side] for f in cmp["figures"]]
+        out[side] = bool(states) and any(s != "not recorded" for s in states)
+    return out
+
+
+def _table(rows: list[list[str]], head: list[str]) -> list[str]:
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    fmt = "  " + "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*head).rstrip(), fmt.format(*("-" * w for w in widths)).rstrip()] + [
+        fmt.format(*r).rstrip() for r in rows
+    ]
+
+
+def _detail(f: dict, recorded: dict) -> list[str]:
+    """Lines under a figure's row: its noise, and what would decide it."""
+    out = [f"      {r}" for r in f["noise"]["reasons"]]
+    if f["verdict"] == INCONCLUSIVE or f["verdict"] == DISTURBED:
+        out.append(f"      {f['why']}")
+    elif f["noise"]["judged_on"] == "undisturbed":
+        out.append("      judged on the undisturbed units only")
+    for side in ("old", "new"):
+        if recorded[side] and f["noise"][side] == "not recorded":
+            out.append(f"      the {side} run recorded no noise for this figure: not judged quiet")
+    return out
+
+
+def render_compare_text(cmp: dict, show_all: bool = False) -> str:
+    """Plain-text rendering of :func:`compare_runs` for the terminal.
+
+    By default the figure table lists what changed, what was disturbed, and the large effects the
+    samples could not decide (:func:`shown`); ``show_all`` lists every judged figure.
+    """
     head = f"Run {cmp['old_run_id']} -> {cmp['new_run_id']}"
     if cmp["old_host"] == cmp["new_host"]:
         head += f" on host {cmp['new_host']}"
@@ -471,42 +538,63 @@ def render_compare_text(cmp: dict) -> str:
         lines += ["", "Experiments whose status changed:"]
     for s in cmp["section_changes"]:
         lines.append(f"  experiment {s['name']}: {s['old']} -> {s['new']}")
-    lines += ["", f"Figures ({cmp['rule']}):"]
+    c = cmp["counts"]
+    lines += [
+        "",
+        f"Figures: {c['judged']} judged: {c['changed']} changed, {c['disturbed']} disturbed, "
+        f"{c['no_change']} no change beyond their minimum effect, {c['inconclusive']} inconclusive"
+        + (
+            f" ({c['cannot_decide']} at sizes that cannot reach p < 0.05, such as 3 a side)"
+            if c["cannot_decide"]
+            else ""
+        ),
+        f"  Test: {cmp['rule']}.",
+        "  Minimum effect T: "
+        + ", ".join(f"{MEASURE_WORDS[k]} ±{v * 100:g} %" for k, v in cmp["min_effects"].items())
+        + " (--min-effect KIND=SHARE sets one).",
+        f"  {cmp['expected_false_calls']}.",
+    ]
+    recorded = noise_recorded(cmp)
+    for side in ("old", "new"):
+        if cmp["figures"] and not recorded[side]:
+            lines.append(
+                f"  Noise: the {side} run recorded none (a run from before results version 6): its samples "
+                "are neither quiet nor disturbed, so a busy host cannot be told from a changed one there."
+            )
+    figures = cmp["figures"] if show_all else [f for f in cmp["figures"] if shown(f)]
     if not cmp["figures"]:
         lines.append("  none found in both runs")
-    c = cmp["counts"]
-    lines.append(
-        f"  {c['changed']} changed beyond noise, {c['within_noise']} within noise, {c['too_few']} with too "
-        f"few samples; {c['verdicts_changed']} verdict(s) changed"
-    )
-    for f in cmp["figures"]:
-        o, n, u = f["old"], f["new"], f["unit"]
-        ratio = "" if f["ratio"] is None else f" ({units.ratio(f['ratio'])})"
-        arrow = {"up": ", up", "down": ", down", None: ""}[f["direction"]]
-        # a load figure's name already says its file, method, cache state and stage
-        where = "" if f["stage"] else f" ({f['path']})"
-        lines.append(
-            f"  {f['label']}{where}: median {format_value(o['median'], u)} -> "
-            f"{format_value(n['median'], u)}{ratio}; "
-            f"range {format_value(o['min'], u)}..{format_value(o['max'], u)} (n={o['n']}) vs "
-            f"{format_value(n['min'], u)}..{format_value(n['max'], u)} (n={n['n']}); "
-            f"{f['judged_by']}: {f['verdict']}{arrow}"
-        )
-        if "p99" in o and min(o["n"], n["n"]) >= PERCENTILE_MIN_SAMPLES:
+    elif figures:
+        lines.append("")
+        head_row = ["figure", "median old -> new", "ratio (95 % interval)", "verdict", "n a side", "test"]
+        rows = _table([_row(f) for f in figures], head_row)
+        lines += rows[:2]
+        for f, row in zip(figures, rows[2:], strict=True):
+            lines.append(row)
+            lines += _detail(f, recorded)
+            if "p99" in f["old"] and show_all and min(f["old"]["n"], f["new"]["n"]) >= PERCENTILE_MIN_SAMPLES:
+                old, new = ("/".join(format_value(f[side][k], f["unit"]) for k in ("median", "p90", "p99"))
+                            for side in ("old", "new"))  # fmt: skip
+                lines.append(f"      p50/p90/p99 {old} -> {new}")
+    if not show_all and cmp["figures"]:
+        hidden = len(cmp["figures"]) - len(figures)
+        if hidden:
             lines.append(
-                f"      p50/p90/p99 {'/'.join(format_value(o[k], u) for k in ('median', 'p90', 'p99'))} -> "
-                f"{'/'.join(format_value(n[k], u) for k in ('median', 'p90', 'p99'))}"
+                f"  Not shown: {hidden} figure(s) with no change beyond T or an undecided effect within it "
+                "(--all lists every figure)."
             )
-    few = [f["label"] for f in cmp["figures"] if f["verdict"] == TOO_FEW]
-    if few:
-        lines.append(f"  too few samples to judge: {', '.join(few)}")
+        elif not figures:
+            lines.append("  No figure changed, none was disturbed, and no large effect was left undecided.")
     for v in cmp["values"]:
         ratio = "" if v["ratio"] is None else f" ({units.ratio(v['ratio'])})"
         lines.append(
             f"  {v['name']}: {format_value(v['old'], v['unit'])} -> {format_value(v['new'], v['unit'])}"
             f"{ratio}; one stored value per run, no samples: not judged"
         )
-    for v in cmp["verdicts"]:
+    moved = [v for v in cmp["verdicts"] if v["changed"]]
+    if cmp["verdicts"]:
+        lines += ["", f"Power-cut verdicts: {len(moved)} of {len(cmp['verdicts'])} changed"]
+    for v in cmp["verdicts"] if show_all else moved:
         what = "changed" if v["changed"] else "unchanged"
         lines.append(f"  {v['name']}: {v['old']} -> {v['new']}: {what}")
     cp = cmp["cache_proof"]

@@ -22,11 +22,23 @@ Three sources, in document order:
   (``cold``, ``cold_unverified``, ``warm``). Only ``cold`` and ``warm`` are
   *proven* (:data:`PROVEN`); a sample that failed its proof is its own figure
   under its own state and never joins a cold or warm one.
-* **Values without samples**: the host's ceilings (``experiments.ceiling``,
-  ``cold_mib_s`` and ``warm_mib_s``: the median over its proven cold and
-  verified warm reads, a ``{n, median, min, max}`` spread, or ``{unavailable}``;
-  ``parallel.cold_mib_s``, the parallel direct read's, when it ran), and the power-cut verdict of
-  each recipe under each crash model (unit ``verdict``; n is its crash states).
+* **The host's ceilings** (``experiments.ceiling``): the rate of each proven cold read and each
+  verified warm read (``cold_runs``, ``warm_runs``; ``parallel.cold_runs``, the parallel direct
+  read's, when it ran), one sample per read, under the keys ``...ceiling.cold_mib_s``,
+  ``warm_mib_s`` and ``parallel.cold_mib_s``.
+* **The power-cut verdicts** of each recipe under each crash model (unit ``verdict``; n is its
+  crash states).
+
+Warm-up samples (keys starting ``warmup_``) are kept apart by the host and are no figure.
+
+Each samples figure also carries what :mod:`disklab.verdicts` needs to judge it against another
+run: its ``measure`` (the kind of figure, which sets its minimum effect), its *test units* and the
+noise of each (:mod:`disklab.noise`). The units are the samples themselves when each is a run of its
+own (a load, a big write, a ceiling read, a write repeat: rounds of one), or the median of each round
+when the host recorded its samples in rounds of consecutive calls (fsync_bench: ``rounds`` beside the
+samples, ``{first, count, io_record, noise, time_split}``); a list of more than
+:data:`BATCH_OVER` samples with no rounds is split into consecutive rounds
+(disklab_host.common.stats.round_sizes), its noise not recorded.
 """
 
 from __future__ import annotations
@@ -35,8 +47,9 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
+from disklab import noise, verdicts
 from disklab_host.common.stages import STAGES as LOAD_STAGES
-from disklab_host.common.stats import percentile
+from disklab_host.common.stats import percentile, round_sizes
 
 # ru_maxrss is a peak since the process started, so it only grows along the stages (LOAD_STAGES, from
 # disklab_host.common.stages, in the order a load reaches them): at first_response it covers the load,
@@ -66,7 +79,12 @@ LATENCY_UNITS = {"ns", "us", "ms", "s"}
 # What a samples list measures, by its unit; the label's last word when the key names nothing else.
 _KIND = {"ns": "latency", "us": "latency", "ms": "latency", "s": "time", "mib_s": "rate", "bytes": "size"}
 # Experiments whose figures are read by their own rules below, not by the generic walk.
-_OWN_RULES = ("load",)
+_OWN_RULES = ("load", "ceiling")
+# A samples list longer than this, with no rounds recorded beside it, is judged on consecutive rounds.
+BATCH_OVER = 30
+# fsync_bench's modes that make each write durable (steps/fsync_bench.py MODE_ORDER less "none"): their
+# samples are durable-sync latencies; any other mode's are plain latencies.
+_SYNCED = ("fsync", "fdatasync", "f_fullfsync", "f_barrierfsync", "o_dsync")
 
 
 @dataclass(frozen=True)
@@ -96,6 +114,14 @@ class Figure:
     samples: tuple[float, ...] = ()
     summary: dict = field(default_factory=dict)
     value: object = None
+    # What verdicts needs (SAMPLES only): the kind of figure (a key of verdicts.MIN_EFFECT), the test
+    # units (the samples, or each round's median), and per unit None (quiet) or why it was disturbed;
+    # ``flags`` None: the run recorded no noise. ``noise_summary``: the units' noise in one sentence.
+    measure: str | None = None
+    unit_kind: str = "samples"
+    units: tuple[float, ...] = ()
+    flags: tuple[str | None, ...] | None = None
+    noise_summary: str | None = None
 
     @property
     def proven(self) -> bool:
@@ -105,13 +131,67 @@ class Figure:
     def median(self) -> float | None:
         return self.summary.get("median")
 
+    def side(self) -> verdicts.Side:
+        """This figure's test units and their noise, as :mod:`disklab.verdicts` judges them."""
+        return verdicts.Side(self.units, self.flags, self.noise_summary)
+
+    @property
+    def n_disturbed(self) -> int:
+        return sum(1 for f in self.flags or () if f)
+
     def as_dict(self, with_samples: bool = True) -> dict:
         out = asdict(self)
         out["samples"] = list(self.samples)
+        out["units"] = list(self.units)
+        out["flags"] = None if self.flags is None else list(self.flags)
         if not with_samples:
             del out["samples"]
         out["proven"] = self.proven
         return out
+
+
+def _median(values: list[float]) -> float:
+    return percentile(sorted(values), 50)
+
+
+def units_of(samples: list[float], container: object) -> tuple[str, tuple, tuple | None, str | None]:
+    """(unit kind, units, flags, noise summary) of a samples list found in ``container`` (its dict).
+
+    ``rounds`` in the container that cover the list exactly give one unit per round (a round of one is
+    the sample itself); else a list over :data:`BATCH_OVER` samples is split into consecutive rounds,
+    and any other list is judged sample by sample; both then with no noise recorded.
+    """
+    rounds = container.get("rounds") if isinstance(container, dict) else None
+    covered = (
+        isinstance(rounds, list)
+        and rounds
+        and all(isinstance(r, dict) and isinstance(r.get("count"), int) for r in rounds)
+        and [r.get("first") for r in rounds]
+        == [sum(x["count"] for x in rounds[:i]) for i in range(len(rounds))]
+        and sum(r["count"] for r in rounds) == len(samples)
+    )
+    if covered:
+        kind = "samples" if all(r["count"] == 1 for r in rounds) else "batches"
+        units = tuple(_median(samples[r["first"] : r["first"] + r["count"]]) for r in rounds)
+        found = [noise.disturbances(r.get("io_record"), r.get("noise"), r.get("time_split")) for r in rounds]
+        flags, summary = noise.flags_of(found, "rounds" if kind == "batches" else "samples")
+        return kind, units, flags, summary
+    if len(samples) > BATCH_OVER:
+        sizes = round_sizes(len(samples))
+        firsts = [sum(sizes[:i]) for i in range(len(sizes))]
+        units = tuple(_median(samples[a : a + c]) for a, c in zip(firsts, sizes, strict=True))
+        return "batches", units, None, noise.summary([None] * len(units), "rounds")
+    return "samples", tuple(samples), None, noise.summary([None] * len(samples), "samples")
+
+
+def measure_of(path: str, unit: str | None) -> str:
+    """The kind of figure a generic samples list is (a key of disklab.verdicts.MIN_EFFECT)."""
+    m = re.search(r"\.fsync_bench\.modes(?:\.|\[mode=)([a-z_]+)\]?\.samples_ns$", path)
+    if m:
+        return "durable_sync" if m[1] in _SYNCED else "latency"
+    if unit in LATENCY_UNITS - {"s"}:
+        return "latency"
+    return {"s": "time", "mib_s": "rate", "bytes": "size"}.get(unit, "time")
 
 
 # --- raw sample lists, found generically ------------------------------------------------------------
@@ -136,7 +216,8 @@ def _item_label(item: object, index: int) -> tuple[str, str]:
 
 
 def _walk(obj: object, path: str, words: tuple[str, ...]):
-    """Yield ``(path, words, samples)`` for every samples list; ``words`` are the label parts so far.
+    """Yield ``(path, words, samples, container)`` for every samples list but warm-ups; ``words`` are
+    the label parts so far, ``container`` the dict that holds the list (its ``rounds``, if any).
 
     A dict key adds a word unless the next step is into a list (``modes`` in
     ``modes[mode=fsync]`` says less than the item's own label).
@@ -145,7 +226,8 @@ def _walk(obj: object, path: str, words: tuple[str, ...]):
         for key, value in obj.items():
             sub = f"{path}.{key}" if path else str(key)
             if _is_samples(str(key), value):
-                yield sub, words + (str(key),), value
+                if not str(key).startswith("warmup_"):
+                    yield sub, words + (str(key),), value, obj
             else:
                 yield from _walk(value, sub, words if isinstance(value, list) else words + (str(key),))
     elif isinstance(obj, list):
@@ -164,7 +246,7 @@ def find_samples(obj: object, path: str = "") -> dict[str, list[float]]:
     ``.key``; items of a list of dicts add ``[mode=fsync]`` when the item has a
     label key (:data:`LABEL_KEYS`), else ``[i]``, so both runs' paths match.
     """
-    return {sub: samples for sub, _, samples in _walk(obj, path, ())}
+    return {sub: samples for sub, _, samples, _ in _walk(obj, path, ())}
 
 
 def _key_words(key: str) -> str:
@@ -187,7 +269,7 @@ def figure_labels(obj: object) -> dict[str, str]:
     ``big_write · fsync time``. Labels that would repeat fall back to the path.
     """
     labels = {}
-    for sub, words, _ in _walk(obj, "experiments", ()):
+    for sub, words, _, _ in _walk(obj, "experiments", ()):
         labels[sub] = " · ".join(words[:-1] + (_key_words(words[-1]),))
     counts: dict[str, int] = {}
     for label in labels.values():
@@ -227,8 +309,9 @@ def _generic(experiments: dict) -> list[Figure]:
     tree = {k: v for k, v in experiments.items() if k not in _OWN_RULES}
     labels = figure_labels(tree)
     out = []
-    for path, samples in find_samples(tree, "experiments").items():
+    for path, _, samples, container in _walk(tree, "experiments", ()):
         unit = unit_of(path)
+        kind, units, flags, summary = units_of(samples, container)
         out.append(
             Figure(
                 key=path,
@@ -238,6 +321,11 @@ def _generic(experiments: dict) -> list[Figure]:
                 cache=_cache_word(path),
                 samples=tuple(samples),
                 summary=sample_stats(samples, unit),
+                measure=measure_of(path, unit),
+                unit_kind=kind,
+                units=units,
+                flags=flags,
+                noise_summary=summary,
             )
         )
     return out
@@ -278,10 +366,12 @@ def _load(section: dict) -> list[Figure]:
             ok = [st for g in group if (st := g["stages"].get(stage)) and st.get("status") == "ok"]
             if not ok:
                 continue
-            what = (("time_s", "time", "s"),)
+            what = (("time_s", "time", "s", "load_time"),)
             if stage in RSS_STAGES:
-                what += (("peak_rss_bytes", "peak RSS", "bytes"),)
-            for fld, word, unit in what:
+                what += (("peak_rss_bytes", "peak RSS", "bytes", "peak_rss"),)
+            found = [noise.disturbances(st.get("io"), st.get("noise"), st.get("time_split")) for st in ok]
+            flags, summary = noise.flags_of(found, "samples")
+            for fld, word, unit, measure in what:
                 values = [st[fld] for st in ok]
                 out.append(
                     Figure(
@@ -296,47 +386,60 @@ def _load(section: dict) -> list[Figure]:
                         populate=populate,
                         samples=tuple(values),
                         summary=sample_stats(values, unit),
+                        measure=measure,
+                        units=tuple(values),
+                        flags=flags,
+                        noise_summary=summary,
                     )
                 )
     return out
 
 
-# --- values without samples: the ceiling, the power-cut verdicts --------------------------------------
+# --- the ceiling: one sample per proven read -----------------------------------------------------------
+
+# experiments.ceiling's runs: (field stem, runs list, the check a run must pass to count).
+_CEILING_RUNS = {"cold": ("cold_runs", "proven"), "warm": ("warm_runs", "verified"),
+                 "parallel.cold": ("cold_runs", "proven")}  # fmt: skip
 
 
-def _ceiling(section: object, have: set[str]) -> list[Figure]:
+def _ceiling(section: object) -> list[Figure]:
+    """One samples figure per ceiling read kind: the rate of each read that passed its cache check."""
     if not isinstance(section, dict) or section.get("status") != "ok":
         return []
     out = []
     for stem, cache, name in CEILING:
-        if f"experiments.ceiling.{stem}_samples_mib_s" in have:
-            continue  # its raw samples are already a figure
-        *parts, field_ = stem.split(".")
+        *parts, _ = stem.split(".")
         where = section
         for part in parts:
             where = where.get(part) if isinstance(where, dict) else None
         if not isinstance(where, dict) or (parts and where.get("status") != "ok"):
             continue
-        v = where.get(f"{field_}_mib_s")
-        if isinstance(v, dict) and isinstance(v.get("median"), (int, float)):
-            summary = {"n": v.get("n"), **{k: v[k] for k in ("median", "min", "max") if k in v}}
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            summary = {"n": None, "median": v}
-        else:
+        runs_key, check = _CEILING_RUNS[stem]
+        runs = [r for r in where.get(runs_key) or [] if isinstance(r, dict) and r.get(check)]
+        if not runs:
             continue
+        values = [r["mib_s"] for r in runs]
+        found = [noise.disturbances(r.get("io"), r.get("noise"), r.get("time_split")) for r in runs]
+        flags, summary = noise.flags_of(found, "reads")
         out.append(
             Figure(
                 key=f"experiments.ceiling.{stem}_mib_s",
                 experiment="ceiling",
                 name=f"ceiling · {name} · rate",
                 unit="mib_s",
-                kind=VALUE,
                 cache=cache,
-                summary=summary,
-                value=summary["median"],
+                samples=tuple(values),
+                summary=sample_stats(values, "mib_s"),
+                measure="rate",
+                units=tuple(values),
+                flags=flags,
+                noise_summary=summary,
             )
         )
     return out
+
+
+# --- the power-cut verdicts ----------------------------------------------------------------------------
 
 
 def _powercut(section: object) -> list[Figure]:
@@ -372,15 +475,29 @@ def extract(doc: dict, experiments: tuple[str, ...] | None = None) -> list[Figur
     exps = doc.get("experiments") or {}
     if experiments is not None:
         exps = {k: v for k, v in exps.items() if k in experiments}
-    generic = _generic(exps)
-    have = {f.key for f in generic}
     return (
-        generic
+        _generic(exps)
         + _load(exps.get("load"))
-        + _ceiling(exps.get("ceiling"), have)
+        + _ceiling(exps.get("ceiling"))
         + _powercut(exps.get("powercut"))
     )
 
 
 def by_key(figures: list[Figure]) -> dict[str, Figure]:
     return {f.key: f for f in figures}
+
+
+def noise_of(doc: dict, experiment: str) -> dict:
+    """What one step's figures say of the host's noise in a run: ``{"recorded": bool, "busy": [{"name",
+    "summary"}]}``, ``busy`` listing the samples figures with units run while the host was busy (their
+    disklab.noise summary; figures of the same units in one entry, their names joined); ``recorded``
+    False when no figure of the step recorded any noise."""
+    found = [f for f in extract(doc, experiments=(experiment,)) if f.kind == SAMPLES]
+    busy: dict[str, list[str]] = {}
+    for f in found:
+        if f.n_disturbed:
+            busy.setdefault(f.noise_summary, []).append(f.name)
+    return {
+        "recorded": any(f.flags is not None for f in found),
+        "busy": [{"name": "; ".join(names), "summary": summary} for summary, names in busy.items()],
+    }

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab import anchors, figures, markup, plotting, units
+from disklab import anchors, figures, markup, plotting, units, verdicts
 
 FLEET_PAGE = "fleet.md"
 TEMPLATE = "fleet.md.j2"
@@ -539,7 +539,8 @@ def answers(rows: list[dict]) -> list[str]:
             f"Slowest durable sync p50: {_host_link(slow, 'fsync_bench')}, "
             f"{_sync_text(slow['durable_sync'])}, "
             f"of {len(synced)} hosts with a figure (fastest: {_host_link(fast, 'fsync_bench')}, "
-            f"{_sync_text(fast['durable_sync'])}; median {median})."
+            f"{_sync_text(fast['durable_sync'])}; median {median}); slowest against fastest: "
+            f"{markup.md(_sync_verdict(fast, slow))}."
         )
     elif synced:
         lines.append(
@@ -565,6 +566,13 @@ def answers(rows: list[dict]) -> list[str]:
         )
     else:
         lines.append("Cold load figures that failed their proof: no host has a load step that ran.")
+    busy = busy_hosts(rows)
+    if busy:
+        lines.append(
+            "Measured while busy: "
+            + "; ".join(f"{_host_link(r, 'fsync_bench')}: {markup.md(words)}" for r, words in busy)
+            + " (their figures may show other work on the host, not its storage)."
+        )
     flagged = [(r, names) for r in rows if (names := _flags_set(r))]
     if flagged:
         lines.append(
@@ -589,6 +597,29 @@ def answers(rows: list[dict]) -> list[str]:
     else:
         lines.append("Every host is ok.")
     return lines
+
+
+def _sync_side(row: dict) -> verdicts.Side:
+    d = row["durable_sync"]
+    return verdicts.Side(d.get("units_ns") or [], d.get("flags"), d.get("noise"))
+
+
+def _sync_verdict(fast: dict, slow: dict) -> str:
+    """The slowest host's durable sync against the fastest's, judged on their rounds (disklab.verdicts)."""
+    if not (fast["durable_sync"].get("units_ns") and slow["durable_sync"].get("units_ns")):
+        return "not judged: a host row holds no rounds (rendered by an older disklab: disklab report --force)"
+    unit = fast["durable_sync"].get("unit_kind") or "samples"
+    j = verdicts.judge(_sync_side(fast), _sync_side(slow), "durable_sync", unit)
+    return verdicts.brief(j)
+
+
+def busy_hosts(rows: list[dict]) -> list[tuple[dict, str]]:
+    """The hosts whose latest durable sync ran (in part) while the host was busy, with the words."""
+    return [
+        (r, d["noise"])
+        for r in rows
+        if (d := r.get("durable_sync") or {}).get("noise") and any(d.get("flags") or [])
+    ]
 
 
 def _median(values: list[float]) -> float:

@@ -37,7 +37,7 @@ import json
 import re
 from pathlib import Path
 
-from disklab import compare, figures, hostnames, plotting, store, stored
+from disklab import compare, figures, hostnames, plotting, store, stored, verdicts
 from disklab_host.common.formats import output
 
 # What can change between two runs, in the order it is said.
@@ -312,6 +312,30 @@ def _point(doc: dict, by_key: dict[str, figures.Figure], f: figures.Figure) -> d
     }
 
 
+def _since_previous(chosen: list[figures.Figure], by_run: list[dict]) -> dict[tuple[int, str], dict]:
+    """Each samples figure of each run against the latest earlier run that has it, by (run index, key):
+    the verdict of disklab.verdicts (the figures of one run judged as one family), as ``{"verdict",
+    "direction", "words", "ratio", "low", "high", "against_run", "brief"}``."""
+    out = {}
+    last: dict[str, int] = {}
+    for i, found in enumerate(by_run):
+        pairs, keys = [], []
+        for f in chosen:
+            b = found.get(f.key)
+            if b is None:
+                continue
+            a = by_run[last[f.key]].get(f.key) if f.key in last else None
+            if a is not None and a.kind == b.kind == figures.SAMPLES and a.proven and b.proven:
+                pairs.append(verdicts.Pair(a.side(), b.side(), b.measure, b.unit_kind))
+                keys.append((f.key, last[f.key]))
+            last[f.key] = i
+        for (key, before), j in zip(keys, verdicts.judge_many(pairs), strict=True):
+            out[(i, key)] = {k: j[k] for k in ("verdict", "direction", "words", "ratio", "low", "high")}
+            out[(i, key)]["against_run"] = before
+            out[(i, key)]["brief"] = verdicts.brief(j)
+    return out
+
+
 def build(host: str, host_dir: Path, figure: str | None = None, known_valid: set[str] | None = None) -> dict:
     """The history of ``host`` (its directory ``host_dir``), as ``disklab history --json`` prints it::
 
@@ -321,11 +345,14 @@ def build(host: str, host_dir: Path, figure: str | None = None, known_valid: set
                    "changed": ["kernel" | "torch" | "lab"], "changes": {...}}],      # oldest first
          "figures": [{"key", "name", "experiment", "unit", "stage", "cache", "method", "file",
                       "populate", "points": [{"run_id", "median", "n", "min", "max", "cache",
-                                              "proof", "unproven_left_out", "why"}]}],  # one per run
+                                              "proof", "unproven_left_out", "why",
+                                              "since_previous": {...} | None}]}],  # one per run
          "unreadable": [line]}
 
     ``changes`` is :func:`changes` against the run before; a point of a run without the figure has
-    ``median`` None and ``why`` "not in this run". Raises UnknownFigure for a FIGURE that matches none.
+    ``median`` None and ``why`` "not in this run"; ``since_previous`` is the figure's verdict against the
+    run before (:func:`_since_previous`), None for the first run or a run pair without the figure.
+    Raises UnknownFigure for a FIGURE that matches none.
     """
     docs, unreadable = read_runs(host_dir, known_valid)
     per_run, seen = _all_figures(docs)
@@ -333,6 +360,7 @@ def build(host: str, host_dir: Path, figure: str | None = None, known_valid: set
     chosen = select(seen, system, figure) if docs else []
     by_run = [figures.by_key(found) for found in per_run]
     runs = [run_row(doc, docs[i - 1] if i else None) for i, doc in enumerate(docs)]
+    since = _since_previous(chosen, by_run)
     return output(
         "history",
         {
@@ -351,7 +379,10 @@ def build(host: str, host_dir: Path, figure: str | None = None, known_valid: set
                     "method": f.method,
                     "file": f.file,
                     "populate": f.populate,
-                    "points": [_point(doc, by_key, f) for doc, by_key in zip(docs, by_run, strict=True)],
+                    "points": [
+                        {**_point(doc, by_key, f), "since_previous": since.get((i, f.key))}
+                        for i, (doc, by_key) in enumerate(zip(docs, by_run, strict=True))
+                    ],
                 }
                 for f in chosen
             ],
@@ -414,6 +445,15 @@ def value_text(point: dict, unit: str | None) -> str:
     return compare.format_value(point["median"], unit)
 
 
+def _since_text(since: dict | None) -> str:
+    """A point's verdict against the run before, in a word or three (``changed, 1.32× slower``)."""
+    if not since:
+        return "-"
+    if since["verdict"] == verdicts.CHANGED:
+        return f"changed, {verdicts.ratio_text(since['ratio'])} {since['words']}"
+    return since["verdict"]
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     return [
@@ -456,9 +496,13 @@ def render_text(hist: dict) -> str:
                     "-" if p["n"] is None else str(p["n"]),
                     p["cache"] or "-",
                     (p["proof"] or "-") + left,
+                    _since_text(p.get("since_previous")),
                 ]
             )
-        header = ["run", "started (UTC)", "kernel", "torch", "lab code", "median", "n", "cache", "proof"]
+        header = [
+            "run", "started (UTC)", "kernel", "torch", "lab code", "median", "n", "cache", "proof",
+            "against the run before",
+        ]  # fmt: skip
         lines += _table(header, rows)
     return "\n".join(lines) + "\n"
 

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from disklab import boundedyaml, compare, figures, history, units
+from disklab import boundedyaml, compare, figures, history, units, verdicts
 from disklab.answers import _why_missing, anchor
 from disklab.markup import code, md
 
@@ -249,14 +249,27 @@ def ratio_text(r: float) -> str:
     return units.ratio(r) if r >= 0.1 else f"{r:.2g}×"
 
 
-def verdict(r: float, unit: str) -> str:
-    """``within 2×``, or how many times slower/faster (more/less for a size) than predicted."""
-    if 1 / WITHIN <= r <= WITHIN:
-        return f"within {WITHIN:g}×"
+def verdict(judged: dict, unit: str) -> str:
+    """``within 2×``, how many times slower/faster (more/less for a size) than predicted, or undecided;
+    judged on the median's interval (disklab.verdicts.against_value), whose coverage is said when the
+    samples are too few for 95 %."""
+    r = judged["ratio"]
     more, less = MORE_LESS[unit]
-    if r > 1:
-        return f"{units.ratio(r)} {more} than predicted"
-    return f"{units.ratio(1 / r)} {less} than predicted"
+    if judged["verdict"] == "within":
+        said = f"within {WITHIN:g}×"
+    elif judged["verdict"] == "above":
+        said = f"{units.ratio(r)} {more} than predicted"
+    elif judged["verdict"] == "below":
+        said = f"{units.ratio(1 / r)} {less} than predicted"
+    else:
+        said = (
+            f"undecided: {units.ratio(r)} the prediction, but the median's interval "
+            f"({judged['low']:.2g}× to {judged['high']:.2g}×) crosses the {WITHIN:g}× bound"
+        )
+    if judged["coverage"] < verdicts.LEVEL:
+        cover = f"{judged['coverage']:.0%}"
+        said += f" (n = {judged['n']}: the median's interval is the samples' range, {cover} coverage)"
+    return said
 
 
 def _alias(key: str) -> str | None:
@@ -336,7 +349,8 @@ def host_table(reports: Path, host: str, sections: list[dict]) -> dict | None:
                     n=f.summary.get("n"),
                 )
                 if f.median > 0:
-                    row.update(ratio=r, ratio_text=ratio_text(r), verdict=verdict(r, p["unit"]))
+                    judged = verdicts.against_value(f.units or f.samples, p["value"], WITHIN)
+                    row.update(ratio=r, ratio_text=ratio_text(r), verdict=verdict(judged, p["unit"]))
                 else:
                     row["why"] = "measured 0: no ratio to the prediction"
         rows.append(row)

@@ -28,6 +28,7 @@ from disklab import (
     anchors,
     answers,
     compare,
+    figures,
     fleet,
     history,
     hostnames,
@@ -36,6 +37,7 @@ from disklab import (
     predictions,
     store,
     stored,
+    verdicts,
 )
 from disklab.fsio import atomic_write_text
 from disklab.units import FILTERS
@@ -89,6 +91,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(FILTERS)
     env.filters["figure"] = compare.format_value
+    env.filters["verdict_sentence"] = verdicts.sentence
     env.filters.update(markup.FILTERS)  # every string from an inventory or a host is escaped where it lands
     return env
 
@@ -162,10 +165,11 @@ def workbench_split(audit_wb: object, run_wb: dict | None) -> dict | None:
 anchor = answers.anchor  # a section's id in the host report, from its heading (disklab.anchors)
 
 
-def run_of(doc: dict, latest: bool) -> dict:
+def run_of(doc: dict, latest: bool, experiment: str | None = None) -> dict:
     """What a section's heading names of the run it is from: ``{"run_id", "started_utc", "kernel",
-    "torch", "latest"}`` (kernel and torch from that run's own facts; a missing one is ``None``);
-    ``latest``: it is the newest readable run of the host."""
+    "torch", "latest", "noise"}`` (kernel and torch from that run's own facts; a missing one is
+    ``None``); ``latest``: it is the newest readable run of the host; ``noise``: what the step's figures
+    say of the host's noise (figures.noise_of), None without ``experiment``."""
     facts = doc.get("facts") or {}
     return {
         "run_id": doc["run_id"],
@@ -173,6 +177,7 @@ def run_of(doc: dict, latest: bool) -> dict:
         "kernel": (facts.get("host") or {}).get("kernel"),
         "torch": (facts.get("versions") or {}).get("torch"),
         "latest": latest,
+        "noise": figures.noise_of(doc, experiment) if experiment else None,
     }
 
 
@@ -268,7 +273,8 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         measured_source = measured_doc(source)  # read against the workbench of the run that made them
         s = source["experiments"][name]
         x = build_section(name, s, measured_source, host_dir / "plots")
-        run = run_of(source, latest=path == doc_path)
+        # the load section marks its own busy samples, cell by cell (sections/load_time.py)
+        run = run_of(source, latest=path == doc_path, experiment=None if name == "load" else name)
         sections.append(
             {
                 "name": name,
@@ -310,6 +316,8 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         "failure": failure,
         "sections": sections,
         "since": since,
+        "since_shown": [g for g in since["figures"] if compare.shown(g)] if since else [],
+        "since_noise": compare.noise_recorded(since) if since else {},
         "n_runs": n_runs,
         "runs_used": runs_used,
         "absent": [(n, anchors.section_heading(n)) for n in SECTION_ORDER if doc and n not in sources],
@@ -334,7 +342,9 @@ def durable_sync(doc: dict | None) -> dict:
     Returns {call, p50_us, why}: call is the name shown ("fsync", "F_FULLFSYNC",
     or None for an OS without a known call), p50_us the median per-call latency
     of a 4 KiB write plus that call in µs (None when there is no figure), why the
-    reason when there is none (else None). The OS is the run's own facts'
+    reason when there is none (else None); with a figure also units_ns, unit_kind,
+    flags and noise, its test units and their noise (figures.units_of) for the
+    fleet's verdicts. The OS is the run's own facts'
     host.system. A Mac without an F_FULLFSYNC figure gets none: plain fsync is
     never shown in its place.
     """
@@ -366,7 +376,17 @@ def durable_sync(doc: dict | None) -> dict:
     if mode.get("fallback"):  # F_FULLFSYNC failed and plain fsync was timed in its place
         errno = mode["fallback"].get("errno", "an error")
         return missing(f"{call} fell back to plain fsync on this host ({errno})")
-    return {"call": call, "p50_us": mode["latency"]["p50_us"], "why": None}
+    kind, units, flags, summary = figures.units_of(mode["samples_ns"], mode)
+    return {
+        "call": call,
+        "p50_us": mode["latency"]["p50_us"],
+        "why": None,
+        # its test units (each round's median, ns) and their noise, for the fleet's verdicts
+        "units_ns": list(units),
+        "unit_kind": kind,
+        "flags": None if flags is None else list(flags),
+        "noise": summary,
+    }
 
 
 def host_status(doc, doc_path, audit, audit_path, failure, failure_path, unreadable: list[str]) -> dict:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from disklab import schemas, values
-from disklab_host.common import formats
+from disklab_host.common import formats, stats
 from disklab_host.common.formats import VERSIONS, stamp
 from disklab_host.common.fsio import atomic_write_json
 
@@ -157,6 +157,81 @@ def _results_update_to_5(doc: dict) -> None:
         user.setdefault("first_response", {"status": "not_run", "reason": FIRST_RESPONSE_NOT_MEASURED})
 
 
+# What an older run holds in place of each noise record and time split (results version 6 added them).
+NOISE_NOT_RECORDED = (
+    "not recorded: written before results version 6, which records what else the host did during each "
+    "sample and where its time went"
+)
+# fsync_bench's rounds of an older run: it wrote each mode in one go, so its rounds are consecutive blocks.
+FSYNC_ROUNDS_UPGRADED = (
+    "consecutive blocks of a run from before results version 6, which wrote each mode's blocks in one go "
+    "(its rounds did not take turns across the modes)"
+)
+
+
+def _not_recorded() -> dict:
+    return {"unavailable": NOISE_NOT_RECORDED}
+
+
+def _rounds_not_recorded(first_counts: list[tuple[int, int]], io_records: list | None = None) -> list[dict]:
+    return [
+        {
+            "first": first,
+            "count": count,
+            "io_record": (io_records[i] if io_records and i < len(io_records) else _not_recorded()),
+            "noise": _not_recorded(),
+            "time_split": _not_recorded(),
+        }
+        for i, (first, count) in enumerate(first_counts)
+    ]
+
+
+def _results_update_to_6(doc: dict) -> None:
+    """Every noise record and time split as not recorded; rounds where the current format has them."""
+    doc.setdefault("noise_context", _not_recorded())
+    exps = doc.get("experiments")
+    if not isinstance(exps, dict):
+        return
+    fsync = exps.get("fsync_bench")
+    if isinstance(fsync, dict) and fsync.get("status") == "ok" and isinstance(fsync.get("modes"), dict):
+        for mode in fsync["modes"].values():
+            samples = mode.get("samples_ns") if isinstance(mode, dict) else None
+            if mode.get("status") != "ok" or not isinstance(samples, list) or not samples:
+                continue
+            sizes = stats.round_sizes(len(samples))  # the rule the current runs follow
+            firsts = [sum(sizes[:i]) for i in range(len(sizes))]
+            mode.setdefault("rounds", _rounds_not_recorded(list(zip(firsts, sizes, strict=True))))
+            for r in mode["rounds"]:
+                r["io_record"] = {"unavailable": f"no I/O record per round: {FSYNC_ROUNDS_UPGRADED}"}
+            mode.setdefault("rounds_from", FSYNC_ROUNDS_UPGRADED)
+    wb = exps.get("write_buffering")
+    if isinstance(wb, dict) and wb.get("status") == "ok" and isinstance(wb.get("modes"), dict):
+        for mode in wb["modes"].values():
+            if not isinstance(mode, dict) or "rounds" in mode:
+                continue
+            n = len(mode.get("per_call_samples_ns") or [])
+            mode["rounds"] = _rounds_not_recorded([(i, 1) for i in range(n)], mode.pop("io_records", None))
+    big = exps.get("big_write")
+    if isinstance(big, dict) and big.get("status") == "ok" and "rounds" not in big:
+        n = len(big.get("write_samples_s") or [])
+        big["rounds"] = _rounds_not_recorded([(i, 1) for i in range(n)])
+    ceiling = exps.get("ceiling")
+    if isinstance(ceiling, dict) and ceiling.get("status") == "ok":
+        parallel = ceiling.get("parallel") if isinstance(ceiling.get("parallel"), dict) else {}
+        for runs in (ceiling.get("cold_runs"), ceiling.get("warm_runs"), parallel.get("cold_runs")):
+            for run in runs if isinstance(runs, list) else []:
+                if isinstance(run, dict):
+                    run.setdefault("noise", _not_recorded())
+                    run.setdefault("time_split", _not_recorded())
+    load = exps.get("load")
+    if isinstance(load, dict) and load.get("status") == "ok":
+        for sample in load.get("samples") or []:
+            for stage in (sample.get("stages") or {}).values() if isinstance(sample, dict) else []:
+                if isinstance(stage, dict) and stage.get("status") == "ok":
+                    stage.setdefault("noise", _not_recorded())
+                    stage.setdefault("time_split", _not_recorded())
+
+
 def _audit_update_to_2(doc: dict) -> None:
     doc.pop("kind", None)
 
@@ -237,6 +312,7 @@ UPDATES: dict[str, dict[int, Callable[[dict], None]]] = {
         3: _results_update_to_3,
         4: _results_update_to_4,
         5: _results_update_to_5,
+        6: _results_update_to_6,
     },
     "facts": {2: _facts_update_to_2, 3: _facts_update_to_3, 4: _facts_update_to_4, 5: _facts_update_to_5},
     "audit": {2: _audit_update_to_2},

@@ -13,7 +13,11 @@ runs, so one broken experiment never costs the others their results; a step
 that failed because the workbench filled up says so, with the free space and
 the step's need (:func:`no_space_error`). The results record the workbench's
 own filesystem, mount and device (:func:`workbench_facts`, the audit's
-collector), so the figures carry the facts of the place that made them. The
+collector), so the figures carry the facts of the place that made them, and
+the run's ``noise_context`` (common.noise.context: governor, turbo, swap,
+pressure counters; and delay accounting, which the runner turns on for its
+run where it may act as root and puts back after: common.timesplit). A runner
+killed outright (SIGKILL) cannot put it back, and kernel.task_delayacct stays 1. The
 results file is written atomically, once, at the end. One run at a time per
 lab root: a second run is refused (exit 3) naming the run that holds it.
 With ``--config-json`` the runner makes the run's directory (the results
@@ -47,6 +51,7 @@ from pathlib import Path
 
 from . import codeinfo, detach, registry
 from .audit import collect as audit_collect
+from .common import noise, timesplit
 from .common.facts import unavailable
 from .common.formats import stamp
 from .common.fsio import atomic_write_json, atomic_write_text
@@ -287,6 +292,8 @@ def _run(cfg: dict, args: argparse.Namespace, lock: RunLock) -> int:
     name = None
     status = args.out.parent / STATUS_NAME
     done: list[list] = []
+    become = bool(cfg.get("become_allowed"))
+    acct = timesplit.delay_accounting_on(become, cfg.get("system"))
     try:
         for i, name in enumerate(steps, 1):
             write_status(status, state="running", run_id=cfg["run_id"], step=name, step_index=i,
@@ -303,6 +310,9 @@ def _run(cfg: dict, args: argparse.Namespace, lock: RunLock) -> int:
             status, state="interrupted", run_id=cfg["run_id"], step=name, steps=len(steps), done=done
         )
         return EXIT_INTERRUPTED
+    finally:
+        acct = timesplit.delay_accounting_restore(acct, become)
+    results["noise_context"] = {**noise.context(cfg.get("system")), "delay_accounting": acct}
     results["finished_utc"] = utc_now()
     atomic_write_json(args.out, results)
     write_status(status, state="finished", run_id=cfg["run_id"], steps=len(steps), done=done)

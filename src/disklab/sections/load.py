@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from disklab import markup, plotting
-from disklab.sections import evidence
+from disklab import markup, noise, plotting, verdicts
+from disklab.sections import evidence, load_time
+from disklab.sections.load_time import cell_samples as _cell_samples
 from disklab.units import ibytes, pct
 from disklab_host.cache.pagecache import WILLNEED_HINTS
 from disklab_host.common.stages import MEANING, STAGES
@@ -48,10 +49,30 @@ def _median(cell: dict | None, stage: str, field: str = "time_s", which: str = "
     return st[field][which]
 
 
-def _slower(a: dict | None, b: dict | None, stage: str) -> bool:
-    """True when cell ``a`` was slower than ``b`` beyond noise: its fastest run beat none of b's."""
-    lo, hi = _median(a, stage, which="min"), _median(b, stage, which="max")
-    return lo is not None and hi is not None and lo > hi
+def side(section: dict, cell: dict | None, stage: str, field: str = "time_s") -> verdicts.Side:
+    """A cell's samples at ``stage`` (their ``field``) and the noise of each, as disklab.verdicts judges."""
+    recs = [
+        st
+        for s in (_cell_samples(section, cell) if cell else [])
+        if (st := s["stages"].get(stage)) and st.get("status") == "ok"
+    ]
+    found = [noise.disturbances(st.get("io"), st.get("noise"), st.get("time_split")) for st in recs]
+    flags, summary = noise.flags_of(found, "samples")
+    return verdicts.Side([st[field] for st in recs], flags, summary)
+
+
+def judge_cells(section: dict, pairs: list[tuple], stage: str | None = None) -> list[dict]:
+    """Verdicts of cell a against cell b (the reference: ratio a/b), judged as one family: ``pairs`` of
+    ``(a, b)`` at ``stage``, or ``(a, b, stage)`` each at its own."""
+    triples = [(p[0], p[1], p[2] if len(p) > 2 else stage) for p in pairs]
+    return verdicts.judge_many(
+        [
+            verdicts.Pair(
+                side(section, b, st), side(section, a, st), "load_time", names=(_label(b), _label(a))
+            )
+            for a, b, st in triples
+        ]
+    )
 
 
 def _find(cells: list[dict], method: str, state: str, populate=None, file=None) -> dict | None:
@@ -119,56 +140,45 @@ def rows(section: dict) -> list[dict]:
                     "peak_rss_bytes": st["peak_rss_bytes"]["median"],
                     "flag": cell["cache_state"] in ("cold_unverified", "warm_unverified"),
                     "bypassed": cell["method"] in bypassing,
+                    "busy": load_time.busy_words(_cell_samples(section, cell), stage),
                 }
             )
     return out
 
 
-def _ratio_line(cells, state, stage, method, base="torch.load") -> str | None:
-    a, b = _median(_big(cells, method, state), stage), _median(_big(cells, base, state), stage)
-    if a is None or not b:
-        return None
-    return f"{state}, {stage}: {method} took {_x(a / b)} {base} here ({a:.3f} s against {b:.3f} s, medians)."
+def _ratio_lines(section: dict, wanted: list[tuple[str, str, str, str]]) -> list[str]:
+    """One sentence per (state, stage, method, base) of the big file that both cells reached: the ratio of
+    medians, and the verdict of the method against the base (disklab.verdicts, these lines one family)."""
+    cells, found = section["cells"], []
+    for state, stage, method, base in wanted:
+        a_cell, b_cell = _big(cells, method, state), _big(cells, base, state)
+        a, b = _median(a_cell, stage), _median(b_cell, stage)
+        if a is not None and b:
+            found.append((state, stage, method, base, a, b, a_cell, b_cell))
+    judged = judge_cells(section, [(f[6], f[7], f[1]) for f in found])
+    return [
+        f"{state}, {stage}: {method} took {_x(a / b)} {base} here ({a:.3f} s against {b:.3f} s, medians; "
+        f"{verdicts.brief(j)})."
+        for (state, stage, method, base, a, b, _, _), j in zip(found, judged, strict=True)
+    ]
 
 
 def explanations(section: dict) -> list[str]:
     """Sentences computed from this host's medians; each names its stage and cache state."""
     cells = section["cells"]
-    lines = []
-    for stage in ("loader_return", "first_response", "all_touched"):
-        for state in ("cold", "warm"):
-            for method in ("torch.load-mmap", "load_file"):
-                line = _ratio_line(cells, state, stage, method)
-                if line:
-                    lines.append(line)
+    stages = ("loader_return", "first_response", "all_touched")
+    lines = _ratio_lines(
+        section,
+        [(state, stage, m, "torch.load") for stage in stages for state in ("cold", "warm")
+         for m in ("torch.load-mmap", "load_file")],
+    )  # fmt: skip
     lines += _mapped_lines(section)
-    methods = ("load_file+willneed", "load_file", "torch.load")
-    will_c, plain_c, tl_c = (_big(cells, m, "cold") for m in methods)
-    will, plain, tl = (_median(c, "all_touched") for c in (will_c, plain_c, tl_c))
-    if None not in (will, plain, tl) and plain and tl:
-        # "beyond noise" as in disklab compare: the min..max ranges do not overlap
-        if not _slower(plain_c, tl_c, "all_touched"):
-            verdict = (
-                "there was no cold mmap gap to close here: load_file was not slower than torch.load "
-                "beyond noise (their min..max ranges overlap)"
-            )
-        elif not _slower(will_c, tl_c, "all_touched"):
-            verdict = "the hint closed the cold mmap gap here"
-        elif _slower(plain_c, will_c, "all_touched"):
-            verdict = "the hint narrowed the cold mmap gap here but did not close it"
-        else:
-            verdict = "the hint made no difference beyond noise here"
-        lines.append(
-            f"cold, all_touched: load_file+willneed took {_x(will / plain)} load_file and "
-            f"{_x(will / tl)} torch.load; {verdict}."
-        )
-    for name in (section.get("loaders") or {}).get("requested", []):
-        for state in ("cold", "warm"):
-            for stage in ("loader_return", "first_response", "all_touched"):
-                for base in ("load_file", "torch.load"):
-                    line = _ratio_line(cells, state, stage, name, base)
-                    if line:
-                        lines.append(line)
+    lines += _willneed_lines(section)
+    lines += _ratio_lines(
+        section,
+        [(state, stage, name, base) for name in (section.get("loaders") or {}).get("requested", [])
+         for state in ("cold", "warm") for stage in stages for base in ("load_file", "torch.load")],
+    )  # fmt: skip
     one = _big(cells, "one-tensor", "cold")
     frac = _median(one, "all_touched", "resident_fraction")
     if frac is not None:
@@ -194,6 +204,55 @@ def explanations(section: dict) -> list[str]:
                 f"copy ({ta:.3f} s against {tc:.3f} s); peak RSS {_mib(pa)} against {_mib(pc)}."
             )
     return lines
+
+
+def _willneed_lines(section: dict) -> list[str]:
+    """Did the WILLNEED hint close the cold mmap gap: load_file against torch.load, load_file+willneed
+    against both, cold at all_touched, each judged by disklab.verdicts (one family of three)."""
+    cells = section["cells"]
+    will_c, plain_c, tl_c = (
+        _big(cells, m, "cold") for m in ("load_file+willneed", "load_file", "torch.load")
+    )
+    will, plain, tl = (_median(c, "all_touched") for c in (will_c, plain_c, tl_c))
+    if None in (will, plain, tl) or not plain or not tl:
+        return []
+    gap, hint, narrowed = judge_cells(
+        section, [(plain_c, tl_c), (will_c, tl_c), (will_c, plain_c)], "all_touched"
+    )
+    closed = hint["verdict"] == verdicts.NO_CHANGE or (
+        hint["verdict"] == verdicts.CHANGED and hint["direction"] == "down"
+    )
+    narrower = narrowed["verdict"] == verdicts.CHANGED and narrowed["direction"] == "down"
+    if gap["verdict"] != verdicts.CHANGED or gap["direction"] != "up":
+        said = {
+            verdicts.NO_CHANGE: "there was no cold mmap gap to close here: load_file was within "
+            f"±{gap['min_effect'] * 100:g} % of torch.load",
+            verdicts.CHANGED: "no cold mmap gap to close here: load_file was faster than torch.load",
+            verdicts.INCONCLUSIVE: "whether there was a cold mmap gap here could not be decided",
+            verdicts.DISTURBED: "whether there was a cold mmap gap here could not be decided on a busy host",
+        }[gap["verdict"]]
+        verdict = f"{said} ({verdicts.brief(gap)})"
+    elif closed:
+        verdict = f"the hint closed the cold mmap gap here (against torch.load: {verdicts.brief(hint)})"
+    elif hint["verdict"] == verdicts.CHANGED and narrower:
+        verdict = (
+            "the hint narrowed the cold mmap gap here but did not close it (against load_file: "
+            f"{verdicts.brief(narrowed)})"
+        )
+    elif hint["verdict"] == verdicts.CHANGED:
+        verdict = (
+            "the hint made no difference that these samples can show (against load_file: "
+            f"{verdicts.brief(narrowed)})"
+        )
+    else:
+        verdict = (
+            "whether the hint closed the gap could not be decided (against torch.load: "
+            f"{verdicts.brief(hint)})"
+        )
+    return [
+        f"cold, all_touched: load_file+willneed took {_x(will / plain)} load_file and "
+        f"{_x(will / tl)} torch.load (medians); {verdict}."
+    ]
 
 
 def _mapped_lines(section: dict) -> list[str]:
@@ -550,13 +609,6 @@ def device_summary(section: dict) -> dict | None:
     return out
 
 
-def _cell_samples(section: dict, cell: dict) -> list[dict]:
-    key = (cell["file"], cell["method"], cell.get("populate"), cell["cache_state"])
-    return [
-        s for s in section["samples"] if (s["file"], s["method"], s.get("populate"), s["cache_state"]) == key
-    ]
-
-
 def _part_text(name: str, parts: list[dict]) -> str:
     """One proof part over a cell's samples, e.g. ``device reads ✓ 3/3``."""
     label = PART_NAMES[name]
@@ -716,8 +768,6 @@ def user_model_summary(section: dict) -> dict | None:
 # The mapped loaders network_mmap compares with the eager read on a network filesystem, and the eager one.
 NETFS_MAPPED = ("torch.load-mmap", "load_file")
 NETFS_EAGER = "torch.load"
-# Fewer runs than this per cell cannot tell a loss from noise: a single run's min and max are the run itself.
-NETFS_MIN_RUNS = 2
 
 
 def network_mmap(section: dict, results: dict) -> dict | None:
@@ -727,10 +777,9 @@ def network_mmap(section: dict, results: dict) -> dict | None:
     (None otherwise). Cold, at ``all_touched``, the stage where a mapped load
     has paid for its page accesses: each mapped method (torch.load-mmap on the
     same .pt, load_file on the .safetensors) against torch.load, which reads
-    the file with read(2). "Lost" only beyond noise (its fastest run slower than
-    torch.load's slowest, as :func:`_slower`, and only with NETFS_MIN_RUNS runs
-    each; with fewer the ratio is given as too few runs to tell). Returns ``{"fstype", "lines"}``:
-    one sentence per mapped method, from this run's medians, or saying why no
+    the file with read(2), judged by disklab.verdicts (the two as one family):
+    "lost" only when it is called changed, slower. Returns ``{"fstype", "lines"}``:
+    one sentence per mapped method, from this run's samples, or saying why no
     proven cold pair exists.
     """
     wb = (results.get("facts") or {}).get("workbench") or {}
@@ -739,7 +788,7 @@ def network_mmap(section: dict, results: dict) -> dict | None:
     cells = section["cells"]
     eager = _big(cells, NETFS_EAGER, "cold")
     base = _median(eager, "all_touched")
-    lines = []
+    lines, pairs = [], []
     for method in NETFS_MAPPED:
         mapped = _big(cells, method, "cold")
         t = _median(mapped, "all_touched")
@@ -747,20 +796,19 @@ def network_mmap(section: dict, results: dict) -> dict | None:
             missing = method if t is None else NETFS_EAGER
             lines.append(f"{method}: no proven cold figure of {missing} at all_touched, so no comparison.")
             continue
-        n = f"n={mapped['n']} and n={eager['n']}"
-        times = f"{t:.3f} s against {base:.3f} s, medians, {n}"
-        if min(mapped["n"], eager["n"]) < NETFS_MIN_RUNS:
-            verdict = (
-                f"took {_x(t / base)} torch.load's time ({times}): too few runs to tell a loss from noise "
-                f"(at least {NETFS_MIN_RUNS} each; `lab_run_load_repeats` sets them)"
-            )
-        elif _slower(mapped, eager, "all_touched"):
-            verdict = f"lost: it took {_x(t / base)} torch.load's time ({times})"
-        elif t > base:
-            ratio = _x(t / base)
-            verdict = f"was slower, {ratio} torch.load's time, but within noise ({times}: the ranges overlap)"
+        pairs.append((method, mapped, t))
+    judged = judge_cells(section, [(m, eager) for _, m, _ in pairs], "all_touched") if pairs else []
+    for (method, _, t), j in zip(pairs, judged, strict=True):
+        times = f"{t:.3f} s against {base:.3f} s, medians"
+        if j["verdict"] == verdicts.CHANGED and j["direction"] == "up":
+            verdict = f"lost: it took {_x(t / base)} torch.load's time ({times}; {verdicts.brief(j)})"
+        elif j["verdict"] in (verdicts.CHANGED, verdicts.NO_CHANGE):
+            verdict = f"did not lose: it took {_x(t / base)} torch.load's time ({times}; {verdicts.brief(j)})"
         else:
-            verdict = f"did not lose: it took {_x(t / base)} torch.load's time ({times})"
+            verdict = (
+                f"took {_x(t / base)} torch.load's time ({times}), but whether it lost could not be decided "
+                f"({verdicts.brief(j)}; `lab_run_load_repeats` sets the samples)"
+            )
         lines.append(f"cold, all_touched: {method} {verdict}.")
     dropped = (section.get("workbench_page_cache") or {}).get("keeps_cache") is False
     if dropped and not _probes_held(section):
@@ -894,10 +942,22 @@ def loaders_block(section: dict) -> dict | None:
     return {"loaders": out, "tensorizer_files": tz}
 
 
+def _split_quotes(split: list[dict]) -> list[str]:
+    """Cold against warm, in where the time went: the mapped loads' and torch.load's split at all_touched
+    (load_time.quote), for each method of the big file that has both."""
+    out = []
+    for what in dict.fromkeys(r["what"] for r in split):
+        cold, warm = (load_time.quote(split, what, c) for c in ("cold", "warm"))
+        if cold and warm:
+            out.append(f"{cold}; {warm}.")
+    return out
+
+
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """Context for templates/sections/load.md.j2 (see disklab.sections). Never raises on not_run/failed."""
     if section.get("status") != "ok":
         return {"ok": False}
+    split = load_time.rows(section, sorted(section["cells"], key=_order), _label)
     return {
         "ok": True,
         "proof": proof_rows(section, results),
@@ -915,6 +975,11 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "device": device_summary(section),
         "user_model": user_model_summary(section),
         "plot": plot(section, plot_dir),
+        "time_split": split,
+        "noise_recorded": load_time.noise_recorded(section),
+        "time_split_plot": load_time.plot(split, plot_dir),
+        "time_split_missing": load_time.not_recorded(split),
+        "time_split_quotes": _split_quotes(split),
         "netfs": network_mmap(section, results),
         "loaders": loaders_block(section),
     }

@@ -75,7 +75,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "them and os.fsync cannot see them; call f.flush() before os.fsync."
     )
     layers = evidence.layer_rows(section.get("layers", {"unavailable": "not recorded in this run"}))
-    io = [evidence.io_line(rec) for rec in section["modes"]["unbuffered"].get("io_records", [])]
+    io = [evidence.io_line(r["io_record"]) for r in section["modes"]["unbuffered"]["rounds"]]
     return {
         "ok": True,
         "status_note": "ok",

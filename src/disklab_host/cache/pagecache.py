@@ -39,10 +39,9 @@ import ctypes.util
 import errno
 import mmap
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
+from ..common import asroot
 from ..common.fsio import fsync_dir
 from ..common.units import MIB
 from . import coldcopy
@@ -583,31 +582,8 @@ def _require(system: str, wanted: str, method: str) -> None:
         raise OSError(f"{method} works on {wanted} only, this host is {system}")
 
 
-def _may_become(become_allowed: bool, method: str) -> list[str]:
-    """The command prefix that runs as root: [] as root, sudo -n with become, else refuse."""
-    if os.geteuid() == 0:
-        return []
-    if not become_allowed:
-        raise PermissionError(f"{method} needs root: run as root or set become_allowed")
-    if shutil.which("sudo") is None:
-        raise PermissionError(f"{method} needs root and sudo is not installed")
-    return ["sudo", "-n"]
-
-
-def _run_as_root(argv: list[str], method: str, **kw) -> None:
-    """Run ``argv`` (``sudo -n ...`` off root); a refusal raises PermissionError with sudo's own words.
-
-    sudo -n never prompts: where sudo asks this login for a password (given to Ansible with -K or a
-    vaulted ansible_become_password), the detached lab runner cannot give it, and the method is refused.
-    """
-    proc = subprocess.run(argv, capture_output=True, check=False, **kw)
-    if proc.returncode != 0:
-        said = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
-        raise PermissionError(
-            f"{method} needs root and `{' '.join(argv)}` was refused (exit status {proc.returncode}: "
-            f"{said[-1] if said else 'no message'}); the lab runs without a terminal, so a sudo that asks "
-            "for a password cannot be used: fadvise_dontneed needs no root"
-        )
+# What a refused become costs the cold path: the eviction that needs no root still works.
+_NO_ROOT_HINT = "fadvise_dontneed needs no root"
 
 
 def _fadvise_dontneed(path: Path, ctx: _Context) -> None:
@@ -622,16 +598,9 @@ def _fadvise_dontneed(path: Path, ctx: _Context) -> None:
 
 def _drop_caches(path: Path, ctx: _Context) -> None:
     _require(ctx.system, "Linux", "drop_caches")
-    prefix = _may_become(ctx.become_allowed, "drop_caches")
+    asroot.prefix(ctx.become_allowed, "drop_caches")  # refused before the sync when it cannot run
     os.sync()
-    if not prefix:
-        fd = os.open(DROP_CACHES, os.O_WRONLY)  # write-only: the file is not readable
-        try:
-            os.write(fd, b"3")
-        finally:
-            os.close(fd)
-        return
-    _run_as_root(prefix + ["tee", DROP_CACHES], "drop_caches", input=b"3", timeout=60)
+    asroot.write_file(DROP_CACHES, b"3", ctx.become_allowed, "drop_caches", _NO_ROOT_HINT)
 
 
 def _coldcopy_nocache(path: Path, ctx: _Context) -> Path:
@@ -657,9 +626,9 @@ def _coldcopy_nocache(path: Path, ctx: _Context) -> Path:
 
 def _purge(path: Path, ctx: _Context) -> None:
     _require(ctx.system, "Darwin", "purge")
-    prefix = _may_become(ctx.become_allowed, "purge")
+    prefix = asroot.prefix(ctx.become_allowed, "purge")
     os.sync()
-    _run_as_root(prefix + ["purge"], "purge", timeout=300)
+    asroot.run(prefix + ["purge"], "purge", _NO_ROOT_HINT, timeout=300)
 
 
 _METHODS = {

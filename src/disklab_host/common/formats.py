@@ -33,6 +33,15 @@ results
      stages in the order loader_return, module_populated, device_placed, first_response, all_touched
      (all_touched now follows the forward pass; before, it came before device_placed). Older runs: the
      section's and the user model's first_response not_run, saying the stage was not measured.
+  6: the noise of every sample: each timed interval carries a noise record (common/noise.py: pressure
+     stall, steal, swap, runnable tasks) and a time split (common/timesplit.py: CPU, blocked on I/O,
+     waiting to run, the rest) beside its I/O record: each load sample's stages, each ceiling read,
+     and rounds (``{first, count, io_record, noise, time_split}``) in fsync_bench's modes (its measured
+     blocks in rounds that take turns across the modes), write_buffering's modes (one per repeat; its
+     io_records move into them) and big_write; the run's noise_context (governor, turbo, swap, delay
+     accounting, which the runner turns on for its run where it may act as root). Older runs: every
+     noise record and time split unavailable ("not recorded"), fsync_bench's rounds made from
+     consecutive blocks (those runs wrote each mode in one go), and noise_context unavailable.
 facts (a host's audit; host.json on the host, inside every results and audit file)
   1: facts_schema_version 1.
   2: file_kind and schema_version replace facts_schema_version.
@@ -61,7 +70,7 @@ render_stamp (reports/<host>/.rendered.json)
 from __future__ import annotations
 
 VERSIONS: dict[str, int] = {
-    "results": 5,
+    "results": 6,
     "facts": 5,
     "audit": 2,
     "failure": 2,

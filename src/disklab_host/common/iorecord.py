@@ -304,3 +304,26 @@ def delta(before: dict, after: dict, device: dict, system: str, interval: str | 
 def not_recorded(reason: str) -> dict:
     """The I/O record field of an interval that has none (switched off, or an older run)."""
     return unavailable(f"no I/O record: {reason}")
+
+
+def combine(records: list[dict], interval: str) -> dict:
+    """One I/O record for several intervals (an fsync mode's rounds): each counter summed, the other
+    fields of the first record kept; an unavailable part (in any record) stays unavailable."""
+    if not records:
+        return not_recorded("no interval was timed")
+    if any(is_unavailable(r) for r in records):
+        return next(r for r in records if is_unavailable(r))
+    first = records[0]
+    out = {**first, "interval": interval, "intervals": len(records)}
+    for part, keys in (
+        ("process", ("read_bytes", "write_bytes")),
+        ("device", ("sectors_read", "sectors_written", "read_bytes", "written_bytes")),
+        ("faults", ("major", "minor")),
+        ("blocks", ("in", "out")),
+    ):
+        parts = [r.get(part) for r in records]
+        if any(p is None or is_unavailable(p) for p in parts):
+            out[part] = next((p for p in parts if p is None or is_unavailable(p)), None)
+            continue
+        out[part] = {**first[part], **{k: sum(p[k] for p in parts) for k in keys if k in first[part]}}
+    return out

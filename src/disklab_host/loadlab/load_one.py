@@ -79,7 +79,7 @@ from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from ..cache import pagecache as cache  # noqa: E402
-from ..common import iorecord  # noqa: E402
+from ..common import iorecord, noise, timesplit  # noqa: E402
 from ..common.facts import not_run, peak_rss_bytes, unavailable  # noqa: E402
 from ..common.stages import PARTIAL_METHODS, STAGES  # noqa: E402
 from . import loaders  # noqa: E402
@@ -214,9 +214,11 @@ def cache_before(paths: list[str]) -> dict:
 class StageClock:
     """Times stages from one start point, leaving out the time spent in probes.
 
-    With ``io_record`` each stage also gets the I/O record (common.iorecord) of
-    the interval from the start to that stage's mark, read right at the mark,
-    before the stage's residency probe; off, each stage's ``io`` says so.
+    With ``io_record`` each stage also gets, for the interval from the start to that stage's mark, read
+    right at the mark before the stage's residency probe: the I/O record (common.iorecord, ``io``), the
+    noise record (common.noise: what else the host did meanwhile, ``noise``) and the time split
+    (common.timesplit: CPU, blocked on I/O, waiting to run, the rest, ``time_split``; its counters
+    include disklab's own probes, ``probe_s``, which the stage's time leaves out). Off, each says so.
     """
 
     def __init__(self, path: str | list[str], held: cache.HeldResidency, io_record: bool = True):
@@ -226,23 +228,32 @@ class StageClock:
         self.stages: dict[str, dict] = {}
         first = path if isinstance(path, str) else path[0]
         self.io = iorecord.Recorder(first, enabled=io_record)
-        self._io_before = None
+        self.noise = noise.Probe(enabled=io_record)
+        self.split = timesplit.ProcessClock(enabled=io_record)
+        self._before: tuple = (None, None, None)
 
     def start(self) -> None:
         self.probe_ns = 0
-        self._io_before = self.io.begin()
+        self._before = (self.noise.begin(), self.split.read(), self.io.begin())
         self.start_ns = time.perf_counter_ns()
 
     def mark(self, stage: str) -> None:
-        """Record ``stage`` (one of common.stages.STAGES) now: its time, I/O record and snapshot."""
+        """Record ``stage`` (one of common.stages.STAGES) now: its time, I/O, noise and time split, and
+        the residency snapshot."""
         now = time.perf_counter_ns()
         elapsed_ns = now - self.start_ns - self.probe_ns
-        io = self.io.end(self._io_before, f"from just before the load call to {stage}")
+        noise_before, split_before, io_before = self._before
+        io = self.io.end(io_before, f"from just before the load call to {stage}")
+        split = self.split.split(split_before, self.split.read(), elapsed_ns / 1e9)
+        nz = self.noise.end(noise_before)
+        off = "switched off for this run (bench)"
         self.stages[stage] = {
             "status": "ok",
             "time_s": elapsed_ns / 1e9,
             **snapshot(self.held),
-            "io": io if io is not None else iorecord.not_recorded("switched off for this run (bench)"),
+            "io": io if io is not None else iorecord.not_recorded(off),
+            "noise": nz if nz is not None else noise.not_recorded(off),
+            "time_split": split if split is not None else timesplit.not_recorded(off),
         }
         self.probe_ns += time.perf_counter_ns() - now
 

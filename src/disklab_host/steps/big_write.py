@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from ..cache import layers
-from ..common import durable, iorecord
+from ..common import durable, iorecord, sampling
 from ..common.facts import require_positive
 from ..common.stats import spread
 from ..common.units import MIB
@@ -162,9 +162,14 @@ def run(cfg: dict, workdir: Path, *, fcntl_mod=durable.fcntl) -> dict:
     data = make_data(mib * MIB)
     path = Path(workdir) / "big_write.bin"
     recorder = iorecord.Recorder(Path(workdir))
+    interval = sampling.Interval(Path(workdir), system=system)
     kw = {"system": system, "sync": sync}
     warmup = [write_then_fsync(path, data, **kw) for _ in range(WARMUP_REPEATS)]
-    runs = [write_then_fsync(path, data, recorder, **kw) for _ in range(REPEATS)]
+    runs, rounds = [], []
+    for i in range(REPEATS):
+        before = interval.begin()
+        runs.append(write_then_fsync(path, data, recorder, **kw))
+        rounds.append({"first": i, "count": 1, **interval.end(before, "one repeat: the write and its sync")})
     write_s = [r["write_s"] for r in runs]
     fsync_s = [r["fsync_s"] for r in runs]
     rate = [mib / s for s in write_s]
@@ -190,6 +195,7 @@ def run(cfg: dict, workdir: Path, *, fcntl_mod=durable.fcntl) -> dict:
         "write_rate_mib_s": spread(rate),
         "write_io_records": [r["write_io"] for r in runs],
         "fsync_io_records": [r["fsync_io"] for r in runs],
+        "rounds": rounds,
     }
     if not durable.plain_fsync_is_durable(system):
         plain = [r["plain_fsync_s"] for r in runs]

@@ -83,7 +83,7 @@ import time
 from pathlib import Path
 
 from ..cache import pagecache as cache
-from ..common import iorecord
+from ..common import sampling
 from ..common.facts import not_run, unavailable
 from ..common.stats import spread
 from ..common.units import MIB
@@ -113,23 +113,31 @@ def write_file(path: Path, n_bytes: int) -> None:
         os.close(fd)
 
 
-def timed_read(path: Path, recorder: iorecord.Recorder) -> dict:
-    """Read ``path`` start to end in READ_BYTES calls; ``{"time_s", "bytes", "mib_s", "io"}``."""
+def _records(recs: dict) -> dict:
+    """A read's records as the section keeps them: ``io`` (the I/O record), ``noise``, ``time_split``."""
+    return {"io": recs["io_record"], "noise": recs["noise"], "time_split": recs["time_split"]}
+
+
+def timed_read(path: Path, interval: sampling.Interval) -> dict:
+    """Read ``path`` start to end in READ_BYTES calls; ``{"time_s", "bytes", "mib_s", "io", "noise",
+    "time_split"}`` (common.sampling's records of the read, taken outside its clock)."""
     buf = bytearray(READ_BYTES)
     total = 0
     with open(path, "rb", buffering=0) as f:
-        before = recorder.begin()
+        before = interval.begin()
         t0 = time.perf_counter()
         while n := f.readinto(buf):
             total += n
         t1 = time.perf_counter()
-        io = recorder.end(before, f"one sequential read of the file in {READ_BYTES // MIB} MiB calls")
+        recs = interval.end(
+            before, f"one sequential read of the file in {READ_BYTES // MIB} MiB calls", t1 - t0
+        )
     elapsed = t1 - t0
     return {
         "time_s": elapsed,
         "bytes": total,
         "mib_s": total / MIB / elapsed if elapsed > 0 else 0.0,
-        "io": io,
+        **_records(recs),
     }
 
 
@@ -202,12 +210,12 @@ def _stream(fd: int, start: int, end: int, buf: mmap.mmap, barrier, done: list, 
         errors.append(exc)
 
 
-def parallel_read(path: Path, fd: int, streams: int, block: int, recorder: iorecord.Recorder) -> dict:
+def parallel_read(path: Path, fd: int, streams: int, block: int, interval: sampling.Interval) -> dict:
     """Read ``path`` through ``fd`` in ``streams`` threads of ``block``-byte os.preadv calls.
 
     The clock starts when every thread is ready (a barrier; threads and buffers are made before it)
-    and stops when the last has ended. Returns ``{"time_s", "bytes", "mib_s", "io",
-    "streams_used"}``. Raises the first stream's error (OSError) after all have ended.
+    and stops when the last has ended. Returns ``{"time_s", "bytes", "mib_s", "io", "noise",
+    "time_split", "streams_used"}``. Raises the first stream's error (OSError) after all have ended.
     """
     parts = slices(os.fstat(fd).st_size, streams, block)
     bufs = [mmap.mmap(-1, block) for _ in parts]  # page-aligned: what O_DIRECT needs
@@ -222,13 +230,13 @@ def parallel_read(path: Path, fd: int, streams: int, block: int, recorder: iorec
         threading.Thread(target=_stream, args=(fd, a, b, buf, barrier, done, errors), daemon=True)
         for (a, b), buf in zip(parts, bufs, strict=True)
     ]
-    before = recorder.begin()
+    before = interval.begin()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     t1 = time.perf_counter()
-    io = recorder.end(before, f"{len(parts)} parallel streams of {block} B os.preadv calls")
+    recs = interval.end(before, f"{len(parts)} parallel streams of {block} B os.preadv calls")
     for b in bufs:
         b.close()
     real = [e for e in errors if not isinstance(e, threading.BrokenBarrierError)]
@@ -240,7 +248,7 @@ def parallel_read(path: Path, fd: int, streams: int, block: int, recorder: iorec
         "time_s": elapsed,
         "bytes": total,
         "mib_s": total / MIB / elapsed if elapsed > 0 else 0.0,
-        "io": io,
+        **_records(recs),
         "streams_used": len(parts),
     }
 
@@ -271,7 +279,7 @@ def _device_read(io: dict | None) -> int | None:
     return io["device"]["read_bytes"]
 
 
-def cold_run(path: Path, cfg: dict, recorder: iorecord.Recorder, scratch: Path, read_fn=None) -> dict:
+def cold_run(path: Path, cfg: dict, recorder: sampling.Interval, scratch: Path, read_fn=None) -> dict:
     """Evict, check, read once: one cold run with its proof (``proven``, ``failed``).
 
     ``read_fn(timed_path, recorder)`` is the read (default :func:`timed_read`, the single stream);
@@ -308,7 +316,7 @@ def cold_run(path: Path, cfg: dict, recorder: iorecord.Recorder, scratch: Path, 
     }
 
 
-def warm_run(path: Path, recorder: iorecord.Recorder) -> dict:
+def warm_run(path: Path, recorder: sampling.Interval) -> dict:
     """Warm the file, check its residency, read once: one warm run (``verified``)."""
     cache.warm(path)
     before = cache.cache_state(path)
@@ -355,7 +363,7 @@ def parallel_ceiling(path: Path, cfg: dict, settings: dict, recorder, scratch: P
         why = f"the workbench's filesystem refused {asked['direct_io']} ({name} from {exc.strerror})"
         return {**not_run(f"{why}; the single-stream ceiling was measured"), **asked}
 
-    def read(timed: Path, rec: iorecord.Recorder) -> dict:
+    def read(timed: Path, rec: sampling.Interval) -> dict:
         fd, _ = open_for_parallel(timed, system, settings["direct"], fcntl_mod)
         try:
             return parallel_read(timed, fd, settings["streams"], settings["block_bytes"], rec)
@@ -390,7 +398,7 @@ def run(cfg: dict, workdir: Path, fcntl_mod=None) -> dict:
     path = workdir / "ceiling.bin"
     scratch = workdir / "cold_copies"
     scratch.mkdir(exist_ok=True)
-    recorder = iorecord.Recorder(workdir)
+    recorder = sampling.Interval(workdir, system=system)
     try:
         write_file(path, mib * MIB)
         cold = [cold_run(path, {**cfg, "system": system}, recorder, scratch) for _ in range(REPEATS)]
@@ -404,7 +412,7 @@ def run(cfg: dict, workdir: Path, fcntl_mod=None) -> dict:
         "file_bytes": mib * MIB,
         "read_call_bytes": READ_BYTES,
         "repeats": REPEATS,
-        "device": recorder.device,
+        "device": recorder.io.device,
         "cold_runs": cold,
         "warm_runs": warm,
         "cold_mib_s": _ceiling(cold, "proven", "cold"),

@@ -19,10 +19,16 @@ random bytes with ``os.write``; after each write comes:
   write returns only once its data is durable.
 
 One sample is the write plus its sync, in ns; for the modes with a separate
-sync call the write part alone is kept too. Each mode's measured blocks have
-one I/O record (common.iorecord) from the first measured write to the last
-sync, loop included. ``WARMUP_BLOCKS`` blocks are
-written first and kept apart. A mode this OS lacks is recorded as unsupported
+sync call the write part alone is kept too. ``WARMUP_BLOCKS`` blocks of each
+mode are written first and kept apart. The measured blocks are written in
+``ROUNDS`` rounds, the modes taking turns round by round (the first mode of
+each round rotates), so drift on the host lands on every mode alike; each
+round is one test unit when two runs are compared (disklab.verdicts: its
+median), and carries its I/O record (common.iorecord), its noise record
+(common.noise: pressure stall, steal, swap on the host meanwhile) and its
+time split (common.timesplit: CPU, blocked on I/O, waiting to run), read
+outside the clock (common.sampling). Each mode's ``io_record`` is its rounds'
+summed. A mode this OS lacks is recorded as unsupported
 with the reason. When an fcntl sync (F_FULLFSYNC, F_BARRIERFSYNC) fails with
 any errno, the bench falls back to ``os.fsync`` for that mode and records the
 errno's name, the message and whether it was a refusal (ENOTTY, ENOTSUP,
@@ -46,7 +52,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..common import iorecord
+from ..common import iorecord, sampling, stats
 from ..common.durable import (
     NOT_ON_REAL_HARDWARE,
     REFUSAL_ERRNOS,
@@ -71,11 +77,15 @@ __all__ = [
     "MODE_ORDER",
     "NOT_ON_REAL_HARDWARE",
     "REFUSAL_ERRNOS",
+    "ROUNDS",
     "WARMUP_BLOCKS",
     "barrierfsync_command",
     "bench_mode",
+    "bench_modes",
     "fullfsync_command",
     "main",
+    "rotation",
+    "round_sizes",
     "run",
     "unsupported_reason",
 ]
@@ -113,6 +123,145 @@ def _sync_call(mode: str, system: str, fcntl_mod):
     return "none", None
 
 
+# The rounds a mode's measured blocks are split into (common.stats.ROUNDS): each round is one test unit of
+# a comparison (its median), and modes take turns round by round, so drift lands on every mode alike.
+ROUNDS = stats.ROUNDS
+
+
+def round_sizes(blocks: int, rounds: int = ROUNDS) -> list[int]:
+    """How many measured blocks each round writes (common.stats.round_sizes); ValueError naming
+    fsync_blocks when it is not > 0."""
+    require_positive("fsync_blocks", blocks)
+    return stats.round_sizes(blocks, rounds)
+
+
+def rotation(modes: list[str], r: int) -> list[str]:
+    """The order the modes run in round ``r``: ``modes`` rotated left by r, so no mode always goes first."""
+    if not modes:
+        return []
+    k = r % len(modes)
+    return modes[k:] + modes[:k]
+
+
+class _Mode:
+    """One mode's open file: writes blocks, times each write and its sync, keeps the rounds' records."""
+
+    def __init__(self, mode: str, path: Path, blocks: int, block_bytes: int, system: str, fcntl_mod):
+        self.mode, self.path, self.block_bytes = mode, path, block_bytes
+        self.call, self.sync = _sync_call(mode, system, fcntl_mod)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DSYNC if mode == "o_dsync" else 0)
+        self.data = memoryview(os.urandom((WARMUP_BLOCKS + blocks) * block_bytes))
+        self.next = 0  # the next block of data to write
+        self.total: list[int] = []
+        self.write_only: list[int] = []
+        self.rounds: list[dict] = []
+        self.fd = os.open(path, flags, 0o644)
+
+    def write(self, count: int) -> None:
+        """Write ``count`` blocks, each followed by this mode's sync; append each latency in ns."""
+        for _ in range(count):
+            block = self.data[self.next * self.block_bytes : (self.next + 1) * self.block_bytes]
+            self.next += 1
+            t0 = time.perf_counter_ns()
+            if os.write(self.fd, block) != self.block_bytes:
+                raise OSError(f"short write of a {self.block_bytes}-byte block to {self.path}")
+            t1 = time.perf_counter_ns()
+            if self.sync is not None:
+                self.sync(self.fd)
+            t2 = time.perf_counter_ns()
+            self.total.append(t2 - t0)
+            self.write_only.append(t1 - t0)
+
+    def measure_round(self, count: int, interval: sampling.Interval) -> None:
+        """One round of ``count`` measured blocks, with its I/O, noise and time-split records."""
+        first = len(self.total) - WARMUP_BLOCKS
+        before = interval.begin()
+        t0 = time.perf_counter_ns()
+        self.write(count)
+        wall = (time.perf_counter_ns() - t0) / 1e9
+        recs = interval.end(
+            before, f"round {len(self.rounds)}: {count} blocks, first write to last sync", wall
+        )
+        self.rounds.append({"first": first, "count": count, "wall_s": wall, **recs})
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.unlink(self.path)
+
+    def result(self, system: str, fcntl_mod) -> dict:
+        measured = self.total[WARMUP_BLOCKS:]
+        ios = [r["io_record"] for r in self.rounds]
+        out = {
+            "status": "ok",
+            "call": self.call,
+            "warmup_samples_ns": self.total[:WARMUP_BLOCKS],
+            "samples_ns": measured,
+            "latency": latency_summary_us(measured),
+            "rounds": self.rounds,
+            "io_record": iorecord.combine(
+                ios, f"the {len(measured)} measured blocks, its {len(ios)} rounds summed"
+            ),
+        }
+        if self.sync is not None:
+            out["write_samples_ns"] = self.write_only[WARMUP_BLOCKS:]
+            out["write_latency"] = latency_summary_us(self.write_only[WARMUP_BLOCKS:])
+        if self.mode in FCNTL_MODES:
+            out["fcntl_command"] = self.sync.command
+            out["fcntl_command_source"] = _COMMANDS[self.mode](system, fcntl_mod)[1]
+            out["fallback"] = self.sync.fallback
+            out["validation"] = NOT_ON_REAL_HARDWARE
+        return out
+
+
+def bench_modes(
+    modes: list[str],
+    workdir: Path,
+    blocks: int,
+    block_bytes: int,
+    *,
+    system: str | None = None,
+    fcntl_mod=fcntl,
+    interval: sampling.Interval | None = None,
+    rounds: int = ROUNDS,
+    paths: dict[str, Path] | None = None,
+) -> dict:
+    """Each of ``modes`` on a fresh file in ``workdir``: its warm-up blocks, then ``blocks`` measured
+    blocks in rounds (:func:`round_sizes`) that take turns across the modes (:func:`rotation`).
+    ``paths`` names a mode's file (default ``workdir/fsync_<mode>.bin``).
+
+    Returns ``{mode: {"status": "ok", "call", "samples_ns" (time order), "latency", "rounds":
+    [{"first", "count", "wall_s", "io_record", "noise", "time_split"}], "io_record" (the rounds
+    summed), ...}}`` or ``{"status": "unsupported", "reason"}`` for a mode this OS lacks. The fcntl modes
+    add ``fcntl_command``, ``fcntl_command_source``, ``fallback`` and ``validation``. Files are deleted
+    afterwards. Raises OSError on a short write or an ``os.fsync`` / ``os.fdatasync`` error (a failed
+    sync is never retried).
+    """
+    system = system or platform.system()
+    interval = interval or sampling.Interval(workdir, enabled=False)
+    out: dict[str, dict] = {}
+    open_modes: dict[str, _Mode] = {}
+    try:
+        for mode in modes:
+            reason = unsupported_reason(mode, system, fcntl_mod)
+            if reason:
+                out[mode] = {"status": "unsupported", "reason": reason}
+                continue
+            m = open_modes[mode] = _Mode(
+                mode, workdir / f"fsync_{mode}.bin", blocks, block_bytes, system, fcntl_mod
+            )
+            m.write(WARMUP_BLOCKS)
+        running = list(open_modes)
+        for r, count in enumerate(round_sizes(blocks, rounds)):
+            for mode in rotation(running, r):
+                open_modes[mode].measure_round(count, interval)
+        for mode, m in open_modes.items():
+            out[mode] = m.result(system, fcntl_mod)
+    finally:
+        for m in open_modes.values():
+            m.close()
+    return {mode: out[mode] for mode in modes}
+
+
 def bench_mode(
     mode: str,
     path: Path,
@@ -121,72 +270,23 @@ def bench_mode(
     *,
     system: str | None = None,
     fcntl_mod=fcntl,
-    recorder: iorecord.Recorder | None = None,
+    interval: sampling.Interval | None = None,
+    rounds: int = 1,
 ) -> dict:
-    """Write ``blocks`` blocks to a fresh ``path`` in ``mode``; per-call latencies in ns.
-
-    Returns ``{"status": "ok", "call", "samples_ns", "latency", ...}`` (samples
-    and ``latency`` from common.stats.latency_summary_us, in µs) or
-    ``{"status": "unsupported", "reason"}``. The fcntl modes add
-    ``fcntl_command`` (int), ``fcntl_command_source``, ``fallback`` (None or
-    :class:`FcntlSync`'s record) and ``validation``. The file is deleted
-    afterwards. Raises OSError on a short write or on an ``os.fsync`` /
-    ``os.fdatasync`` error (a failed sync is never retried).
-    """
-    system = system or platform.system()
-    reason = unsupported_reason(mode, system, fcntl_mod)
-    if reason:
-        return {"status": "unsupported", "reason": reason}
-    call, sync = _sync_call(mode, system, fcntl_mod)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DSYNC if mode == "o_dsync" else 0)
-    data = memoryview(os.urandom((WARMUP_BLOCKS + blocks) * block_bytes))
-    total, write_only = [], []
-    recorder = recorder or iorecord.Recorder(path.parent, enabled=False)
-    io_before = None
-    fd = os.open(path, flags, 0o644)
-    try:
-        for i in range(WARMUP_BLOCKS + blocks):
-            if i == WARMUP_BLOCKS:
-                io_before = recorder.begin()
-            block = data[i * block_bytes : (i + 1) * block_bytes]
-            t0 = time.perf_counter_ns()
-            if os.write(fd, block) != block_bytes:
-                raise OSError(f"short write of a {block_bytes}-byte block to {path}")
-            t1 = time.perf_counter_ns()
-            if sync is not None:
-                sync(fd)
-            t2 = time.perf_counter_ns()
-            total.append(t2 - t0)
-            write_only.append(t1 - t0)
-        io = recorder.end(io_before, f"the {blocks} measured blocks, first write to last sync")
-    finally:
-        os.close(fd)
-        os.unlink(path)
-    out = {
-        "status": "ok",
-        "call": call,
-        "warmup_samples_ns": total[:WARMUP_BLOCKS],
-        "samples_ns": total[WARMUP_BLOCKS:],
-        "latency": latency_summary_us(total[WARMUP_BLOCKS:]),
-        "io_record": io if io is not None else iorecord.not_recorded("switched off"),
-    }
-    if sync is not None:
-        out["write_samples_ns"] = write_only[WARMUP_BLOCKS:]
-        out["write_latency"] = latency_summary_us(write_only[WARMUP_BLOCKS:])
-    if mode in FCNTL_MODES:
-        out["fcntl_command"] = sync.command
-        out["fcntl_command_source"] = _COMMANDS[mode](system, fcntl_mod)[1]
-        out["fallback"] = sync.fallback
-        out["validation"] = NOT_ON_REAL_HARDWARE
-    return out
+    """One mode alone, on a fresh ``path`` (the bench compares it with fio): :func:`bench_modes`'s record
+    of it, in one round unless ``rounds`` says more."""
+    path = Path(path)
+    return bench_modes([mode], path.parent, blocks, block_bytes, system=system, fcntl_mod=fcntl_mod,
+                       interval=interval, rounds=rounds, paths={mode: path})[mode]  # fmt: skip
 
 
 def run(cfg: dict, workdir: Path, *, fcntl_mod=fcntl) -> dict:
-    """Run every mode in MODE_ORDER in ``workdir``; the ``fsync_bench`` section.
+    """Run every mode in MODE_ORDER in ``workdir``, in interleaved rounds; the ``fsync_bench`` section.
 
     Sizes: ``cfg["sizes"]["fsync_blocks"]`` and ``["fsync_block_bytes"]``,
     integers > 0 (else ValueError naming the setting). ``modes`` maps each mode
-    to :func:`bench_mode`'s result. ``fcntl_mod`` is injectable for tests.
+    to its :func:`bench_modes` record; ``round_order`` lists the modes in the order they ran in each round.
+    ``fcntl_mod`` is injectable for tests.
     """
     sizes = cfg["sizes"]
     for name in ("fsync_blocks", "fsync_block_bytes"):
@@ -196,7 +296,9 @@ def run(cfg: dict, workdir: Path, *, fcntl_mod=fcntl) -> dict:
     blocks, block_bytes = sizes["fsync_blocks"], sizes["fsync_block_bytes"]
     workdir = Path(workdir)
     system = cfg.get("system") or platform.system()
-    recorder = iorecord.Recorder(workdir)
+    modes = bench_modes(MODE_ORDER, workdir, blocks, block_bytes, system=system, fcntl_mod=fcntl_mod,
+                        interval=sampling.Interval(workdir, system=system))  # fmt: skip
+    ran = [m for m in MODE_ORDER if modes[m]["status"] == "ok"]
     return {
         "status": "ok",
         "system": system,
@@ -204,20 +306,11 @@ def run(cfg: dict, workdir: Path, *, fcntl_mod=fcntl) -> dict:
         "block_bytes": block_bytes,
         "warmup_blocks": WARMUP_BLOCKS,
         "mode_order": MODE_ORDER,
+        "rounds": len(round_sizes(blocks)),
+        "round_order": [rotation(ran, r) for r in range(len(round_sizes(blocks)))],
         "data": "os.urandom, a fresh file per mode, deleted afterwards",
         "workdir_st_blksize_bytes": os.stat(workdir).st_blksize,
-        "modes": {
-            mode: bench_mode(
-                mode,
-                workdir / f"fsync_{mode}.bin",
-                blocks,
-                block_bytes,
-                system=system,
-                fcntl_mod=fcntl_mod,
-                recorder=recorder,
-            )
-            for mode in MODE_ORDER
-        },
+        "modes": modes,
     }
 
 

@@ -8,8 +8,10 @@ buffer inside your process"; Python docs, ``open()`` and ``io``).
 
 Each mode runs ``WARMUP_REPEATS`` repeats that are kept apart, then ``REPEATS``
 measured repeats of ``write_buffering_calls`` calls each, on a fresh file per
-repeat. A sample is the wall time of one repeat divided by its calls, in ns per
-call. Both clocks cover the write(2) calls their mode makes and nothing else:
+repeat, the modes taking turns repeat by repeat; each measured repeat is a
+round with its I/O, noise and time-split records (common.sampling). A
+sample is the wall time of one repeat divided by its calls, in ns per call.
+Both clocks cover the write(2) calls their mode makes and nothing else:
 open and close stay outside them, and the buffered clock ends after
 ``f.flush()``, the write(2) that carries the buffer's last bytes. (Timing the
 buffered open and close as well once made buffered look slower than unbuffered
@@ -30,7 +32,7 @@ import time
 from pathlib import Path
 
 from ..cache import layers
-from ..common import iorecord
+from ..common import sampling
 from ..common.facts import require_positive
 from ..common.stats import spread
 from ..registry import SIZES
@@ -112,28 +114,31 @@ def buffer_facts(path: Path) -> dict:
     }
 
 
-def measure(mode: str, path: Path, calls: int, recorder: iorecord.Recorder | None = None) -> dict:
-    """Warm-up and measured repeats of one mode; per-call times in ns, and each repeat's I/O record.
+def measure(modes: list[str], path: Path, calls: int, interval: sampling.Interval | None = None) -> dict:
+    """Warm-up and measured repeats of each mode; per-call times in ns, and each repeat's records.
 
-    The I/O record (common.iorecord) of a measured repeat spans the timed
+    Warm-ups run first, then the measured repeats take turns across the modes (the first mode of each
+    repeat rotates), so drift on the host lands on both alike. Each measured repeat is one round:
+    ``{"first", "count": 1, "io_record", "noise", "time_split"}`` (common.sampling), read around the timed
     function's call, open to close. Raises KeyError for an unknown mode.
     """
-    call, timed = MODES[mode]
-    recorder = recorder or iorecord.Recorder(path.parent)
-    warmup = [timed(path, calls) / calls for _ in range(WARMUP_REPEATS)]
-    samples, records = [], []
-    for _ in range(REPEATS):
-        before = recorder.begin()
-        samples.append(timed(path, calls) / calls)
-        records.append(recorder.end(before, "one measured repeat, open to close"))
+    interval = interval or sampling.Interval(path.parent)
+    out = {m: {"call": MODES[m][0], "warmup_per_call_ns": [], "per_call_samples_ns": [], "rounds": []}
+           for m in modes}  # fmt: skip
+    for mode in modes:
+        timed = MODES[mode][1]
+        out[mode]["warmup_per_call_ns"] = [timed(path, calls) / calls for _ in range(WARMUP_REPEATS)]
+    for r in range(REPEATS):
+        for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:
+            timed, rec = MODES[mode][1], out[mode]
+            before = interval.begin()
+            rec["per_call_samples_ns"].append(timed(path, calls) / calls)
+            rounds = interval.end(before, "one measured repeat, open to close")
+            rec["rounds"].append({"first": len(rec["rounds"]), "count": 1, **rounds})
     os.unlink(path)
-    return {
-        "call": call,
-        "warmup_per_call_ns": warmup,
-        "per_call_samples_ns": samples,
-        "per_call_ns": spread(samples),
-        "io_records": records,
-    }
+    for rec in out.values():
+        rec["per_call_ns"] = spread(rec["per_call_samples_ns"])
+    return out
 
 
 def layer_bytes(observed_buffer: int) -> int:
@@ -156,7 +161,6 @@ def run(cfg: dict, workdir: Path) -> dict:
     workdir = Path(workdir)
     path = workdir / "write_buffering.bin"
     buffer = buffer_facts(path)
-    recorder = iorecord.Recorder(workdir)
     return {
         "status": "ok",
         "python_version": platform.python_version(),
@@ -164,7 +168,7 @@ def run(cfg: dict, workdir: Path) -> dict:
         "warmup_repeats": WARMUP_REPEATS,
         "repeats": REPEATS,
         "buffer": buffer,
-        "modes": {mode: measure(mode, path, calls, recorder) for mode in MODES},
+        "modes": measure(list(MODES), path, calls, sampling.Interval(workdir)),
         "layers": layers.write_flush_fsync(
             workdir / "layers.bin", os.urandom(layer_bytes(buffer["observed_buffer_bytes"]))
         ),
