@@ -8,10 +8,9 @@ import json
 import os
 from pathlib import Path
 
-import jsonschema
 import pytest
 
-from disklab import figures, report
+from disklab import figures, report, schemas
 from disklab.sections import ceiling as section_mod
 from disklab.sections import evidence
 from disklab_host import registry
@@ -40,7 +39,7 @@ def measured(tmp_path_factory):
 
 def test_ceiling_reads_cold_and_warm_and_leaves_nothing(measured):
     section, workdir = measured
-    jsonschema.Draft202012Validator(SCHEMA).validate(json.loads(json.dumps(section)))
+    schemas.validator(SCHEMA).validate(json.loads(json.dumps(section)))
     assert section["file_bytes"] == 8 << 20 and len(section["cold_runs"]) == ceiling.REPEATS
     for run in section["cold_runs"]:
         assert run["eviction_method"] == "fadvise_dontneed" and run["before"]["fraction"] <= 0.01
@@ -95,7 +94,7 @@ def test_a_filesystem_that_refuses_o_direct_leaves_the_parallel_ceiling_not_run(
     monkeypatch.setattr(os, "open", refusing_open)
     sizes = {**SIZES, "ceiling_mib": 2}  # 2 MiB: only the not_run path and the single stream matter here
     section = ceiling.run({"sizes": sizes, "system": "Linux", "become_allowed": False}, tmp_path)
-    jsonschema.Draft202012Validator(SCHEMA).validate(json.loads(json.dumps(section)))
+    schemas.validator(SCHEMA).validate(json.loads(json.dumps(section)))
     par = section["parallel"]
     assert par["status"] == "not_run" and "refused O_DIRECT (EINVAL" in par["reason"]
     assert "single-stream ceiling was measured" in par["reason"] and par["streams"] == 4
@@ -123,7 +122,7 @@ def test_a_parallel_read_that_fails_costs_the_single_stream_nothing(tmp_path, mo
     monkeypatch.setattr(ceiling, "parallel_read", failing)
     sizes = {**SIZES, "ceiling_mib": 2}  # 2 MiB: the failure path only
     section = ceiling.run({"sizes": sizes, "system": "Linux", "become_allowed": False}, tmp_path)
-    jsonschema.Draft202012Validator(SCHEMA).validate(json.loads(json.dumps(section)))
+    schemas.validator(SCHEMA).validate(json.loads(json.dumps(section)))
     assert section["parallel"]["status"] == "failed" and "Input/output error" in section["parallel"]["error"]
     assert section["cold_mib_s"]["n"] == ceiling.REPEATS and section["warm_mib_s"]["n"] == ceiling.REPEATS
     assert evidence.ceiling({"experiments": {"ceiling": section}})["parallel_why"].startswith(
@@ -207,8 +206,13 @@ def test_no_proven_cold_run_leaves_the_cold_ceiling_unavailable():
 
 
 def _fixed(measured) -> dict:
-    """The measured section with round medians, so the rendered figures are known."""
+    """The measured section with round medians, so the rendered figures are known: each run's rate and the
+    spread over them set as the step would have written them (the figures are the runs' rates)."""
     section = json.loads(json.dumps(measured[0]))
+    for runs, rates in ((section["cold_runs"], (380.0, 400.0, 420.0)),
+                        (section["parallel"]["cold_runs"], (900.0, 1000.0, 1100.0))):  # fmt: skip
+        for run, rate in zip(runs, rates, strict=True):
+            run.update({"mib_s": rate, "proven": True})
     section["cold_mib_s"] = {"n": 3, "median": 400.0, "min": 380.0, "max": 420.0}
     section["parallel"]["cold_mib_s"] = {"n": 3, "median": 1000.0, "min": 900.0, "max": 1100.0}
     return section

@@ -20,7 +20,7 @@ import pytest
 from conftest import FLEET_TABLES
 from disklab import cli, compare, export, figures, fleet, report, schemas, stored
 from disklab_host.steps import ceiling, load
-from test_load_section import make_section, make_v5_section
+from test_load_section import EIGHT, make_section, make_v5_section
 from test_report import linux_doc  # noqa: F401  (the fixture: a results document measured here)
 
 COLD_TL = "experiments.load.samples[file=big_pt][method=torch.load][cache=cold].stages.{stage}.time_s"
@@ -100,6 +100,16 @@ def lab_doc(linux_doc) -> dict:  # noqa: F811
     return doc
 
 
+@pytest.fixture(scope="module")
+def lab_doc8(lab_doc) -> dict:
+    """``lab_doc`` with eight load samples a cell: enough for one changed figure among a compare's ~60 to
+    clear Benjamini–Hochberg (the quick profile's three cannot decide)."""
+    doc = copy.deepcopy(lab_doc)
+    doc["experiments"]["load"] = make_section(scales=EIGHT)
+    assert schemas.first_error("results", doc) is None
+    return doc
+
+
 def _scaled(doc: dict, factor: float, *, method: str, cache: str, stage: str, run_id: str) -> dict:
     """A later run of ``doc``: torch and the kernel upgraded, one cell's stage times scaled by ``factor``."""
     new = copy.deepcopy(doc)
@@ -118,6 +128,11 @@ def ceiling_section(workdir: Path) -> dict:
     section = ceiling.run({"sizes": {"ceiling_mib": 4}, "become_allowed": False}, workdir)
     assert section["status"] == "ok", section
     section["step_wall_s"] = 1.0  # the runner adds it
+    # the figures are the runs' rates (disklab.figures): set both, as the step would have written them
+    for runs, key, rates in (("cold_runs", "proven", (1500.0, 1536.0, 1600.0)),
+                             ("warm_runs", "verified", (8800.0, 9000.0, 9100.0))):  # fmt: skip
+        for run, rate in zip(section[runs], rates, strict=True):
+            run.update({"mib_s": rate, key: True})
     section["cold_mib_s"] = {"n": 3, "median": 1536.0, "min": 1500.0, "max": 1600.0}
     section["warm_mib_s"] = {"n": 3, "median": 9000.0, "min": 8800.0, "max": 9100.0}
     return section
@@ -140,7 +155,8 @@ def _compare_cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.heavy
-def test_compare_json_has_load_cells_and_fails_on_a_moved_load(tmp_path, capsys, lab_doc):
+def test_compare_json_has_load_cells_and_fails_on_a_moved_load(tmp_path, capsys, lab_doc8):
+    lab_doc = lab_doc8
     reports = tmp_path / "reports"
     _store(reports, lab_doc)
     moved = _scaled(
@@ -150,9 +166,9 @@ def test_compare_json_has_load_cells_and_fails_on_a_moved_load(tmp_path, capsys,
     rc, out, err = _compare_cli(
         capsys, "--reports", str(reports), "compare", "--json", "--fail-on-change", "linuxbox"
     )
-    assert rc == 1 and "changed beyond noise (--fail-on-change)" in err
+    assert rc == 1 and "called changed (--fail-on-change" in err
     cmp = json.loads(out)
-    assert (cmp["kind"], cmp["schema_version"]) == ("compare", 1)
+    assert (cmp["kind"], cmp["schema_version"]) == ("compare", 2)
     assert schemas.first_error("compare", cmp) is None
     assert cmp["results_schema_version"] == stored.VERSIONS["results"]
     torch_was = lab_doc["facts"]["versions"]["torch"]
@@ -166,22 +182,25 @@ def test_compare_json_has_load_cells_and_fails_on_a_moved_load(tmp_path, capsys,
         "torch.load",
         "s",
     )
-    assert cold["verdict"] == compare.CHANGED and cold["direction"] == "up" and cold["test"] == compare.RANGES
-    assert cold["old"]["n"] == cold["new"]["n"] == 3
+    assert cold["verdict"] == compare.CHANGED and cold["direction"] == "up" and cold["words"] == "slower"
+    assert cold["test"].startswith("exact Mann–Whitney U") and cold["q"] <= 0.05
+    assert cold["old"]["n"] == cold["new"]["n"] == cold["n_old"] == 8
     assert cold["old"]["median"] == pytest.approx(1.0) and cold["ratio"] == pytest.approx(2.0)
+    assert cold["low"] > 1.1 and cold["measure"] == "load_time"
     # the same cell at another stage, and warm at the same stage, did not move: stage by stage, cache by cache
-    assert by_path[COLD_TL.format(stage="loader_return")]["verdict"] == compare.WITHIN_NOISE
+    assert by_path[COLD_TL.format(stage="loader_return")]["verdict"] == compare.NO_CHANGE
     warm = by_path[COLD_TL.format(stage="all_touched").replace("cache=cold", "cache=warm")]
-    assert warm["verdict"] == compare.WITHIN_NOISE and warm["ratio"] == pytest.approx(1.0)
+    assert warm["verdict"] == compare.NO_CHANGE and warm["ratio"] == pytest.approx(1.0)
     load = [f for f in cmp["figures"] if f["experiment"] == "load"]
     assert len(load) >= 20 and all(f"stages.{f['stage']}." in f["path"] for f in load)
-    assert cmp["counts"]["changed"] == 1  # peak RSS and every other load figure are within noise
+    assert cmp["counts"]["changed"] == 1  # peak RSS and every other load figure did not change
     assert [f["path"] for f in cmp["figures"] if f["verdict"] == compare.CHANGED] == [cold["path"]]
+    assert {"host", "kernel", "fstype", "torch", "disklab_version"} <= set(cmp["context"]["new"])
     # without the option the same comparison exits 0; as text it names the load cell
     rc, text, _ = _compare_cli(capsys, "--reports", str(reports), "compare", "linuxbox")
     assert rc == 0
     line = next(x for x in text.splitlines() if "load · torch.load, big_pt · cold · all_touched · time" in x)
-    assert "(2.0×)" in line and line.endswith("ranges do not overlap: changed, up")
+    assert "1.000 s -> 2.000 s" in line and "2.00× (" in line and "changed, slower" in line
 
 
 @pytest.mark.heavy
@@ -460,7 +479,7 @@ def test_export_csv_and_json_round_trip_every_figure(tmp_path, capsys, lab_doc):
     )
     data = json.loads(text)
     assert rc == 0 and data["columns"] == list(export.COLUMNS)
-    assert (data["kind"], data["schema_version"]) == ("export", 1)
+    assert (data["kind"], data["schema_version"]) == ("export", 2)
     assert schemas.first_error("export", data) is None
     assert [(r["key"], r["samples"]) for r in data["rows"]] == [
         (f.key, list(f.samples)) for f in figures.extract(docs["dgx1"])
@@ -476,7 +495,7 @@ def test_export_csv_and_json_round_trip_every_figure(tmp_path, capsys, lab_doc):
     lines = [json.loads(x) for x in text.splitlines()]
     assert rc == 0 and len(lines) == len(data["rows"]) and text.endswith("\n")
     for line, row in zip(lines, data["rows"], strict=True):
-        assert (line.pop("kind"), line.pop("schema_version")) == ("export_row", 1) and line == row
+        assert (line.pop("kind"), line.pop("schema_version")) == ("export_row", 2) and line == row
     assert all(schemas.first_error("export_row", json.loads(x)) is None for x in text.splitlines())
 
 
@@ -487,7 +506,7 @@ def test_the_output_schemas_refuse_what_a_consumer_could_not_read(lab_doc):
     assert "unit" in schemas.first_error("export_row", {k: v for k, v in row.items() if k != "unit"})
     doc = json.loads(export.to_json([row]))
     assert "kind" in schemas.first_error("export", {**doc, "kind": "compare"})
-    assert "schema_version" in schemas.first_error("export", {**doc, "schema_version": 2})
+    assert "schema_version" in schemas.first_error("export", {**doc, "schema_version": 3})
     cmp = json.loads(compare.to_json(compare.compare_runs(lab_doc, lab_doc)))
     assert schemas.first_error("compare", cmp) is None
     assert "counts" in schemas.first_error("compare", {k: v for k, v in cmp.items() if k != "counts"})

@@ -82,7 +82,7 @@ def test_history_marks_exactly_the_torch_upgrade_and_shows_each_runs_medians(
     rc, out, err = _cli(capsys, reports, "history", "--json", HOST)
     assert rc == 0, err
     hist = json.loads(out)
-    assert (hist["kind"], hist["schema_version"], hist["host"]) == ("history", 1, HOST)
+    assert (hist["kind"], hist["schema_version"], hist["host"]) == ("history", 2, HOST)
     assert schemas.first_error("history", hist) is None
     assert [r["run_id"] for r in hist["runs"]] == list(RUN_IDS)  # oldest first
     assert [r["changed"] for r in hist["runs"]] == [[], [], ["torch"]]
@@ -104,8 +104,14 @@ def test_history_marks_exactly_the_torch_upgrade_and_shows_each_runs_medians(
     rc, text, _ = _cli(capsys, reports, "history", HOST)
     assert rc == 0
     block = text.split(f"({COLD_TL})\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    header = ("run", "started (UTC)", "kernel", "torch", "lab code", "median", "n", "cache", "proof")
+    header = ("run", "started (UTC)", "kernel", "torch", "lab code", "median", "n", "cache", "proof",
+              "against the run before")  # fmt: skip
     assert re.split(r"\s{2,}", block[0].strip()) == list(header)
+    # each run against the one before it, by the statistics module: three samples a side cannot decide
+    assert [p["since_previous"] and p["since_previous"]["verdict"] for p in cold["points"]] == [
+        None, "inconclusive", "inconclusive"
+    ]  # fmt: skip
+    assert "n = 3 a side cannot decide" in cold["points"][1]["since_previous"]["brief"]
     rows = {line.split()[0]: line for line in block[1:]}
     assert list(rows) == list(RUN_IDS)
     assert f" {UPGRADED_TORCH}* " in rows[RUN_IDS[2]] and "*" not in rows[RUN_IDS[0]] + rows[RUN_IDS[1]]

@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from disklab import schemas
 from disklab.sections import load as section_mod
 from disklab_host import registry
 from disklab_host.cache import pagecache as cache
@@ -98,7 +99,7 @@ def section(env):
 def test_section_matches_schema(section):
     schema = json.loads(SCHEMA.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    jsonschema.validate(json.loads(json.dumps(section)), schema)
+    schemas.validator(schema).validate(json.loads(json.dumps(section)))
 
 
 def _requested(cell: dict) -> str:
@@ -452,7 +453,7 @@ def test_device_placed_with_an_mps_stand_in(env, monkeypatch):
     assert "unavailable" in dev["total_memory_bytes"]
     assert dev["checked"][0]["backend"] == "cuda" and not dev["checked"][0]["available"]
     schema = json.loads(SCHEMA.read_text())
-    jsonschema.validate(dev, {"$defs": schema["$defs"], "$ref": "#/$defs/device"})
+    schemas.validator({"$defs": schema["$defs"], "$ref": "#/$defs/device"}).validate(dev)
 
 
 def test_cuda_build_without_a_gpu_says_so(monkeypatch):
@@ -668,7 +669,7 @@ def test_step_runs_with_prep_and_the_real_model(section, env):
     """The step end to end (the module's one load.run): prep.prepare's files, model.DecoderLM populated by
     copy and by assign, every cell the profile plans measured in the order measure() plans it."""
     root, manifest = env
-    jsonschema.validate(json.loads(json.dumps(section)), json.loads(SCHEMA.read_text()))
+    schemas.validator(json.loads(SCHEMA.read_text())).validate(json.loads(json.dumps(section)))
     assert section["module_populated"] == {"status": "ok"} and section["first_response"]["agree"] is True
     assert section["big_model"] == {
         "family": "big",

@@ -14,12 +14,12 @@ import os
 import subprocess
 from pathlib import Path
 
-import jsonschema
 import pytest
 import yaml
 
 import shared
 from conftest import LAB_VENV_BASE, PROVISION_QUICKLY
+from disklab import schemas
 from disklab_host import preflight, provision, registry
 from disklab_host.common import result as result_line
 from disklab_host.loadlab import loaders, proof
@@ -410,7 +410,7 @@ def test_the_load_step_measures_the_loaders_beside_the_others_and_names_what_did
     cp = _in_venv(venv, STEP, str(workbench), ",".join(ALL), json.dumps(record), timeout=1500)
     assert cp.returncode == 0, cp.stderr[-3000:]
     section = json.loads(cp.stdout.strip().splitlines()[-1])
-    jsonschema.validate(section, SCHEMA)
+    schemas.validator(SCHEMA).validate(section)
     lo = section["loaders"]["loaders"]
     assert lo["fastsafetensors"] == {**lo["fastsafetensors"], **failed}
     assert lo["instanttensor"]["status"] == "not_run" and lo["instanttensor"]["reason"].startswith(

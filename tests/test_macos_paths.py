@@ -12,10 +12,10 @@ import mmap
 import os
 from pathlib import Path
 
-import jsonschema
 import torch
 from safetensors.torch import save_file
 
+from disklab import schemas
 from disklab_host.cache import pagecache as cache
 from disklab_host.loadlab import load_one
 from disklab_host.steps import load
@@ -60,7 +60,7 @@ def test_a_float64_tensor_on_mps_is_device_placed_not_run_and_the_rest_kept(tmp_
     assert rec["device"]["backend"] == "mps" and rec["n_tensors"] == 2
     stage_schema = {"$defs": LOAD_SCHEMA["$defs"], "$ref": "#/$defs/stage"}
     for stage in st.values():
-        jsonschema.validate(stage, stage_schema)
+        schemas.validator(stage_schema).validate(stage)
 
 
 def test_a_float32_file_on_the_mps_stand_in_is_still_placed(tmp_path, monkeypatch):
@@ -86,7 +86,9 @@ def test_the_user_section_names_a_device_placed_refusal():
     ]
     sec = load.user_section(manifest, samples)
     assert sec["device_placed"] == refused
-    jsonschema.validate(sec, {"$defs": LOAD_SCHEMA["$defs"], **LOAD_SCHEMA["properties"]["user_model"]})
+    schemas.validator({"$defs": LOAD_SCHEMA["$defs"], **LOAD_SCHEMA["properties"]["user_model"]}).validate(
+        sec
+    )
 
 
 def test_mps_built_but_unavailable_names_the_macos_version(monkeypatch):

@@ -6,6 +6,7 @@ import copy
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -159,8 +160,18 @@ def test_durable_sync_names_why_there_is_no_figure(linux_doc):
     doc["facts"]["host"]["system"] = "FreeBSD"
     assert report.durable_sync(doc)["why"] == "no sync call known to reach stable storage on FreeBSD"
     doc = copy.deepcopy(linux_doc)
-    p50 = doc["experiments"]["fsync_bench"]["modes"]["fsync"]["latency"]["p50_us"]
-    assert report.durable_sync(doc) == {"call": "fsync", "p50_us": p50, "why": None}
+    mode = doc["experiments"]["fsync_bench"]["modes"]["fsync"]
+    got = report.durable_sync(doc)
+    assert {k: got[k] for k in ("call", "p50_us", "why")} == {
+        "call": "fsync",
+        "p50_us": mode["latency"]["p50_us"],
+        "why": None,
+    }
+    # its rounds' medians, for the fleet's verdicts, with each round's noise
+    per = len(mode["samples_ns"]) // len(mode["rounds"])
+    assert got["unit_kind"] == "batches" and len(got["units_ns"]) == len(mode["rounds"]) == 10
+    assert got["units_ns"][0] == statistics.median(mode["samples_ns"][:per])
+    assert got["flags"] is not None and len(got["flags"]) == 10
 
 
 def test_us_short_keeps_two_or_three_figures():
@@ -211,7 +222,8 @@ def test_report_command_rerenders_from_stored_runs_only(tmp_path, linux_doc):
     assert "Run `20261129T110000Z`" in text
     assert "## Since the previous run" in text
     assert "| facts.writeback.dirty_expire_centisecs |" in text and "| 1500 |" in text
-    assert "No figure moved beyond noise" in text  # identical samples in both runs
+    # identical samples in both runs: nothing changed, nothing was disturbed, no large effect undecided
+    assert "No figure changed, none was disturbed, and no large effect was left undecided." in text
 
 
 def test_a_failed_invocation_is_shown_above_the_last_good_run(tmp_path, linux_doc):

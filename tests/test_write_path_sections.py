@@ -21,7 +21,7 @@ import jinja2
 import pytest
 from jsonschema import Draft202012Validator
 
-from disklab import answers, markup
+from disklab import answers, markup, schemas
 from disklab.units import FILTERS, ibytes, ns, ratio, secs, us
 from disklab_host.steps import big_write, fsync_bench, write_buffering
 
@@ -34,7 +34,7 @@ SCHEMA_DIR = REPO / "src" / "disklab" / "schema" / "experiments"
 def _validator(name: str) -> Draft202012Validator:
     schema = json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text())
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+    return schemas.validator(schema)
 
 
 def _render(name: str, section: dict, plot_dir: Path, results: dict | None = None) -> tuple[dict, str]:

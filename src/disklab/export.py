@@ -5,14 +5,19 @@ Runs are read from ``reports/<host>/runs/*.json`` through :func:`disklab.stored.
 :func:`disklab.figures.extract`, the same records ``disklab compare`` and the
 fleet page use. Each row has the columns :data:`COLUMNS`:
 
-host, run_id, started_utc, experiment, figure (readable name), key (the same in
+host, run_id, started_utc, the run's context (kernel, fstype and device of the
+workbench the run measured, profile, torch, disklab_version: each row stands
+alone, no join needed), experiment, figure (readable name), key (the same in
 every run and on every host), unit (``s``, ``ns``, ``bytes``, ``mib_s``, ...,
 ``verdict``), stage (readiness stage, load figures only), cache (cold, warm, or
 a failed proof: cold_unverified, cold_unproven, warm_unverified), proven,
 method, file, populate, figure_kind (samples, value or verdict), n (samples, or crash
 states for a verdict), median, min, max, p90, p99 (latency units), value (a
-verdict, or a value stored without samples). Values are in the figure's own
-unit, never converted. Empty cells in CSV are fields that do not apply; in
+verdict, or a value stored without samples), then its noise: measure (the kind
+of figure, which sets its minimum effect), units (samples, or batches: rounds'
+medians), n_units, n_disturbed (units run while the host was busy; empty where
+the run recorded no noise) and noise (one sentence). Values are in the
+figure's own unit, never converted. Empty cells in CSV are fields that do not apply; in
 JSON they are null. JSON adds each figure's raw ``samples``.
 
 Formats: ``csv``; ``json``, one document ``{kind: "export", schema_version,
@@ -28,13 +33,19 @@ import io
 import json
 from pathlib import Path
 
-from disklab import figures, hostnames, store, stored
+from disklab import compare, figures, hostnames, store, stored
 from disklab_host.common.formats import output
 
 COLUMNS = (
     "host",
     "run_id",
     "started_utc",
+    "kernel",
+    "fstype",
+    "device",
+    "profile",
+    "torch",
+    "disklab_version",
     "experiment",
     "figure",
     "key",
@@ -53,6 +64,11 @@ COLUMNS = (
     "p90",
     "p99",
     "value",
+    "measure",
+    "units",
+    "n_units",
+    "n_disturbed",
+    "noise",
 )
 FORMATS = ("csv", "json", "jsonl")
 
@@ -60,12 +76,15 @@ FORMATS = ("csv", "json", "jsonl")
 def rows_of(doc: dict, host: str) -> list[dict]:
     """One row (:data:`COLUMNS`, plus ``samples``) per figure of one results document."""
     out = []
+    ctx = compare.run_context(doc)
     for f in figures.extract(doc):
+        samples = f.kind == figures.SAMPLES
         out.append(
             {
                 "host": host,
                 "run_id": doc.get("run_id"),
                 "started_utc": doc.get("started_utc"),
+                **{k: ctx[k] for k in ("kernel", "fstype", "device", "profile", "torch", "disklab_version")},
                 "experiment": f.experiment,
                 "figure": f.name,
                 "key": f.key,
@@ -79,6 +98,11 @@ def rows_of(doc: dict, host: str) -> list[dict]:
                 "figure_kind": f.kind,
                 **{k: f.summary.get(k) for k in ("n", "median", "min", "max", "p90", "p99")},
                 "value": f.value if f.kind == figures.VERDICT else None,
+                "measure": f.measure if samples else None,
+                "units": f.unit_kind if samples else None,
+                "n_units": len(f.units) if samples else None,
+                "n_disturbed": f.n_disturbed if samples and f.flags is not None else None,
+                "noise": f.noise_summary if samples else None,
                 "samples": list(f.samples),
             }
         )

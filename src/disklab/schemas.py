@@ -51,6 +51,24 @@ def _experiment_validator(name: str) -> jsonschema.Draft202012Validator | None:
     return None if schema is None else jsonschema.Draft202012Validator(schema, registry=_registry())
 
 
+def validator(schema: dict, base: str = "experiments/") -> jsonschema.Draft202012Validator:
+    """A validator of ``schema`` (a shipped schema, or a fragment of one) that resolves the shipped
+    schemas' ``$ref`` between files (sample_records.schema.json, facts.schema.json): a fragment without
+    an ``$id`` resolves as if it sat in ``base`` (``experiments/``, where the step schemas are)."""
+    if "$id" not in schema:
+        schema = {"$id": SCHEMA_BASE + base + "fragment.schema.json", **schema}
+    return jsonschema.Draft202012Validator(schema, registry=_registry())
+
+
+def experiment_validator(name: str) -> jsonschema.Draft202012Validator:
+    """The validator of one step's section (``schema/experiments/<name>.schema.json``); KeyError when
+    none is shipped."""
+    found = _experiment_validator(name)
+    if found is None:
+        raise KeyError(f"no schema shipped for experiment {name!r}")
+    return found
+
+
 def experiment_schema(name: str) -> dict | None:
     """The JSON Schema of one experiment's section, or None when none is shipped."""
     entry = _schema_dir() / "experiments" / f"{name}.schema.json"

@@ -96,13 +96,17 @@ def stamp(kind: str, doc: dict) -> dict:
 #   export 1: {columns, rows} of `disklab export --format json`; export_row 1: one row, and each line of
 #   --format jsonl; compare 1: `disklab compare --json` (results_schema_version: the runs' own);
 #   powercut 1: `disklab powercut --json OUT`; history 1: `disklab history --json`; runs 1: `disklab runs
-#   --json`.
+#   --json`. compare 2: each figure judged by disklab.verdicts (verdict changed | no change | inconclusive |
+#   disturbed, ratio with its interval, p, q, n, units, noise; level, fdr, min_effects, context) in place of
+#   the range rule's verdict, p_value and judged_by. history 2: each point's since_previous verdict.
+#   export 2, export_row 2: each row's run context (kernel, fstype, device, profile, torch,
+#   disklab_version) and its noise (measure, units, n_units, n_disturbed, noise).
 OUTPUT_VERSIONS: dict[str, int] = {
-    "export": 1,
-    "export_row": 1,
-    "compare": 1,
+    "export": 2,
+    "export_row": 2,
+    "compare": 2,
     "powercut": 1,
-    "history": 1,
+    "history": 2,
     "runs": 1,
 }
 
