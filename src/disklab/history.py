@@ -37,7 +37,7 @@ import json
 import re
 from pathlib import Path
 
-from disklab import compare, figures, hostnames, plotting, store, stored
+from disklab import compare, console, figures, hostnames, plotting, store, stored
 from disklab_host.common.formats import output
 
 # What can change between two runs, in the order it is said.
@@ -368,10 +368,10 @@ def to_json(doc: dict) -> str:
 
 
 def _text(value: object) -> str:
-    """A fact as one line of terminal text (a host's string: control characters become spaces)."""
+    """A fact as one line of terminal text (a host's string: control characters escaped, disklab.console)."""
     if isinstance(value, dict) and "unavailable" in value:
         value = f"unavailable ({value['unavailable']})"
-    return "".join(" " if ord(ch) < 32 or ord(ch) == 127 else ch for ch in str(value))
+    return console.text(value)
 
 
 def lab_code_text(lc: dict) -> str:
