@@ -87,11 +87,13 @@ class UnknownFigure(ValueError):
 
 
 def read_runs(host_dir: Path, known_valid: set[str] | None = None) -> tuple[list[dict], list[str]]:
-    """(every readable run of the host, oldest first; one line for each run that cannot be read)."""
+    """(every readable run of the host, oldest first; one line for each run that cannot be read, or that
+    names another host: disklab.stored.read's ``host``)."""
     docs, unreadable = [], []
+    host = hostnames.host_of(host_dir)
     for path in store.files(host_dir, "runs"):
         try:
-            docs.append(stored.read(path, "results", known_valid=known_valid))
+            docs.append(stored.read(path, "results", known_valid=known_valid, host=host))
         except stored.StoredFileError as exc:
             unreadable.append(str(exc))
     return docs, unreadable
