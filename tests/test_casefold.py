@@ -164,7 +164,9 @@ def test_an_older_directory_that_held_both_hosts_is_sorted_out_by_the_host_each_
     before = sorted(_sums(reports).values())
     proc = run_disklab("report", reports=reports)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"moved host 'DGX''s stored files from {reports / 'DGX'} to {reports / 'DGX%u7'}" in proc.stderr
+    assert (
+        f"moved the stored files of host 'DGX' from {reports / 'DGX'} to {reports / 'DGX%u7'}" in proc.stderr
+    )
     assert f"moved {old / 'runs' / '20261201T100000Z.json'} to {reports / 'Web1%u4' / 'runs'}" in proc.stderr
     assert f"renamed {old} to {reports / 'web1'}" in proc.stderr
     assert sorted(p.name for p in reports.iterdir() if p.is_dir()) == ["DGX%u7", "Web1%u4", "web1"]

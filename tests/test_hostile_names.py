@@ -201,7 +201,7 @@ def test_hostile_names_and_strings_stay_inside_the_reports_dir_and_out_of_the_ma
     status = store.store_fetched(reports, run_id, "runs", outcomes)
     assert status[FAILURE_ONLY] == "unreachable" and status["plain"] == "failed"
     refused = stored.read(store.files(hostnames.host_dir(reports, "plain"), "failures")[0], "failure")
-    assert "of host '../../../../redirect', lying where host 'plain'" in refused["message"]
+    assert "of host '../../../../redirect', found among the files of host 'plain'" in refused["message"]
     assert (store.incoming_dir(reports, run_id) / "plain.json").is_file()  # kept as it came, not stored
     assert status["math$\\foo$text"] == "ok"
     written, errors = report.render_all(reports, force=True)
@@ -413,7 +413,10 @@ def test_an_older_hosts_directory_moves_to_its_name_now_and_no_stored_file_is_lo
     before = sorted(_sums(reports).values())
     proc = run_disklab("report", reports=reports)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the directory left behind is named
-    assert f"moved host 'Web1''s stored files from {reports / 'Web1'} to {reports / 'Web1%u4'}" in proc.stderr
+    assert (
+        f"moved the stored files of host 'Web1' from {reports / 'Web1'} to {reports / 'Web1%u4'}"
+        in proc.stderr
+    )
     old = reports / "DGX" / "runs" / "20261202T100000Z.json"
     assert f"left {old} as it is: {clash} exists already" in proc.stderr
     assert f"{reports / 'DGX'}: not rendered: not a host directory disklab writes" in proc.stderr

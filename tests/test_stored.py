@@ -356,7 +356,7 @@ def test_a_run_moved_into_another_hosts_directory_is_named_by_every_reader_and_n
     stored.write(reports / "beta" / "audits" / "20261204T100000Z.json", "audit",
                  {"run_id": "20261204T100000Z", "host": "alpha", "facts": FACTS})  # fmt: skip
     before = _sums(reports)
-    named = f"{moved}: results file of host 'alpha', lying where host 'beta''s files are"
+    named = f"{moved}: results file of host 'alpha', found among the files of host 'beta'"
 
     hist = run_disklab("history", "beta", "--json", reports=reports)
     assert hist.returncode == 1 and named in hist.stderr, hist.stderr
@@ -376,7 +376,7 @@ def test_a_run_moved_into_another_hosts_directory_is_named_by_every_reader_and_n
     assert cmp.returncode == 2 and named in cmp.stderr
     rep = run_disklab("report", reports=reports)
     assert rep.returncode == 1 and named in rep.stderr
-    audit_named = "audit file of host 'alpha', lying where host 'beta''s files are"
+    audit_named = "audit file of host 'alpha', found among the files of host 'beta'"
     assert audit_named in rep.stderr
     assert _sums(reports) == before  # nothing moved, rewritten or lost
 
@@ -388,5 +388,5 @@ def test_a_run_moved_into_another_hosts_directory_is_named_by_every_reader_and_n
     status = store.store_fetched(reports, "20261205T100000Z", "runs", {"beta": HostOutcome(host="beta")})
     assert status == {"beta": "failed"} and (staging / "beta.json").read_bytes() == kept
     failure = stored.read(reports / "beta" / "failures" / "20261205T100000Z.json", "failure")
-    assert "results file of host 'alpha', lying where host 'beta''s files are" in failure["message"]
+    assert "results file of host 'alpha', found among the files of host 'beta'" in failure["message"]
     assert not (reports / "beta" / "runs" / "20261205T100000Z.json").exists()

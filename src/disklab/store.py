@@ -259,7 +259,7 @@ def move_legacy_dirs(reports: Path) -> list[str]:
         if set(owners.values()) <= {host} and not new.exists():
             os.rename(old, new)
             fsync_dir(reports)
-            said.append(f"moved host {host!r}'s stored files from {old} to {new} (its name now)")
+            said.append(f"moved the stored files of host {host!r} from {old} to {new} (its name now)")
             continue
         shared = False  # whether this directory is another host's now too (a case-insensitive filesystem)
         for path, owner in sorted(owners.items()):
@@ -284,7 +284,7 @@ def move_legacy_dirs(reports: Path) -> list[str]:
                 if home.name != old.name and home.exists() and os.path.samefile(home, old):
                     os.rename(old, home)  # the same directory: only the case of its name changes
                     fsync_dir(reports)
-                    said.append(f"renamed {old} to {home} (host {owner!r}'s name now)")
+                    said.append(f"renamed {old} to {home} (the name of host {owner!r} now)")
         with contextlib.suppress(OSError):  # emptied: no stored file, no report left in it
             old.rmdir()
     return said
@@ -306,7 +306,7 @@ def _move_file(path: Path, dest: Path, owner: str) -> list[str]:
     fsync_dir(path.parent)
     with contextlib.suppress(OSError):  # a kind's directory that is now empty goes
         path.parent.rmdir()
-    return [f"moved {path} to {dest} (host {owner!r}'s, by its name now)"]
+    return [f"moved {path} to {dest} (of host {owner!r}, by its name now)"]
 
 
 def _owners(host_dir: Path) -> dict[Path, str]:

@@ -380,8 +380,8 @@ def read(
         known_valid.add(key)
     if host is not None and kind in NAMES_HOST and doc.get("host") != host:
         raise StoredFileError(
-            f"{path}: {kind} file of host {doc.get('host')!r}, lying where host {host!r}'s files are: a file "
-            f"moved or copied from another host's directory is not this host's (left out, as it is)"
+            f"{path}: {kind} file of host {doc.get('host')!r}, found among the files of host {host!r}: a "
+            f"file moved or copied from another host's directory is not this host's (left out, as it is)"
         )
     return doc
 
