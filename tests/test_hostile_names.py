@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
 
 import pytest
 import yaml
@@ -98,6 +99,36 @@ def test_the_reports_directorys_own_names_are_reserved():
     assert own <= set(hostnames.RESERVED)
 
 
+CASE_VARIANTS = ["Web1", "web1", "WEB1", "wEb1", "index.md", "Index.md", "INDEX.MD", ".Hidden", ".hidden",
+                 "a/B", "a/b", "Ünï", "ünï", "DGX-Spark-01", "dgx-spark-01", "x%41", "x%61",
+                 "Web1%u4"]  # fmt: skip
+
+
+def test_names_that_differ_only_in_case_differ_in_any_case():
+    """On a case-insensitive filesystem (macOS's default) two names that differ only in case are one
+    directory: the rule's names must differ there too (tests/test_casefold.py runs it on one)."""
+    names = [hostnames.encode(h) for h in CASE_VARIANTS]
+    assert len({n.casefold() for n in names}) == len(CASE_VARIANTS)
+    assert hostnames.encode("Web1") == "Web1%u4" and hostnames.encode("web1") == "web1"
+    assert hostnames.encode("DGX-Spark-01") == "DGX-Spark-01%uf0"  # D G X S: 1111, then p a r k: 0000
+    for host, name in zip(CASE_VARIANTS, names, strict=True):
+        assert hostnames.decode(name) == host
+        assert host.lower() != host or hostnames.legacy_encode(host) == name  # lower case: as it was
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [("Web1", "case suffix is missing"), ("Web1%u5", "case suffix is missing or wrong"), ("web1%u0", "wrong"),
+     ("Web1%u04", "wrong"), ("%57eb1", "not canonical"), ("Web1%U4", "2 hex digits"),
+     ("%u", "names no host")],
+)  # fmt: skip
+def test_a_name_without_its_case_suffix_is_no_hosts_but_the_older_rule_reads_it(name, why):
+    with pytest.raises(ValueError, match=why):
+        hostnames.decode(name)
+    if name == "Web1":
+        assert hostnames.legacy_decode("Web1") == "Web1" and hostnames.legacy_encode("Web1") == "Web1"
+
+
 @pytest.mark.parametrize("bad", ["", None])
 def test_an_empty_host_name_is_refused(bad):
     with pytest.raises(ValueError, match="non-empty string"):
@@ -161,14 +192,17 @@ def test_hostile_names_and_strings_stay_inside_the_reports_dir_and_out_of_the_ma
     for i, host in enumerate(HOSTILE):  # half of them with a durable sync figure: the fleet plot names them
         _stage(reports, run_id, host, _hostile_doc(linux_doc, host, run_id, fail_fsync=i % 2 == 0))
         outcomes[host] = HostOutcome(host=host)
-    # the name inside a stored file is not where it goes: the file's (encoded) name is
+    # a fetched file that names another host than its (encoded) file name's is refused, naming both
     _stage(reports, run_id, "plain", {**_hostile_doc(linux_doc, "../../../../redirect", run_id)})
     outcomes["plain"] = HostOutcome(host="plain")
     failed = HostOutcome(host=FAILURE_ONLY, status="unreachable", task="Gathering Facts")
     failed.message = "ssh: connect | <script>z</script>\nrefused"
     outcomes[FAILURE_ONLY] = failed
     status = store.store_fetched(reports, run_id, "runs", outcomes)
-    assert status[FAILURE_ONLY] == "unreachable" and status["plain"] == "partial"
+    assert status[FAILURE_ONLY] == "unreachable" and status["plain"] == "failed"
+    refused = stored.read(store.files(hostnames.host_dir(reports, "plain"), "failures")[0], "failure")
+    assert "of host '../../../../redirect', found among the files of host 'plain'" in refused["message"]
+    assert (store.incoming_dir(reports, run_id) / "plain.json").is_file()  # kept as it came, not stored
     assert status["math$\\foo$text"] == "ok"
     written, errors = report.render_all(reports, force=True)
     assert errors == []
@@ -278,7 +312,7 @@ def _failure(reports, host: str, run_id: str, status: str = "unreachable", kind:
 @pytest.mark.heavy
 def test_every_host_with_a_stored_file_keeps_its_row_with_its_latest_status(tmp_path, linux_doc):  # noqa: F811
     reports = tmp_path / "reports"
-    good = copy.deepcopy(linux_doc)
+    good = {**copy.deepcopy(linux_doc), "host": "goodbox"}
     stored.write(hostnames.host_dir(reports, "goodbox") / "runs" / "20261129T100000Z.json", "results", good)
     # a host whose only stored run is damaged, and whose last attempt was refused
     broken = hostnames.host_dir(reports, "brokenbox") / "runs" / "20261129T100000Z.json"
@@ -348,3 +382,149 @@ def test_a_real_audit_of_a_host_named_like_a_path_writes_only_inside_the_reports
     assert store.hosts(reports) == [host]
     index = (reports / "index.md").read_text()
     assert re.search(r"^\| \.\./\.\./\.\./\.\./victim \| ok \| .* \| audit `", index, re.M), index
+
+
+# --- issue 40, item 1: an older reports directory, on a case-sensitive filesystem --------------------
+
+
+def test_an_older_hosts_directory_moves_to_its_name_now_and_no_stored_file_is_lost_or_replaced(tmp_path):
+    """Directories the rule before its case suffix named (``reports/Web1``) move at the next command:
+    whole where that is all they hold, file by file where a file would land on one that is there (it
+    stays, named). tests/test_casefold.py does the same on a case-insensitive filesystem."""
+    from test_casefold import _rows, _sums
+    from test_stored import _results
+
+    reports = tmp_path / "reports"
+    for host, run_id in (
+        ("Web1", "20261201T100000Z"),
+        ("web1", "20261201T100000Z"),
+        ("DGX", "20261202T100000Z"),
+    ):
+        stored.write(
+            reports / host / "runs" / f"{run_id}.json", "results", _results(host=host, run_id=run_id)
+        )
+    failure = {"run_id": "20261203T100000Z", "run_kind": "runs", "status": "unreachable",
+               "task": "Gathering Facts", "role": None, "message": "ssh: connect to host: Connection refused",
+               "failed_steps": {}}  # fmt: skip
+    stored.write(reports / "Web1" / "failures" / "20261203T100000Z.json", "failure", failure)
+    (reports / "Web1" / "report.md").write_text("# rendered by an older disklab\n")
+    clash = reports / "DGX%u7" / "runs" / "20261202T100000Z.json"  # made since, by hand: never replaced
+    stored.write(clash, "results", _results(host="DGX", run_id="20261202T100000Z", profile="full"))
+    before = sorted(_sums(reports).values())
+    proc = run_disklab("report", reports=reports)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the directory left behind is named
+    assert (
+        f"moved the stored files of host 'Web1' from {reports / 'Web1'} to {reports / 'Web1%u4'}"
+        in proc.stderr
+    )
+    old = reports / "DGX" / "runs" / "20261202T100000Z.json"
+    assert f"left {old} as it is: {clash} exists already" in proc.stderr
+    assert f"{reports / 'DGX'}: not rendered: not a host directory disklab writes" in proc.stderr
+    assert sorted(_sums(reports).values()) == before and old.is_file()  # every file, byte for byte
+    assert (reports / "Web1%u4" / "report.md").is_file() and not (reports / "Web1").exists()
+    assert [p.name for p in store.files(reports / "Web1%u4", "failures")] == ["20261203T100000Z.json"]
+    assert store.hosts(reports) == ["DGX", "Web1", "web1"]
+    assert sorted(_rows((reports / "index.md").read_text())) == ["DGX", "Web1", "web1"]
+
+
+# --- issue 40, item 7: --retry-failed and names a limit cannot take ---------------------------------
+
+LIMIT_HOSTS = ["a,b", "a", "b", "web*", "web1", "!x", "x", "&y", "y", "~z", "zz", "h[1]", "h1", "c:d", "c",
+               "d", "@f", "ok.example"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "chosen", [["a,b"], ["web*"], ["!x"], ["&y"], ["~z"], ["h[1]"], ["c:d"], ["@f"], ["!x", "&y"],
+               ["a,b", "web*", "ok.example"]],
+)  # fmt: skip
+def test_the_retry_limit_selects_exactly_the_failed_hosts_as_ansible_reads_it(tmp_path, chosen):
+    """Ansible's own inventory code reads the limit file disklab passes (--limit @FILE): each failed
+    host's name means that host only. Joined by commas, ``a,b`` meant hosts ``a`` and ``b``."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    from disklab import runner
+
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {h: {} for h in LIMIT_HOSTS if "[" not in h}}}))
+    manager = InventoryManager(loader=DataLoader(), sources=[str(inv)])
+    manager.add_host("h[1]", group="all")  # a YAML inventory reads [] as a range; a dynamic one may not
+    assert sorted(manager._inventory.hosts) == sorted(LIMIT_HOSTS)
+    limit = tmp_path / "limit"
+    limit.write_text(runner.limit_lines(chosen))
+    manager.subset(f"@{limit}")
+    assert sorted(h.name for h in manager.get_hosts("all")) == sorted(chosen)
+    if chosen == ["a,b"]:
+        manager.subset(",".join(chosen))  # what --retry-failed passed before: two other hosts
+        assert sorted(h.name for h in manager.get_hosts("all")) == ["a", "b"]
+
+
+@pytest.mark.parametrize("host", ["line\nbreak", " lead", "trail ", "cr\rname"])
+def test_a_name_no_limit_can_take_is_refused_naming_it(host):
+    from disklab import runner
+
+    with pytest.raises(ValueError, match="cannot be named in an Ansible limit"):
+        runner.limit_lines(["ok", host])
+
+
+@pytest.mark.slow
+def test_retry_failed_runs_the_host_named_a_comma_b_and_no_other(tmp_path):
+    from disklab import store as store_mod
+
+    reports = tmp_path / "reports"
+    host_vars = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "disklab_root": str(tmp_path / "root"),
+        "disklab_workbench": str(tmp_path / "wb"),
+        "lab_run_workbench_create": True,
+    }
+    inv = tmp_path / "inv.yml"
+    inv.write_text(
+        yaml.safe_dump({"all": {"hosts": {h: host_vars for h in ("a,b", "a", "b", "web*", "web1")}}})
+    )
+    status = {"a,b": "failed", "a": "ok", "b": "ok", "web*": "unreachable", "web1": "ok"}
+    store_mod.record_invocation(reports, "20261201T100000Z", "runs", inv, status)
+    # check mode and a tag no task has: only the always-tagged tasks run, and nothing is stored
+    proc = run_disklab(
+        "run", "-i", str(inv), "--retry-failed", "--check", "--tags", "no_such_tag", reports=reports
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--retry-failed: re-running 'a,b', 'web*' (failed in run 20261201T100000Z)" in proc.stdout
+    ran = sorted(ln.split(": check ")[0] for ln in proc.stdout.splitlines() if ": check " in ln)
+    assert ran == ["a,b", "web*"]
+
+
+# --- issue 40, items 7 and 8: a name too long for a directory, a name with a newline ----------------
+
+
+@pytest.mark.slow
+def test_a_too_long_name_is_refused_before_any_work_and_a_newline_fakes_no_line(tmp_path):
+    long_name = "n" * 230
+    faker = "a\nlocalhost"
+    host_vars = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "disklab_root": str(tmp_path / "root"),
+        "disklab_workbench": str(tmp_path / "wb"),
+        "lab_run_workbench_create": True,
+    }
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {long_name: host_vars, faker: host_vars}}}))
+    reports = tmp_path / "reports"
+    proc = run_disklab("run", "-i", str(inv), reports=reports)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert not (tmp_path / "root").exists() and not (tmp_path / "wb").exists()  # nothing was done
+    refusal = "encodes to 230 bytes, over the 200 allowed: its reports directory cannot be named"
+    said = [ln for ln in proc.stdout.splitlines() if ln.startswith(long_name + ": failed at ")]
+    assert len(said) == 1 and refusal in said[0] and "'Refuse host names that make no reports" in said[0]
+    # every console line that carries the name carries it escaped, on one line
+    for text in (proc.stdout, proc.stderr):
+        assert not any(re.match(r"^(\[ *[0-9.]+ s\] )?localhost", ln) for ln in text.splitlines()), text
+    assert any(ln.startswith("a\\nlocalhost: failed at ") for ln in proc.stdout.splitlines())
+    assert "] a\\nlocalhost: running: " in proc.stderr
+    index = (reports / "index.md").read_text()
+    assert "Every host is ok" not in index
+    row = _row(index, long_name)  # refused, and still in the index, from its run record
+    assert "**failed** at" in row and "over the 200 allowed" in row and "| run record `" in row
+    assert "**failed** at" in _row(index, faker)

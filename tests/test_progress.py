@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -64,7 +65,7 @@ def test_each_hosts_step_place_and_a_counting_elapsed_time_come_from_its_polls(m
     tracker(_poll("host0", 5050.0, running))  # the same step again: no new line, elapsed from the host
     assert Progress.elapsed_s(rows["host0"]) == 50.0
     table = prog.table()
-    assert [c._cells for c in table.columns][1] == ["crash (4/7)", "load (6/7)"]
+    assert [str(cell) for cell in table.columns[1]._cells] == ["crash (4/7)", "load (6/7)"]
     assert [c._cells for c in table.columns][2] == ["50 s", "31 s"]
     finished = {"state": "finished", "steps": 7, "done": [*running["done"], ["crash", "ok", 40.0]]}
     tracker(_poll("host0", 5060.0, finished, kind="runner_on_ok"))
@@ -79,6 +80,23 @@ def test_each_hosts_step_place_and_a_counting_elapsed_time_come_from_its_polls(m
         "host0: lab finished: write_buffering ok 1.5 s, fsync_bench ok 2.0 s, "
         "big_write ok 3.0 s, crash ok 40.0 s"
     )
+
+
+def test_a_host_name_with_a_newline_or_markup_makes_no_line_and_no_style_of_its_own(capsys):
+    """Issue 40, item 8: ``"a\\nlocalhost"`` printed ``localhost: ...`` as a line of its own; ``[bold]``
+    was rich markup in the live table. Both are shown as the name holds them (disklab.console)."""
+    prog = Progress(console=Console(file=sys.stderr, force_terminal=False), live=False)
+    tracker = EventTracker(prog)
+    for host in ("a\nlocalhost", "[bold red]x[/]\x1b[2J"):
+        tracker(_start(host, "Gathering Facts\rfake: ok"))
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and not any(line.split("] ", 1)[1].startswith("localhost") for line in lines)
+    assert lines[0].endswith("] a\\nlocalhost: running: Gathering Facts\\rfake: ok")
+    assert lines[1].endswith("] [bold red]x[/]\\x1b[2J: running: Gathering Facts\\rfake: ok")
+    shown = Console(file=io.StringIO(), width=200, record=True)
+    shown.print(prog.table())
+    table = shown.export_text()
+    assert "│ [bold red]x[/]\\x1b[2J │" in table and "│ a\\nlocalhost " in table  # no style taken from it
 
 
 def test_a_poll_without_a_status_and_a_failed_host_change_nothing(monkeypatch):

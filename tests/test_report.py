@@ -334,8 +334,13 @@ def test_a_render_pool_writes_what_the_serial_render_writes(tmp_path, monkeypatc
     for workers in ("1", "2"):
         reports = tmp_path / f"reports-{workers}"
         shutil.copytree(v1, reports)
-        for n in range(2, 5):  # four hosts with runs: past PARALLEL_MIN_HOSTS
+        for n in range(2, 5):  # four hosts with runs: past PARALLEL_MIN_HOSTS, each naming itself
             shutil.copytree(reports / "oldhost", reports / f"oldhost{n}")
+            for path in [
+                *reports.glob(f"oldhost{n}/runs/*.json"),
+                *reports.glob(f"oldhost{n}/audits/*.json"),
+            ]:
+                path.write_text(json.dumps({**json.loads(path.read_text()), "host": f"oldhost{n}"}))
         monkeypatch.setenv("DISKLAB_RENDER_WORKERS", workers)
         assert report._render_workers(4) == int(workers)
         written, errors = report.render_all(reports, force=True)

@@ -326,3 +326,70 @@ def test_the_schemas_stage_names_are_the_one_stage_list():
     from disklab_host.common.stages import STAGES
 
     assert schemas.experiment_schema("load")["$defs"]["stage_name"]["enum"] == list(STAGES)
+
+
+# --- issue 40, item 11: a stored file lies where its host is -----------------------------------------
+
+
+def _sums(root) -> dict:
+    """The sha256 of every stored run, audit and failure under ``root`` (not what the report renders)."""
+    import hashlib
+
+    paths = [p for kind in ("runs", "audits", "failures") for p in root.glob(f"*/{kind}/*.json")]
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+
+
+@pytest.mark.heavy
+def test_a_run_moved_into_another_hosts_directory_is_named_by_every_reader_and_never_shown_as_its(tmp_path):
+    """A run moved from alpha's runs/ to beta's was shown as beta's (history and export listed it); an
+    audit naming another host was taken silently. Every reader now names the file, both hosts, and
+    leaves it out; beta's own runs are still shown, and no stored file changes."""
+    from conftest import run_disklab
+    from disklab import store
+    from disklab.runner import HostOutcome
+
+    reports = tmp_path / "reports"
+    for host in ("alpha", "beta"):
+        for run_id in ("20261201T100000Z", "20261202T100000Z"):
+            stored.write(
+                reports / host / "runs" / f"{run_id}.json", "results", _results(host=host, run_id=run_id)
+            )
+    moved = reports / "beta" / "runs" / "20261203T100000Z.json"
+    (reports / "alpha" / "runs" / "20261202T100000Z.json").rename(moved)  # by hand
+    stored.write(reports / "beta" / "audits" / "20261204T100000Z.json", "audit",
+                 {"run_id": "20261204T100000Z", "host": "alpha", "facts": FACTS})  # fmt: skip
+    before = _sums(reports)
+    named = f"{moved}: results file of host 'alpha', found among the files of host 'beta'"
+
+    hist = run_disklab("history", "beta", "--json", reports=reports)
+    assert hist.returncode == 1 and named in hist.stderr, hist.stderr
+    assert [r["run_id"] for r in json.loads(hist.stdout)["runs"]] == ["20261201T100000Z", "20261202T100000Z"]
+    runs = run_disklab("runs", "--json", reports=reports)
+    assert runs.returncode == 1 and named in runs.stderr
+    listed = [(r["host"], r["run_id"]) for r in json.loads(runs.stdout)["runs"]]
+    assert listed == [
+        ("alpha", "20261201T100000Z"),
+        ("beta", "20261201T100000Z"),
+        ("beta", "20261202T100000Z"),
+    ]
+    export = run_disklab("export", "--format", "json", reports=reports)
+    assert export.returncode == 1 and named in export.stderr
+    assert {(r["host"], r["run_id"]) for r in json.loads(export.stdout)["rows"]} <= set(listed)
+    cmp = run_disklab("compare", "beta", reports=reports)  # its two newest: one is alpha's
+    assert cmp.returncode == 2 and named in cmp.stderr
+    rep = run_disklab("report", reports=reports)
+    assert rep.returncode == 1 and named in rep.stderr
+    audit_named = "audit file of host 'alpha', found among the files of host 'beta'"
+    assert audit_named in rep.stderr
+    assert _sums(reports) == before  # nothing moved, rewritten or lost
+
+    # the store refuses a fetched file that names another host, and keeps it as it came
+    staging = store.incoming_dir(reports, "20261205T100000Z")
+    staging.mkdir(parents=True)
+    (staging / "beta.json").write_text(json.dumps(_results(host="alpha", run_id="20261205T100000Z")))
+    kept = (staging / "beta.json").read_bytes()
+    status = store.store_fetched(reports, "20261205T100000Z", "runs", {"beta": HostOutcome(host="beta")})
+    assert status == {"beta": "failed"} and (staging / "beta.json").read_bytes() == kept
+    failure = stored.read(reports / "beta" / "failures" / "20261205T100000Z.json", "failure")
+    assert "results file of host 'alpha', found among the files of host 'beta'" in failure["message"]
+    assert not (reports / "beta" / "runs" / "20261205T100000Z.json").exists()

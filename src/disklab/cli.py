@@ -31,7 +31,7 @@ from pathlib import Path
 
 import shtab
 
-from disklab import __version__, export, ownership, passthrough, ship, store
+from disklab import __version__, console, export, ownership, passthrough, runner, ship, store
 from disklab.runner import HostOutcome, ansible_path
 from disklab_host import registry
 from disklab_host.common.lock import LockHeld, RunLock
@@ -97,8 +97,12 @@ def _playbook(args, playbook: str, kind: str) -> int:
         if not last[1]:
             print(f"--retry-failed: every host of run {last[0]} succeeded; nothing to retry")
             return 0
-        limit = ",".join(last[1])
-        print(f"--retry-failed: re-running {limit} (failed in run {last[0]})")
+        try:  # each name as itself, never as a pattern (a limit file: disklab.runner.limit_lines)
+            runner.limit_lines(last[1])
+        except ValueError as exc:
+            raise UsageError(f"--retry-failed: {exc}") from None
+        limit = last[1]
+        print(console.text(f"--retry-failed: re-running {_names(limit)} (failed in run {last[0]})"))
     fetch = getattr(args, "fetch", None)
     if fetch:
         if passed.select or getattr(args, "retry_failed", False):
@@ -119,11 +123,35 @@ def _playbook(args, playbook: str, kind: str) -> int:
         with RunLock(reports / ".lock", run_id, what=f"the reports directory {reports}") as lock:
             _refuse_a_live_run(reports)
             if lock.took_over:
-                print(f"disklab: {lock.took_over}", file=sys.stderr)
+                print(f"disklab: {console.text(lock.took_over)}", file=sys.stderr)
             _recover_leftovers(reports, inventory, but=run_id)
             return _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, limit)
     except LockHeld as exc:
         raise UsageError(f"refused: {exc}") from None
+
+
+def _move_legacy_dirs(reports: Path) -> None:
+    """Move the host directories an older disklab named without the case suffix to each host's name now
+    (disklab.store.move_legacy_dirs), holding the reports directory's lock, saying each move; a run that
+    holds the lock moves them itself."""
+    if not store.legacy_dirs(reports):
+        return
+    try:
+        with RunLock(reports / ".lock", "rename", what=f"the reports directory {reports}"):
+            for line in store.move_legacy_dirs(reports):
+                print(f"disklab: {console.text(line)}", file=sys.stderr)
+    except LockHeld:
+        return
+    except OSError as exc:
+        print(f"disklab: could not move an older host directory under {reports}: {exc}", file=sys.stderr)
+
+
+def _names(limit: str | list[str]) -> str:
+    """A --limit pattern as it is, or host names (--retry-failed's) each quoted where a comma or space
+    would make two of one."""
+    if isinstance(limit, str):
+        return limit
+    return ", ".join(h if h and all(c.isalnum() or c in "-_." for c in h) else repr(h) for h in limit)
 
 
 def _refuse_a_live_run(reports: Path, but: str | None = None) -> None:
@@ -147,7 +175,7 @@ def _recover_leftovers(reports: Path, inventory: Path, but: str) -> None:
             status = store.store_fetched(reports, left.run_id, kind, {})
             store.record_invocation(reports, left.run_id, kind, where, status)
             hosts = ", ".join(f"{h} {s}" for h, s in status.items())
-            print(f"disklab: {said}; stored what it had fetched: {hosts}", file=sys.stderr)
+            print(f"disklab: {said}; stored what it had fetched: {console.text(hosts)}", file=sys.stderr)
         elif kind == "runs":
             print(
                 f"disklab: {said}, with nothing fetched; if its lab finished on the hosts, fetch and store "
@@ -249,7 +277,7 @@ def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, l
         store.discard_incoming(reports, run_id)
         for host, outcome in sorted(run.hosts.items()):
             where = f" at '{outcome.task}': {outcome.message}" if outcome.status != "ok" else ""
-            print(f"{host}: check {outcome.status}{where}")
+            print(console.text(f"{host}: check {outcome.status}{where}"))
         print(f"check mode: nothing changed, measured or stored (Ansible's output: {run.artifacts}/stdout)")
         return 0 if run.hosts and all(o.status == "ok" for o in run.hosts.values()) else 1
     warm.join()  # done long before, unless the playbook ended at once
@@ -259,10 +287,14 @@ def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, l
         from disklab import diagnose
 
         said = diagnose.no_host_ran(run.output_tail, inventory)
-        why = f"--limit {limit} matches no host of {inventory}" if limit else "see Ansible's words below"
-        print(f"disklab {kind}: no host ran: {said or why}", file=sys.stderr)
+        why = (
+            f"--limit {_names(limit)} matches no host of {inventory}"
+            if limit
+            else "see Ansible's words below"
+        )
+        print(console.text(f"disklab {kind}: no host ran: {said or why}"), file=sys.stderr)
         if run.output_tail and not said:
-            print(run.output_tail, file=sys.stderr)
+            print(console.lines(run.output_tail), file=sys.stderr)
         return 1
     _say_stored(reports, run_id, kind, run.hosts, failed)
     if any(o.status != "ok" for o in run.hosts.values()):
@@ -292,9 +324,9 @@ def store_and_render(
 def _say_stored(reports: Path, run_id: str, kind: str, outcomes: dict[str, HostOutcome], failed: list[str]):
     for host, outcome in sorted(outcomes.items()):
         where = f" at '{outcome.task}': {outcome.message}" if outcome.status != "ok" else ""
-        print(f"{host}: {outcome.status}{where}")
+        print(console.text(f"{host}: {outcome.status}{where}"))
     for error in failed:
-        print(f"disklab report: {error}", file=sys.stderr)
+        print(f"disklab report: {console.text(error)}", file=sys.stderr)
     what = "lab run" if kind == "runs" else "audit"
     print(f"{what} {run_id}: fleet index in {reports}/index.md")
 
@@ -333,8 +365,7 @@ def cmd_playbook_store(args) -> int:
                 why = "check mode" if args.check else "the tags selected no fetch"
                 print(f"{why}: nothing was stored for run {args.run_id}")
                 return 0
-            hosts = [h for h in (args.hosts or "").split(",") if h]
-            outcomes = {h: HostOutcome(host=h) for h in hosts}
+            outcomes = {h: HostOutcome(host=h) for h in _play_hosts(args.hosts)}
             status, failed = store_and_render(reports, args.run_id, kind, Path(args.inventory), outcomes)
     except LockHeld as exc:
         raise UsageError(
@@ -351,6 +382,17 @@ def cmd_playbook_store(args) -> int:
     # For the playbook's set_stats (AWX and Automation Platform show them with the job)
     emit_result({"run_id": args.run_id, "kind": kind, "reports": str(reports.resolve()), "hosts": status})
     return 1 if failed else 0
+
+
+def _play_hosts(value: str | None) -> list[str]:
+    """playbook-store's --hosts: a JSON list of names (the playbooks' own), or comma-separated names."""
+    import json
+
+    with contextlib.suppress(ValueError):
+        hosts = json.loads(value or "[]")
+        if isinstance(hosts, list) and all(isinstance(h, str) for h in hosts):
+            return [h for h in hosts if h]
+    return [h for h in (value or "").split(",") if h]
 
 
 def _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, why: str, passed) -> int:
@@ -389,7 +431,7 @@ def _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, w
             )
         else:
             where = f"task '{task}'" if task else "the start"
-        print(f"interrupted at {where} on {host}")
+        print(console.text(f"interrupted at {where} on {host}"))
         status[host] = "interrupted"
     store.discard_incoming(reports, run_id)
     if status:
@@ -408,7 +450,7 @@ def cmd_report(args) -> int:
     n = len(written) - 1
     print(f"rendered {n} host report{'' if n == 1 else 's'} and the index under {reports}")
     for error in failed:
-        print(f"disklab report: {error}", file=sys.stderr)
+        print(f"disklab report: {console.text(error)}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -449,14 +491,15 @@ def cmd_compare(args) -> int:
         if not Path(path).is_file():
             raise UsageError(f"compare: run file {path} does not exist")
     try:
+        owner = args.targets[0] if len(args.targets) == 1 else None  # a HOST's runs must name it
         effects = verdicts.parse_min_effects(args.min_effect or [])
-        cmp = compare.compare_runs(stored.read(old, "results"), stored.read(new, "results"), effects)
+        cmp = compare.compare_runs(*(stored.read(p, "results", host=owner) for p in (old, new)), effects)
     except (stored.StoredFileError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     if args.json:
         sys.stdout.write(compare.to_json(cmp))
     else:
-        print(compare.render_compare_text(cmp, show_all=args.all))
+        print(console.lines(compare.render_compare_text(cmp, show_all=args.all)))
     changed = compare.n_changed(cmp)
     if args.fail_on_change and changed:
         print(
@@ -490,7 +533,7 @@ def _print_listing(command: str, doc: dict, text: str) -> int:
     """Print ``text`` and a line for each run ``doc`` left out as unreadable; 1 when one was."""
     sys.stdout.write(text)
     for line in doc["unreadable"]:
-        print(f"disklab {command}: left out: {line}", file=sys.stderr)
+        print(f"disklab {command}: left out: {console.text(line)}", file=sys.stderr)
     return 1 if doc["unreadable"] else 0
 
 
@@ -538,7 +581,7 @@ def cmd_export(args) -> int:
     else:
         sys.stdout.write(text)
     for error in errors:
-        print(f"disklab export: {error}", file=sys.stderr)
+        print(f"disklab export: {console.text(error)}", file=sys.stderr)
     return 1 if errors else 0
 
 
@@ -585,7 +628,8 @@ _EXIT_STATUSES = """exit status:
   1    run, audit: a host failed, was unreachable or partial (a step, or a part of one, failed);
        report: a stored file could not be rendered (named; the others are), or the predictions file was
        not used (named, with the rule or bound it broke); compare --fail-on-change: a figure called
-       changed; export, history, runs: a stored run could not be read (named; the others are shown)
+       changed; export, history, runs: a stored run could not be read, or lies in another host's
+       directory (named; the others are shown)
   2    bad input: a refused option, inventory value or setting, named in one line
   130  run, audit interrupted (Ctrl-C or SIGTERM): the lab is stopped on every host, nothing of it stored
 
@@ -724,7 +768,10 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--run-id", required=True)
     st.add_argument("--kind", choices=("runs", "audits"), required=True)
     st.add_argument("--inventory", required=True)
-    st.add_argument("--hosts", help="every host of the play, comma-separated (one without a file failed)")
+    st.add_argument(
+        "--hosts",
+        help="every host of the play, as a JSON list or comma-separated (one without a file failed)",
+    )
     st.add_argument("--check", action="store_true", help="check mode: store nothing, remove the staging dir")
     st.add_argument(
         "--nothing-fetched", action="store_true", help="the tags skipped the fetch: store nothing"
@@ -759,9 +806,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.ansible_args = rest
     try:
+        _move_legacy_dirs(Path(args.reports))
         return args.func(args)
     except UsageError as exc:
-        print(f"disklab: {exc}", file=sys.stderr)
+        print(f"disklab: {console.text(exc)}", file=sys.stderr)
         return 2
 
 

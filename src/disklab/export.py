@@ -112,9 +112,9 @@ def rows_of(doc: dict, host: str) -> list[dict]:
 def collect(reports: Path, hosts: list[str] | None = None) -> tuple[list[dict], list[str]]:
     """Rows of every stored run of every host (or of ``hosts``), oldest run first per host.
 
-    Returns (rows, errors): a run that cannot be read is named in ``errors`` and
-    left out; the other runs are exported. Raises ValueError naming a host of
-    ``hosts`` that has no stored run under ``reports``.
+    Returns (rows, errors): a run that cannot be read, or that names another host than the one whose
+    directory holds it, is named in ``errors`` and left out; the other runs are exported. Raises
+    ValueError naming a host of ``hosts`` that has no stored run under ``reports``.
     """
     known = store.hosts(reports)
     for h in hosts or ():
@@ -125,7 +125,7 @@ def collect(reports: Path, hosts: list[str] | None = None) -> tuple[list[dict], 
     for host in hosts or known:
         for path in store.files(hostnames.host_dir(reports, host), "runs"):
             try:
-                doc = stored.read(path, "results")
+                doc = stored.read(path, "results", host=host)
             except stored.StoredFileError as exc:
                 errors.append(f"{host}: {path.name} not exported: {exc}")
                 continue

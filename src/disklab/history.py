@@ -37,7 +37,7 @@ import json
 import re
 from pathlib import Path
 
-from disklab import compare, figures, hostnames, plotting, store, stored, verdicts
+from disklab import compare, console, figures, hostnames, plotting, store, stored, verdicts
 from disklab_host.common.formats import output
 
 # What can change between two runs, in the order it is said.
@@ -87,11 +87,13 @@ class UnknownFigure(ValueError):
 
 
 def read_runs(host_dir: Path, known_valid: set[str] | None = None) -> tuple[list[dict], list[str]]:
-    """(every readable run of the host, oldest first; one line for each run that cannot be read)."""
+    """(every readable run of the host, oldest first; one line for each run that cannot be read, or that
+    names another host: disklab.stored.read's ``host``)."""
     docs, unreadable = [], []
+    host = hostnames.host_of(host_dir)
     for path in store.files(host_dir, "runs"):
         try:
-            docs.append(stored.read(path, "results", known_valid=known_valid))
+            docs.append(stored.read(path, "results", known_valid=known_valid, host=host))
         except stored.StoredFileError as exc:
             unreadable.append(str(exc))
     return docs, unreadable
@@ -399,10 +401,10 @@ def to_json(doc: dict) -> str:
 
 
 def _text(value: object) -> str:
-    """A fact as one line of terminal text (a host's string: control characters become spaces)."""
+    """A fact as one line of terminal text (a host's string: control characters escaped, disklab.console)."""
     if isinstance(value, dict) and "unavailable" in value:
         value = f"unavailable ({value['unavailable']})"
-    return "".join(" " if ord(ch) < 32 or ord(ch) == 127 else ch for ch in str(value))
+    return console.text(value)
 
 
 def lab_code_text(lc: dict) -> str:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab_host.common.hostnames import RESERVED, decode, encode
+from disklab_host.common.hostnames import RESERVED, decode, encode, legacy_decode, legacy_encode
 
-__all__ = ["RESERVED", "decode", "encode", "host_dir", "host_of"]
+__all__ = ["RESERVED", "decode", "encode", "host_dir", "host_of", "legacy_decode", "legacy_encode"]
 
 
 def host_dir(reports: Path, host: str) -> Path:

@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
+
+from disklab import console
 
 _STYLE = {"running": "cyan", "done": "green", "failed": "bold red", "unreachable": "bold red"}
 _ENDED = ("done", "failed", "unreachable", "partial", "interrupted")
@@ -79,12 +82,14 @@ class Progress:
         t.add_column("state")
         for host, row in sorted(self.rows.items()):
             style = _STYLE.get(row.state, "")
-            t.add_row(host, self.what(row), f"{self.elapsed_s(row):.0f} s", f"[{style}]{row.state}[/]")
+            cells = (Text(console.text(host)), Text(console.text(self.what(row))))  # text, never rich markup
+            t.add_row(*cells, f"{self.elapsed_s(row):.0f} s", f"[{style}]{row.state}[/]")
         return t
 
     def _line(self, host: str, text: str) -> None:
         if self._live is None:
-            print(f"[{time.monotonic() - self._t0:6.1f} s] {host}: {text}", file=sys.stderr, flush=True)
+            line = console.text(f"{host}: {text}")  # a host's name or task is one line, as it is
+            print(f"[{time.monotonic() - self._t0:6.1f} s] {line}", file=sys.stderr, flush=True)
 
     def update(self, host: str, task: str | None, state: str) -> None:
         """A task started (running), or a host failed or became unreachable."""

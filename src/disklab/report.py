@@ -204,6 +204,7 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
     audit or failure is left out, and each is named in ``unreadable_latest`` (the newest of its kind) or
     ``unreadable_runs`` (older runs). The host keeps its report and its index row either way.
     """
+    host = hostnames.host_of(host_dir)
     run_files = store.files(host_dir, "runs")
     audit_path = store.latest(host_dir, "audits")
     failure_path = store.latest(host_dir, "failures")
@@ -216,7 +217,7 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         if path is None:
             return None
         try:
-            return stored.read(path, kind, known_valid=kv)
+            return stored.read(path, kind, known_valid=kv, host=host)
         except stored.StoredFileError as exc:
             unreadable_latest.append(str(exc))
             return None
@@ -255,7 +256,7 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
             if n >= 5 and not wanted:
                 break
             try:
-                old = stored.read(path, "results", known_valid=kv)
+                old = stored.read(path, "results", known_valid=kv, host=host)
             except stored.StoredFileError as exc:
                 older[path] = None
                 unreadable.append(str(exc))
@@ -303,7 +304,7 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         sync = {**sync, "why": "no stored run of this host holds fsync_bench"}
     measured = measured_doc(doc)
     return {
-        "host": hostnames.host_of(host_dir),
+        "host": host,
         "host_link": host_dir.name,
         "status": status,
         "unreadable_latest": unreadable_latest,
@@ -326,7 +327,7 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         "unreadable_runs": unreadable,
         "history": history.section(host_dir, known_valid=kv),  # every run's key figures (disklab.history)
         # the fleet's predictions beside this host's figures (disklab.predictions), None without the file
-        "predictions": predictions.host_table(host_dir.parent, hostnames.host_of(host_dir), sections),
+        "predictions": predictions.host_table(host_dir.parent, host, sections),
     }
 
 
@@ -453,9 +454,10 @@ def renderer_stamp() -> str:
 
 
 def input_stamp(host_dir: Path, renderer: str) -> str:
-    """A digest of a host's stored runs, audits and failures (name, size, mtime), the fleet's predictions
-    file (its bytes: disklab.predictions.stamp) and the renderer."""
-    digest = hashlib.sha256(renderer.encode())
+    """A digest of a host's directory name (the index links to it), its stored runs, audits and failures
+    (name, size, mtime), the fleet's predictions file (its bytes: disklab.predictions.stamp) and the
+    renderer."""
+    digest = hashlib.sha256(renderer.encode() + b"\0" + host_dir.name.encode())
     digest.update(predictions.stamp(host_dir.parent).encode() + b"\n")
     for kind in ("runs", "audits", "failures"):
         for path in store.files(host_dir, kind):
@@ -587,7 +589,8 @@ def render_index(
     none on the fleet page until it is rendered again.
     """
     rows = [
-        {"fleet": None, "host_link": hostnames.encode(r["host"]), "status": None, "cold_unproven": None, **r}
+        {"fleet": None, "status": None, "cold_unproven": None, **r}
+        | ({} if "host_link" in r else {"host_link": hostnames.encode(r["host"])})
         for r in rows
     ]
     plots = fleet.plots(reports, rows)  # a missing plot is drawn again either way
@@ -675,6 +678,7 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
         report_md = hostnames.host_dir(reports, host) / "report.md"
         if _mtime(report_md) != before[host]:
             written.append(report_md)
+    rows += unstored_rows(reports)
     written.append(render_index(reports, rows, env, renderer))
     return written, errors
 
@@ -770,19 +774,36 @@ def _render_one(job: tuple, env: jinja2.Environment | None = None) -> tuple[str,
         return host, render_host(hostnames.host_dir(Path(reports), host), env, renderer, force), None
     except stored.StoredFileError as exc:  # the host keeps its index row, saying why it has no report
         why = f"not rendered: {exc}"
-        row = {
-            "host": host,
-            "host_link": hostnames.encode(host),
-            "status": {"status": "unreadable", "source": "unreadable", "run_id": None, "why": why},
-            "unreadable": [],
-            "facts": None,
-            "facts_from": None,
-            "audit_run_id": None,
-            "run_id": None,
-            "durable_sync": {**durable_sync(None), "run_id": None},
-            "cold_unproven": None,
-            "failure": None,
-            "has_report": False,
-            "fleet": None,
-        }
-        return host, row, f"{host}: {why}"
+        status = {"status": "unreadable", "source": "unreadable", "run_id": None, "why": why}
+        return host, row_without_report(host, hostnames.encode(host), status), f"{host}: {why}"
+
+
+def row_without_report(host: str, host_link: str | None, status: dict, failure: dict | None = None) -> dict:
+    """The index row of a host that has no report: ``status`` (:func:`host_status`'s) and ``failure``."""
+    return {
+        "host": host,
+        "host_link": host_link,
+        "status": status,
+        "unreadable": [],
+        "facts": None,
+        "facts_from": None,
+        "audit_run_id": None,
+        "run_id": None,
+        "durable_sync": {**durable_sync(None), "run_id": None},
+        "cold_unproven": None,
+        "failure": failure,
+        "has_report": False,
+        "fleet": None,
+    }
+
+
+def unstored_rows(reports: Path) -> list[dict]:
+    """Index rows of the hosts whose names make no directory (disklab.store.hosts_without_a_dir): each
+    was refused, and keeps its row, from the run record that names it."""
+    rows = []
+    for host, rec in sorted(store.hosts_without_a_dir(reports).items()):
+        word = rec["status"] if rec["status"] != "ok" else "not stored"
+        status = {"status": word, "source": "run record", "run_id": rec["run_id"], "why": rec["why"]}
+        failure = {"status": word, "task": "Store the fetched results", "message": rec["why"]}
+        rows.append(row_without_report(host, None, status, failure))
+    return rows

@@ -121,6 +121,45 @@ def parse_status(stdout: str) -> tuple[float | None, dict] | None:
     return None
 
 
+# A line of a limit file that Ansible would read as a pattern rather than as the name it is: a leading
+# "!" (exclude) or "&" (intersect), "~" (a regex), or a glob or subscript character anywhere.
+_PATTERN_LIKE = re.compile(r"^[!&~]|[*?\[]")
+
+
+def limit_lines(hosts: list[str]) -> str:
+    """An Ansible limit file (``--limit @FILE``) that selects exactly ``hosts``, and no other host.
+
+    Ansible reads such a file one pattern a line, never split at commas or colons, and takes a line that
+    is a host's name as that host (ansible.inventory.manager: subset, _evaluate_patterns). A name that
+    looks like a pattern (:data:`_PATTERN_LIKE`) is written as the regex that matches only itself,
+    ``~^NAME$``. Raises ValueError naming a host no line can name: one with a line break, or with a
+    space or tab at either end (Ansible strips each line).
+    """
+    out = []
+    for host in hosts:
+        if not host or host != host.strip() or "\n" in host or "\r" in host:
+            raise ValueError(
+                f"host {host!r} cannot be named in an Ansible limit (a line break, or a space at an end of "
+                "its name): rename it in the inventory"
+            )
+        out.append(f"~^{re.escape(host)}$" if _PATTERN_LIKE.search(host) else host)
+    return "".join(f"{line}\n" for line in out)
+
+
+def _limit_option(limit: str | list[str] | None, private: Path) -> str | None:
+    """ansible-runner's ``limit``: a pattern as it is, or a list of exact host names as ``@FILE`` (written
+    under ``private``, a directory whose path Ansible cannot split: disklab's own temporary one)."""
+    if limit is None or isinstance(limit, str):
+        return limit
+    path = private / "disklab-limit"
+    if re.search(r"[\s,:\[\]]", str(path)):  # Ansible splits a --limit there, "@" or not
+        raise ValueError(
+            f"the limit file {path} has a comma, colon, bracket or space in its path: set TMPDIR"
+        )
+    path.write_text(limit_lines(limit), encoding="utf-8")
+    return f"@{path}"
+
+
 class EventTracker:
     """Folds ansible-runner events into one HostOutcome per host and feeds the progress view."""
 
@@ -168,7 +207,7 @@ def run_playbook(
     inventory: Path,
     extravars: dict,
     *,
-    limit: str | None = None,
+    limit: str | list[str] | None = None,
     forks: int | None = None,
     progress: Progress | None = None,
     cancel: Callable[[], bool] | None = None,
@@ -180,6 +219,8 @@ def run_playbook(
 ) -> PlaybookRun:
     """Run ``playbooks/<playbook>`` against ``inventory`` and return each host's outcome.
 
+    ``limit`` is an Ansible --limit pattern, or a list of host names, each meaning only that host
+    (:func:`limit_lines`, as ``--retry-failed`` passes them).
     ``forks`` defaults to ansible.cfg's (the one place it is set): Ansible never
     uses more forks than there are hosts, so every host up to that cap runs in
     parallel. ansible-runner's working files go to a temporary directory that
@@ -219,7 +260,7 @@ def run_playbook(
                 inventory=str(Path(inventory).resolve()),
                 extravars=extravars,
                 envvars=env,
-                limit=limit,
+                limit=_limit_option(limit, Path(private)),
                 forks=forks,
                 quiet=True,
                 event_handler=tracker,

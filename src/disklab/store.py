@@ -8,21 +8,27 @@ Layout (every file written atomically through disklab.stored, none ever overwrit
     reports/.runs/<run_id>.json             per-host status of one invocation (for --retry-failed)
     reports/.incoming/<run_id>/<host>.json  staging for fetched files, removed once stored
 
-``<host>`` is always the host's name through disklab.hostnames (``../x`` is ``%2E.%2Fx``): a name from an
-inventory becomes a path only there. The name itself is kept inside the files and shown in the reports.
+``<host>`` is always the host's name through disklab.hostnames (``../x`` is ``%2E.%2Fx``, ``Web1`` is
+``Web1%u4``): a name from an inventory becomes a path only there. The name itself is kept inside the files
+and shown in the reports; a run or audit file lies only in the directory of the host it names
+(disklab.stored.read's ``host``), and a file that names another host is refused where it is read.
+A host directory an older disklab named by the rule before its case suffix (``reports/Web1``) is moved
+to the host's name now by :func:`move_legacy_dirs`, file by file where it holds another host's files.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import re
 import shutil
 import sys
 from pathlib import Path
 
-from disklab import hostnames, ownership, stored
+from disklab import console, hostnames, ownership, stored
 from disklab.runner import HostOutcome
+from disklab_host.common.fsio import fsync_dir
 
 # What new_run_id makes: a UTC timestamp, with -N when that second was taken already.
 RUN_ID = re.compile(r"^\d{8}T\d{6}Z(-\d+)?$")
@@ -69,13 +75,16 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
         try:
             host = hostnames.decode(path.stem)  # the playbooks name it with disklab.lab.host_file
         except ValueError as exc:
-            print(f"disklab: left {path} as it is: {exc}", file=sys.stderr)
-            continue
+            try:  # staged by a disklab from before the case suffix: the file's own host is checked below
+                host = hostnames.legacy_decode(path.stem)
+            except ValueError:
+                print(console.text(f"disklab: left {path} as it is: {exc}"), file=sys.stderr)
+                continue
         outcome = outcomes.setdefault(host, HostOutcome(host=host))
         dest = hostnames.host_dir(reports, host) / kind / f"{run_id}.json"
         try:
             if kind == "runs":
-                doc = stored.read(path, "results")
+                doc = stored.read(path, "results", host=host)
                 stored.write(dest, "results", doc)
                 failed = {  # a step that failed, or one with a part that failed (partial)
                     n: s.get("error") or "; ".join(s.get("failed_parts") or [])
@@ -97,7 +106,7 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
         try:
             host_dir = hostnames.host_dir(reports, host)
         except ValueError as exc:  # a name the rule refuses (empty, too long): said, never a path
-            print(f"disklab: {host!r}: {outcome.status}, not stored: {exc}", file=sys.stderr)
+            print(console.text(f"disklab: {host}: {outcome.status}, not stored: {exc}"), file=sys.stderr)
             continue
         if outcome.status == "ok" and not (host_dir / kind / f"{run_id}.json").exists():
             outcome.status, outcome.message = "failed", "no results file was fetched from this host"
@@ -140,11 +149,36 @@ def failed_hosts_of_last_run(reports: Path, inventory: Path) -> tuple[str, list[
         try:
             doc = stored.read(path, "run_record")
         except stored.StoredFileError as exc:
-            print(f"disklab: skipped an unreadable run record: {exc}", file=sys.stderr)
+            print(console.text(f"disklab: skipped an unreadable run record: {exc}"), file=sys.stderr)
             continue
         if doc["run_kind"] == "runs" and doc["inventory"] == str(inventory.resolve()):
             return doc["run_id"], [h for h, s in doc["hosts"].items() if s != "ok"]
     return None
+
+
+def hosts_without_a_dir(reports: Path) -> dict[str, dict]:
+    """Hosts of the newest run record of each inventory and kind whose names make no directory (the rule
+    refuses them: too long), for the index: host -> {run_id, run_kind, status, why}. Such a host was
+    refused before any work (the playbooks' first task), so it has no stored file, only its record."""
+    out: dict[str, dict] = {}
+    seen: set[tuple[str, str]] = set()
+    for path in sorted((reports / ".runs").glob("*.json"), key=run_key, reverse=True):
+        try:
+            doc = stored.read(path, "run_record")
+        except stored.StoredFileError:
+            continue  # failed_hosts_of_last_run names it
+        if (doc["run_kind"], doc["inventory"]) in seen:
+            continue
+        seen.add((doc["run_kind"], doc["inventory"]))
+        for host, status in doc["hosts"].items():
+            try:
+                hostnames.host_dir(reports, host)
+            except ValueError as exc:
+                why = f"not stored: {exc}"
+                out.setdefault(
+                    host, {"run_id": doc["run_id"], "run_kind": doc["run_kind"], "status": status, "why": why}
+                )
+    return out
 
 
 def hosts(reports: Path) -> list[str]:
@@ -179,6 +213,110 @@ def _is_encoded(name: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+# --- host directories an older disklab named -------------------------------------------------------
+
+# The kinds of a host's stored files, and those whose files name their host (disklab.stored.NAMES_HOST).
+KINDS = {"runs": "results", "audits": "audit", "failures": "failure"}
+
+
+def legacy_dirs(reports: Path) -> list[Path]:
+    """Host directories named by the rule before its case suffix (hostnames.legacy_encode) and by no
+    host's name now: ``reports/Web1``, where ``Web1``'s files now go to ``reports/Web1%u4``."""
+    out = []
+    for p in foreign_dirs(reports):
+        with contextlib.suppress(ValueError):
+            hostnames.legacy_decode(p.name)
+            out.append(p)
+    return out
+
+
+def move_legacy_dirs(reports: Path) -> list[str]:
+    """Move what :func:`legacy_dirs` hold to each host's directory now; one line for each thing done.
+
+    A directory whose run and audit files all name its own host (every one on a case-sensitive
+    filesystem, unless one was moved there by hand) is renamed to the host's name now, whole (rename(2),
+    then a directory fsync). Otherwise each file moves alone, linked at its new name (link(2), which never
+    replaces a file) and then unlinked here; one whose new name is taken stays, and is named. A run or
+    audit file goes to the host it names where the older rule would have put it here (a case-insensitive
+    filesystem kept ``Web1`` and ``web1`` in one directory, ``Web1``); one moved here by hand stays (its
+    readers name it). Failure records, which name no host, go with the directory's own host unless the
+    directory is another host's now too (``web1``'s on a case-insensitive filesystem: they stay). A
+    directory left with one host's files only, whose name the filesystem already takes for that host's
+    name now, is renamed to it (``Web1`` becomes ``web1``). Every stored file keeps its bytes; none is
+    removed or replaced. Call it holding the reports directory's lock.
+    """
+    said = []
+    for old in legacy_dirs(reports):
+        host = hostnames.legacy_decode(old.name)
+        owners = _owners(old)
+        try:
+            new = hostnames.host_dir(reports, host)
+        except ValueError as exc:  # its name with the case suffix is too long: left, and named
+            said.append(f"left {old} as it is: {exc}")
+            continue
+        if set(owners.values()) <= {host} and not new.exists():
+            os.rename(old, new)
+            fsync_dir(reports)
+            said.append(f"moved the stored files of host {host!r} from {old} to {new} (its name now)")
+            continue
+        shared = False  # whether this directory is another host's now too (a case-insensitive filesystem)
+        for path, owner in sorted(owners.items()):
+            try:
+                home = hostnames.host_dir(reports, owner)
+            except ValueError:
+                continue
+            if home.exists() and os.path.samefile(home, old):
+                shared = True
+                continue  # already home: on a case-insensitive filesystem this directory is web1's too
+            if not _same(reports / hostnames.legacy_encode(owner), old):
+                continue  # the older rule never put it here: moved by hand (its readers name it)
+            said += _move_file(path, home / path.parent.name / path.name, owner)
+        if not shared:  # failure records name no host: this directory's are its own host's
+            for path in files(old, "failures"):
+                said += _move_file(path, new / "failures" / path.name, host)
+        left = set(_owners(old).values())
+        if len(left) == 1:
+            (owner,) = left
+            with contextlib.suppress(ValueError):
+                home = hostnames.host_dir(reports, owner)
+                if home.name != old.name and home.exists() and os.path.samefile(home, old):
+                    os.rename(old, home)  # the same directory: only the case of its name changes
+                    fsync_dir(reports)
+                    said.append(f"renamed {old} to {home} (the name of host {owner!r} now)")
+        with contextlib.suppress(OSError):  # emptied: no stored file, no report left in it
+            old.rmdir()
+    return said
+
+
+def _same(a: Path, b: Path) -> bool:
+    return os.path.lexists(a) and os.path.lexists(b) and os.path.samefile(a, b)
+
+
+def _move_file(path: Path, dest: Path, owner: str) -> list[str]:
+    """Link ``path`` at ``dest`` (never over a file there), then unlink it: what was done, in a line."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(path, dest)
+    except FileExistsError:
+        return [f"left {path} as it is: {dest} exists already"]
+    fsync_dir(dest.parent)
+    path.unlink()
+    fsync_dir(path.parent)
+    with contextlib.suppress(OSError):  # a kind's directory that is now empty goes
+        path.parent.rmdir()
+    return [f"moved {path} to {dest} (of host {owner!r}, by its name now)"]
+
+
+def _owners(host_dir: Path) -> dict[Path, str]:
+    """Each run and audit file under ``host_dir`` with the host it names (unreadable ones left out)."""
+    out = {}
+    for kind in ("runs", "audits"):
+        for path in files(host_dir, kind):
+            with contextlib.suppress(stored.StoredFileError):
+                out[path] = stored.read(path, KINDS[kind])["host"]
+    return out
 
 
 def run_key(path: Path) -> tuple[str, int, str]:

@@ -420,12 +420,21 @@ def validity_key(data: bytes, kind: str) -> str:
     return hashlib.sha256(_checker_digest() + kind.encode() + b"\0" + data).hexdigest()
 
 
-def read(path: str | Path, kind: str, *, known_valid: set[str] | None = None) -> dict:
+# Kinds whose files name their host (``host``): such a file is that host's, wherever it lies.
+NAMES_HOST = ("results", "audit")
+
+
+def read(
+    path: str | Path, kind: str, *, known_valid: set[str] | None = None, host: str | None = None
+) -> dict:
     """Read, upgrade and validate one stored file of ``kind``. Raises StoredFileError naming ``path``.
 
     With ``known_valid`` (a set of :func:`validity_key` digests the caller keeps): bytes whose key is in
     it skip the schema check (the same bytes, schemas and code passed it before), and the key of bytes
     that pass is added to it. Stored runs never change, so re-rendering them need not validate again.
+    With ``host`` (the host whose directory, or staged file name, ``path`` is: disklab.store), a file of
+    a kind in :data:`NAMES_HOST` that names another host is refused, naming both: a run moved or copied
+    from another host's ``runs/`` is not this host's.
     """
     path = Path(path)
     try:
@@ -445,6 +454,11 @@ def read(path: str | Path, kind: str, *, known_valid: set[str] | None = None) ->
         raise StoredFileError(f"{path}: {kind} file {exc}") from None
     if key is not None:
         known_valid.add(key)
+    if host is not None and kind in NAMES_HOST and doc.get("host") != host:
+        raise StoredFileError(
+            f"{path}: {kind} file of host {doc.get('host')!r}, found among the files of host {host!r}: a "
+            f"file moved or copied from another host's directory is not this host's (left out, as it is)"
+        )
     return doc
 
 
