@@ -231,7 +231,7 @@ def _doc(name: str, env: dict, cwd: Path) -> dict:
 @pytest.mark.heavy
 def test_ansible_doc_shows_every_filter_from_the_checkout_and_the_installed_collection(installed, tmp_path):
     filters = _filters()
-    assert set(filters) == {"host_file", "result", "result_line", "no_result"}
+    assert set(filters) == {"host_file", "host_file_refusal", "result", "result_line", "no_result"}
     where = {
         "checkout": (_env(ANSIBLE_CONFIG=str(REPO / "ansible.cfg")), REPO),
         "installed": (_env(ANSIBLE_COLLECTIONS_PATH=str(installed), HOME=str(tmp_path)), tmp_path),
