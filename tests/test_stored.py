@@ -196,7 +196,8 @@ def test_version_2_flags_become_three_states_and_the_workbench_its_paths():
     wb = doc["workbench"]
     assert wb["requested_path"] == wb["audited_path"] == FACTS["workbench"]["requested_path"]
     assert wb["exists"] is True and wb["created"] is False and wb["note"] is None and "path" not in wb
-    assert doc["schema_version"] == VERSIONS["facts"] == 5
+    assert doc["schema_version"] == VERSIONS["facts"] == 6
+    assert doc["quiet"] == {"unavailable": "not checked: written before facts version 6"}
     assert schemas.first_error("facts", doc) is None
 
 

@@ -2,6 +2,7 @@
 
     disklab run [-i INVENTORY] [--profile quick|full] [-l HOSTS] [--retry-failed] [ANSIBLE OPTIONS] [-- ...]
     disklab audit [-i INVENTORY] [ANSIBLE OPTIONS] [-- ...]
+    disklab doctor [-i INVENTORY] [ANSIBLE OPTIONS] [-- ...]
     disklab report
     disklab compare [--json] [--all] [--min-effect KIND=SHARE] [--fail-on-change] [--baseline RUN_ID]
                     HOST | RUN_A.json RUN_B.json
@@ -454,6 +455,43 @@ def cmd_report(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_doctor(args) -> int:
+    """Run the audit, then print each audited host's quiet-host checks (audit/quiet.py) with their advice."""
+    from disklab import hostnames, stored
+
+    rc = _playbook(args, "audit.yml", "audits")
+    reports = Path(args.reports)
+    records = sorted((reports / ".runs").glob("*.json"), key=store.run_key)
+    if not records:
+        return rc
+    record = stored.read(records[-1], "run_record")
+    for host, status in sorted(record["hosts"].items()):
+        audit = hostnames.host_dir(reports, host) / "audits" / f"{record['run_id']}.json"
+        if status != "ok" or not audit.is_file():
+            print(console.text(f"{host}: not audited ({status}): no checks"))
+            continue
+        quiet = stored.read(audit, "audit", host=host)["facts"].get("quiet")
+        print(console.lines(doctor_text(host, quiet)))
+    return rc
+
+
+def doctor_text(host: str, quiet: dict | None) -> str:
+    """A host's quiet-host checks as lines: advice first, then what was fine, then what is not known."""
+    if not isinstance(quiet, dict) or "checks" not in quiet:
+        return f"{host}: the audit made no quiet-host checks ({(quiet or {}).get('unavailable', 'none')})"
+    checks = quiet["checks"]
+    advice = [c for c in checks if c["state"] == "advice"]
+    lines = [f"{host}: {len(advice)} piece(s) of advice for steadier figures (nothing was changed)"]
+    lines += [f"  advice  {c['check'].replace('_', ' ')}: {c['found']}; {c['advice']}" for c in advice]
+    lines += [f"  ok      {c['check'].replace('_', ' ')}: {c['found']}" for c in checks if c["state"] == "ok"]
+    lines += [
+        f"  unknown {c['check'].replace('_', ' ')}: {c['found']}" for c in checks if c["state"] == "unknown"
+    ]
+    if quiet.get("validation"):
+        lines.append(f"  ({quiet['validation']})")
+    return "\n".join(lines)
+
+
 def cmd_compare(args) -> int:
     from disklab import compare, stored, verdicts
 
@@ -638,7 +676,7 @@ shell completion: disklab --print-completion bash > ~/.local/share/bash-completi
 
 # The commands `disklab --help` lists; playbook-begin and playbook-store are the playbooks' own (they
 # run them under plain ansible-playbook) and are left out of it.
-_PUBLIC_COMMANDS = ("run", "audit", "report", "compare", "history", "runs", "export", "powercut")
+_PUBLIC_COMMANDS = ("run", "audit", "doctor", "report", "compare", "history", "runs", "export", "powercut")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -686,6 +724,16 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY), help="default: this machine only")
     _add_ansible_options(audit)
     audit.set_defaults(func=lambda a: _playbook(a, "audit.yml", "audits"))
+
+    doc = command(
+        "doctor",
+        help="how quiet each host is for measuring (the audit's pyperf-style checks, with advice): changes "
+        "nothing on the hosts",
+        epilog=_PASSTHROUGH_EPILOG,
+    )
+    doc.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY), help="default: this machine only")
+    _add_ansible_options(doc)
+    doc.set_defaults(func=cmd_doctor)
 
     rep = command("report", help="re-render the reports from stored runs, touching no host")
     rep.add_argument("--force", action="store_true", help="render every host, even those already up to date")
@@ -801,8 +849,11 @@ def main(argv: list[str] | None = None) -> int:
         at = argv.index("--")
         argv, rest = argv[:at], argv[at + 1 :]
     args = build_parser().parse_args(argv)
-    if rest and args.command not in ("run", "audit"):
-        print(f"disklab {args.command}: options after -- are for `run` and `audit` only", file=sys.stderr)
+    if rest and args.command not in ("run", "audit", "doctor"):
+        print(
+            f"disklab {args.command}: options after -- are for `run`, `audit` and `doctor` only",
+            file=sys.stderr,
+        )
         return 2
     args.ansible_args = rest
     try:

@@ -19,6 +19,7 @@ import re
 import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from importlib import resources
 from pathlib import Path
 
 import jinja2
@@ -317,6 +318,7 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         "failure": failure,
         "sections": sections,
         "since": since,
+        "statistics_link": f"../{STATISTICS_PAGE}",
         "since_shown": [g for g in since["figures"] if compare.shown(g)] if since else [],
         "since_noise": compare.noise_recorded(since) if since else {},
         "n_runs": n_runs,
@@ -572,7 +574,10 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
 
 # Beside the index: the digest of what the index and fleet pages were last rendered from (see render_index).
 INDEX_STAMP_FILE = ".index.sha256"
-INDEX_PAGES = ("index.md", "index.html", fleet.FLEET_PAGE, "fleet.html")
+# How figures are judged (docs/statistics.md, shipped in the package), written beside the index so every
+# report links to it offline.
+STATISTICS_PAGE = "statistics.md"
+INDEX_PAGES = ("index.md", "index.html", fleet.FLEET_PAGE, "fleet.html", STATISTICS_PAGE, "statistics.html")
 
 
 def render_index(
@@ -603,6 +608,9 @@ def render_index(
                 return reports / "index.md"
     with contextlib.suppress(OSError):  # the pages change below: until the new digest is written, stale
         stamp_path.unlink()
+    guide = (resources.files("disklab") / STATISTICS_PAGE).read_text(encoding="utf-8")
+    atomic_write_text(reports / STATISTICS_PAGE, guide)
+    htmlpage.write(reports / STATISTICS_PAGE, guide, htmlpage.INDEX_NAV)
     hosts, tables = fleet.tables(rows)
     text = env.get_template(fleet.TEMPLATE).render(
         disklab_version=__version__,

@@ -302,6 +302,11 @@ def _facts_update_to_5(doc: dict) -> None:
     _facts_5_versions_source(doc)
 
 
+def _facts_update_to_6(doc: dict) -> None:
+    """The quiet-host checks, as not read: older audits did not make them."""
+    doc.setdefault("quiet", {"unavailable": "not checked: written before facts version 6"})
+
+
 def _nothing(doc: dict) -> None:
     """An update that only stamps the kind and version (the kind had none before)."""
 
@@ -314,7 +319,13 @@ UPDATES: dict[str, dict[int, Callable[[dict], None]]] = {
         5: _results_update_to_5,
         6: _results_update_to_6,
     },
-    "facts": {2: _facts_update_to_2, 3: _facts_update_to_3, 4: _facts_update_to_4, 5: _facts_update_to_5},
+    "facts": {
+        2: _facts_update_to_2,
+        3: _facts_update_to_3,
+        4: _facts_update_to_4,
+        5: _facts_update_to_5,
+        6: _facts_update_to_6,
+    },
     "audit": {2: _audit_update_to_2},
     "failure": {2: _run_kind_update_to_2},
     "run_record": {2: _run_kind_update_to_2},

@@ -47,6 +47,7 @@ from ..common.fsio import atomic_write_json
 from ..common.fstypes import RAM_TYPES, is_fuse, is_network
 from ..common.result import emit as emit_result
 from . import parse as ap
+from . import quiet
 
 NO_VENV = "no lab venv on this host yet"
 NOT_ON_MACOS = "not exposed on macOS"
@@ -644,13 +645,16 @@ def collect_all(
 
     Top-level keys: file_kind, schema_version (disklab_host.common.formats),
     collected_utc, audit_python, host, versions, versions_source (see
-    :func:`collect_versions`), gpu, workbench, writeback, memory, caveats.
+    :func:`collect_versions`), gpu, workbench, writeback, memory, quiet (how
+    quiet the host is for measuring: audit.quiet's pyperf-style checks),
+    caveats.
     With the real probe (``probe`` None) the workbench is located on this
     host by :func:`locate_workbench` (created when ``create``; a missing one
     is audited through its nearest existing parent) and ValueError is
     raised as it says. A recorded probe takes ``location`` as given, by
     default a workbench that exists.
     """
+    real = probe is None
     if probe is None:
         probe = Probe()
         location = location or locate_workbench(workbench, create)
@@ -670,6 +674,8 @@ def collect_all(
             "workbench": collect_workbench(probe, location["requested_path"], location),
             "writeback": collect_writeback(probe),
             "memory": collect_memory(probe),
+            # a recorded probe has no processes to watch: no window to wait out
+            "quiet": quiet.collect_quiet(probe, quiet.WINDOW_S if real else 0.0),
             "caveats": _caveats(probe, host, gpu),
         },
     )

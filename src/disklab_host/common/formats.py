@@ -53,6 +53,8 @@ facts (a host's audit; host.json on the host, inside every results and audit fil
      (NVMe link speed and width), the facts that bound durability and a cold read.
   5: versions_source: whether the versions came from the probe kept in the venv's record
      (disklab-venv.json, trusted while its fingerprint matches) or were probed by this audit.
+  6: quiet: how quiet the host is for measuring (audit/quiet.py: governor, turbo, swap, load, busy
+     processes, pressure, steal, delay accounting, each ok, advice or unknown); older audits: unavailable.
 audit (reports/<host>/audits/<run_id>.json)
   1: schema_version 1 (the results' number) and kind "audit".
   2: file_kind replaces kind; its own version.
@@ -71,7 +73,7 @@ from __future__ import annotations
 
 VERSIONS: dict[str, int] = {
     "results": 6,
-    "facts": 5,
+    "facts": 6,
     "audit": 2,
     "failure": 2,
     "run_record": 2,

@@ -28,7 +28,9 @@ import string
 # Characters kept as they are: a conservative set that means nothing to a shell, a filesystem or markdown.
 SAFE = frozenset(string.ascii_letters + string.digits + "-_.")
 # Names at the top of the reports directory that are not hosts (disklab.report, disklab.fleet).
-RESERVED = ("index.md", "fleet.md", "fleet-plots", "index.html", "fleet.html")
+RESERVED = (
+    "index.md", "fleet.md", "fleet-plots", "index.html", "fleet.html", "statistics.md", "statistics.html"
+)  # fmt: skip
 # The longest encoded name: a file name is at most 255 bytes, and ``<encoded>.json`` and temp names add some.
 MAX_ENCODED_BYTES = 200
 # What starts the case suffix: ``%`` and a letter no escape has, so the suffix is never part of a name.
