@@ -178,6 +178,7 @@ def _facts_at_version_2(facts: dict, loop: object, cpu_only: object) -> dict:
         wb["flags"][name] = {"set": loop if name == "loop_device" else False, "why": flag["why"]}
     gpu_why = old["gpu"]["cpu_only_torch_on_gpu_host"]["why"]
     old["gpu"]["cpu_only_torch_on_gpu_host"] = {"set": cpu_only, "why": gpu_why}
+    old.pop("quiet", None)  # facts version 6 added it
     return old
 
 
