@@ -40,7 +40,7 @@ class Size:
     name: str
     quick: int
     full: int
-    unit: str  # count, bytes, MiB or flag
+    unit: str  # count, bytes, MiB, s or flag
     meaning: str
     minimum: int = 1
     multiple_of: int = 1
@@ -274,7 +274,26 @@ STEPS: tuple[Step, ...] = (
                 "big file: the largest Llama-style bf16 DecoderLM that fits",
                 BIG_MIN_MIB,
             ),
-            Size("load_repeats", 3, 5, "count", "repeats of each load measurement"),
+            # full: 8 a side is about the fewest at which one changed figure among a compare's ~60 can
+            # clear Benjamini-Hochberg (2/C(16, 8) = 0.00016 < 0.05/60; disklab.verdicts); quick's 3 can
+            # decide nothing (its smallest exact p is 0.10), and says so
+            Size(
+                "load_repeats",
+                3,
+                8,
+                "count",
+                "repeats of each load measurement (with load_adaptive: at least)",
+            ),
+            Size(
+                "load_repeats_max",
+                12,
+                30,
+                "count",
+                "with load_adaptive: the most repeats of a cell, each until its median is known to ±5 %",
+            ),
+            Size(
+                "load_budget_s", 600, 3600, "s", "with load_adaptive: the seconds the repeats may take in all"
+            ),
         ),
         needs_torch=True,
         platforms=PLATFORMS,

@@ -61,7 +61,7 @@ from ..cache import pagecache as cache
 from ..common.child import child_env, module_argv
 from ..common.facts import is_unavailable, not_run, require_positive, unavailable
 from ..common.stages import PARTIAL_METHODS, STAGES
-from ..common.stats import spread
+from ..common.stats import median_interval, percentile, spread
 from ..common.units import MIB
 from ..loadlab import loaders, workers
 from ..loadlab.proof import CACHE_STATE, cache_proof
@@ -485,8 +485,9 @@ def measure(
     scratch_dir: Path | None = None,
     loader_summary: dict | None = None,
 ) -> dict:
-    """Measure every cell ``sizes["load_repeats"]`` times, cold and warm, in :func:`schedule`'s order;
-    return the section.
+    """Measure every cell ``sizes["load_repeats"]`` times, cold and warm, in :func:`schedule`'s order (with
+    the setting ``load_adaptive``: at least that many, then until each cell's median is known,
+    :func:`measure_adaptive`); return the section.
 
     ``scratch_dir`` is where a cold method that must copy makes the copy it times (see measure_one).
     ``loader_summary`` (:func:`loader_plan`) adds the production loaders' cells and the section's
@@ -500,9 +501,9 @@ def measure(
     plan, module_skip = cell_plan(manifest, loader_summary)
     page_cache = page_cache_check(manifest["files"]["big_safetensors"]["path"])
     warm_why = page_cache.get("why") if not is_unavailable(page_cache) else None
-    samples = []
     skips = sorted({r for c in plan for st in CACHE_STATES if (r := skipped(c, st, cfg.get("profile")))})
-    for rep, cell, state in schedule(plan, cfg.get("profile"), repeats):
+
+    def one(rep: int, cell: dict, state: str) -> dict:
         s = measure_one(
             cell,
             state,
@@ -513,7 +514,14 @@ def measure(
             warm_why=warm_why,
         )
         s["repeat"] = rep
-        samples.append(s)
+        return s
+
+    adaptive = None
+    if (cfg.get("settings") or {}).get("load_adaptive") is True:
+        samples, adaptive = measure_adaptive(one, plan, cfg, repeats)
+        repeats = adaptive["rounds"]
+    else:
+        samples = [one(rep, cell, state) for rep, cell, state in schedule(plan, cfg.get("profile"), repeats)]
     big_pt = manifest["files"]["big_pt"]["path"]
     if two_workers:
         cache.warm(big_pt)  # both workers then share one warm page cache
@@ -547,12 +555,110 @@ def measure(
         "n_cold_unverified": sum(s["cache_state"] == "cold_unverified" for s in samples),
         "n_warm_unverified": sum(s["cache_state"] == "warm_unverified" for s in samples),
         "residency_trust": sorted({s["residency_trust"] for s in samples}),
+        **({"adaptive": adaptive} if adaptive else {}),
         "workbench_page_cache": page_cache,
         "samples": samples,
         "cells": summarise(samples),
         "two_workers": workers_result,
         "measure_wall_s": time.perf_counter() - start,
     }
+
+
+# Adaptive repeats (setting load_adaptive): a cell is settled once the 95 % interval of its median time at
+# ADAPTIVE_STAGE (common.stats.median_interval, its order statistics) is within ±ADAPTIVE_SHARE of it.
+ADAPTIVE_SHARE = 0.05
+ADAPTIVE_LEVEL = 0.95
+ADAPTIVE_STAGE = "all_touched"
+
+
+def settled(times: list[float]) -> tuple[bool, float | None]:
+    """(settled, the interval's half-width over the median) of one cell's proven times, or (False, None)
+    while the samples are too few for an interval at ADAPTIVE_LEVEL (6, for order statistics)."""
+    if not times:
+        return False, None
+    ci = median_interval(times, ADAPTIVE_LEVEL)
+    med = percentile(sorted(times), 50)
+    if ci["coverage"] < ADAPTIVE_LEVEL or med <= 0:
+        return False, None
+    share = (ci["high"] - ci["low"]) / 2 / med
+    return share <= ADAPTIVE_SHARE, share
+
+
+def _times_of(samples: list[dict], cell: dict, state: str) -> list[float]:
+    """The proven times at ADAPTIVE_STAGE (else the last stage reached) of one cell's samples in ``state``."""
+    out = []
+    for s in samples:
+        if (s["file"], s["method"], s.get("populate")) != (
+            cell["file"],
+            cell["method"],
+            cell.get("populate"),
+        ):
+            continue
+        if s["cache_state_requested"] != state or s["cache_state"] != state:
+            continue  # a sample that failed its cache proof is no figure of that state
+        st = s["stages"].get(ADAPTIVE_STAGE) or s["stages"][s["stage_order"][-1]]
+        if st.get("status") == "ok":
+            out.append(st["time_s"])
+    return out
+
+
+def measure_adaptive(one, plan: list[dict], cfg: dict, minimum: int) -> tuple[list[dict], dict]:
+    """Repeats until each cell's median is known to ±ADAPTIVE_SHARE: ``minimum`` rounds over every cell, then
+    rounds over the cells not yet settled (:func:`settled`), interleaved across them as :func:`schedule`
+    interleaves, until none is left, ``sizes.load_repeats_max`` rounds ran, or the next round (as long as
+    the last) would pass ``sizes.load_budget_s``. ``one(rep, cell, state)`` measures one sample. Returns
+    (samples, the section's ``adaptive`` record)."""
+    sizes = cfg["sizes"]
+    cap = require_positive("sizes.load_repeats_max", sizes.get("load_repeats_max", 12))
+    budget = require_positive("sizes.load_budget_s", sizes.get("load_budget_s", 600))
+    pending = [(c, st) for c in plan for st in CACHE_STATES if not skipped(c, st, cfg.get("profile"))]
+    samples: list[dict] = []
+    start, last_round_s, rep, stopped = time.perf_counter(), 0.0, 0, None
+    while stopped is None:
+        if rep >= minimum:
+            pending = [(c, st) for c, st in pending if not settled(_times_of(samples, c, st))[0]]
+        if rep >= minimum and not pending:
+            stopped = "settled"
+        elif rep >= max(cap, minimum):
+            stopped = "cap"
+        elif rep >= minimum and time.perf_counter() - start + last_round_s > budget:
+            stopped = "budget"
+        else:
+            t0 = time.perf_counter()
+            samples += [one(rep, cell, state) for cell, state in pending]
+            last_round_s = time.perf_counter() - t0
+            rep += 1
+    cells = []
+    for cell in plan:
+        for state in CACHE_STATES:
+            if skipped(cell, state, cfg.get("profile")):
+                continue
+            times = _times_of(samples, cell, state)
+            ok, share = settled(times)
+            cells.append(
+                {
+                    "file": cell["file"],
+                    "method": cell["method"],
+                    "populate": cell.get("populate"),
+                    "cache_state": state,
+                    "n": len(times),
+                    "half_width_share": share,
+                    "settled": ok,
+                }
+            )
+    record = {
+        "target_share": ADAPTIVE_SHARE,
+        "level": ADAPTIVE_LEVEL,
+        "stage": ADAPTIVE_STAGE,
+        "minimum": minimum,
+        "cap": cap,
+        "budget_s": budget,
+        "rounds": rep,
+        "stopped": stopped,
+        "wall_s": time.perf_counter() - start,
+        "cells": cells,
+    }
+    return samples, record
 
 
 def first_response_summary(samples: list[dict]) -> dict:
