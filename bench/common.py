@@ -27,6 +27,7 @@ PART_ORDER = [
     "harness_overhead",
     "fleet_scaling",
     "report_rendering",
+    "changed_or_busy",
 ]
 
 

@@ -2,12 +2,14 @@
 
     python bench/run.py [--tiny] [--parts NAME ...] [--repeats N] [--workbench DIR]
 
-Seven parts (bench/README.md): fsync fidelity, cold-read fidelity and
+Eight parts (bench/README.md): fsync fidelity, cold-read fidelity and
 parallel-ceiling fidelity against fio, the I/O record's overhead on load
 timings (with against without, paired),
 harness overhead (``disklab run`` vs lab.py started directly), fleet
-scaling (``disklab audit`` on 16 test-fleet hosts vs 1) and report rendering
-(``disklab report`` over 500 synthetic hosts). Each comparison is taken in
+scaling (``disklab audit`` on 16 test-fleet hosts vs 1), report rendering
+(``disklab report`` over 500 synthetic hosts) and changed or busy (does
+``disklab compare`` call a quiet host unchanged, a busy one disturbed and a
+throttled one slower). Each comparison is taken in
 pairs, the order alternating, and judged on the median of the pair ratios.
 Writes bench/results/<host>-<run_id>.json, prints a markdown table, and ends
 with a one-line summary. A part that cannot run here is recorded as not_run
@@ -102,6 +104,18 @@ def _part(name: str, args, s: dict, fio: str | None) -> dict:
 
         with tempfile.TemporaryDirectory(prefix="dlb-", dir="/tmp") as state_root:
             return harness_parts.fleet_scaling(s["other_repeats"], Path(state_root))
+    if name == "changed_or_busy":
+        if args.tiny:
+            return not_run(title, "cannot be tiny: five lab runs of minutes each (a warm-up, A, B, C and D)")
+        if platform.system() != "Linux" or os.geteuid() != 0:
+            return not_run(
+                title, "needs root on Linux: a cgroup throttles the device, and the lab drops caches"
+            )
+        if fio is None:
+            return not_run(title, "fio is not installed (make bench installs it with apt-get)")
+        import changed_part
+
+        return changed_part.changed_or_busy(args.lab_root, args.changed_load_repeats)
     import report_part
 
     return report_part.report_rendering(s["report_hosts"], s["other_repeats"], args.reports)
@@ -126,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         "--reports", type=Path, default=REPO / "reports", help="where a real base run is looked for"
     )
     ap.add_argument("--report-hosts", type=int, help="synthetic hosts for the report part (default 500)")
+    ap.add_argument(
+        "--changed-load-repeats",
+        type=int,
+        default=8,
+        help="load repeats of each run of the changed-or-busy part (default 8: a change can be called)",
+    )
     ap.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results")
     args = ap.parse_args(argv)
     if args.repeats is not None and args.repeats < 1:

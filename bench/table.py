@@ -18,8 +18,10 @@ def _row(name: str, part: dict) -> str:
         why = (part.get("reason") or part.get("error") or "").strip().splitlines()
         shown = why[0] + (f" ... {why[-1].strip()}" if len(why) > 1 else "") if why else ""
         return f"| {title} | {part['status']}: {shown.replace('|', '/')} | | | | |"
-    unit = part["unit"]
     met = "yes" if part["met"] else "**no**"
+    if "lines" in part:  # verdict counts, not a ratio (changed or busy): its four figures follow the table
+        return f"| {title} | see its lines below the table | its goals, below | {met} | | |"
+    unit = part["unit"]
     if "ratio" not in part:  # an absolute figure (report rendering): the column judges the repeated render
         met = "yes" if part.get("repeat_render_met", part["met"]) else "**no**"
         value = part["value"]
@@ -124,6 +126,12 @@ def markdown(doc: dict) -> str:
             f"- fleet wall time (not judged; the hosts share this machine's cores): 1 host "
             f"{w['audit_1_host']['median_s']:.2f} s, {many.split('_')[1]} hosts {w[many]['median_s']:.2f} s, "
             f"ratio {w['ratio_16_to_1']['median']:.2f}"
+        )
+    cb = doc["parts"].get("changed_or_busy", {})
+    if cb.get("status") == "ok":
+        extra += [f"- changed or busy: {line}" for line in cb["lines"]]
+        extra.append(
+            f"- changed or busy: the background was fio {cb['background']}; the throttle {cb['throttle']}"
         )
     shares = {n: p["machine_cpu"] for n, p in doc["parts"].items() if p.get("machine_cpu")}
     if shares:

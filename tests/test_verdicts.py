@@ -1,0 +1,300 @@
+"""The statistics module: each verdict's rule at tiny sizes, with samples built to sit on each side of it.
+
+The rank statistics are checked against brute force here (every arrangement counted, every shift tried),
+never against disklab's own numbers; the verdicts against their stated thresholds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import statistics
+
+import pytest
+
+from disklab import noise, ranktests, verdicts
+from disklab.verdicts import CHANGED, DISTURBED, INCONCLUSIVE, NO_CHANGE, Side
+
+# --- the rank statistics, against brute force -------------------------------------------------------
+
+
+def _brute_p(old: list[float], new: list[float]) -> float:
+    """Two-sided exact p of the rank-sum test by trying every split of the pooled values: twice the
+    smaller tail of the old side's rank sum (mid-ranks for ties), at most 1."""
+    pooled = old + new
+    order = sorted(pooled)
+    rank = {v: (order.index(v) + 1 + len(order) - order[::-1].index(v)) / 2 for v in pooled}
+    seen = sum(rank[v] for v in old)
+    sums = [sum(rank[pooled[i]] for i in c) for c in itertools.combinations(range(len(pooled)), len(old))]
+    low = sum(s <= seen + 1e-9 for s in sums)
+    high = sum(s >= seen - 1e-9 for s in sums)
+    return min(1.0, 2 * min(low, high) / len(sums))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_exact_p_is_the_count_of_every_arrangement(seed):
+    rng = random.Random(seed)
+    m, n = rng.randint(2, 7), rng.randint(2, 7)
+    tied = seed % 2 == 1  # odd seeds round to one decimal: ties
+    old = [round(rng.gauss(0, 1), 1 if tied else 9) for _ in range(m)]
+    new = [round(rng.gauss(0.7, 1), 1 if tied else 9) for _ in range(n)]
+    got = ranktests.mann_whitney(old, new)
+    assert got["method"] == "exact"
+    assert got["p"] == pytest.approx(_brute_p(old, new))
+
+
+def test_three_a_side_cannot_reach_five_percent_and_hold_no_interval():
+    assert ranktests.smallest_p(3, 3) == pytest.approx(2 / math.comb(6, 3)) == pytest.approx(0.1)
+    assert ranktests.mann_whitney([1, 2, 3], [10, 11, 12])["p"] == pytest.approx(0.1)  # fully apart
+    hl = ranktests.hodges_lehmann([1, 2, 3], [10, 11, 12])
+    assert (hl["low"], hl["high"], hl["k"]) == (None, None, 0)
+    assert ranktests.smallest_n_with_interval() == 4 and ranktests.smallest_n_reaching(0.05) == 4
+    assert ranktests.smallest_n_reaching(0.05 / 60) == 7  # one change among 60 figures
+
+
+def test_the_interval_holds_exactly_the_shifts_the_test_does_not_reject():
+    """Test inversion: a shift inside the Hodges–Lehmann 95 % interval leaves p above 0.05 when taken off
+    the new side; one just outside it does not (no ties, exact sizes)."""
+    rng = random.Random(3)
+    old = [rng.gauss(0, 1) for _ in range(8)]
+    new = [rng.gauss(1.0, 1) for _ in range(9)]
+    hl = ranktests.hodges_lehmann(old, new)
+    eps = 1e-9
+    for shift in (hl["low"] + eps, hl["shift"], hl["high"] - eps):
+        assert ranktests.mann_whitney(old, [x - shift for x in new])["p"] > 0.05
+    for shift in (hl["low"] - 1e-6, hl["high"] + 1e-6):
+        assert ranktests.mann_whitney(old, [x - shift for x in new])["p"] <= 0.05
+    assert hl["shift"] == pytest.approx(statistics.median(b - a for a in old for b in new))
+
+
+def test_benjamini_hochberg_matches_its_definition():
+    p = [0.01, 0.04, 0.03, 0.20]
+    # sorted: 0.01 (4*0.01/1=0.04), 0.03 (4*0.03/2=0.06), 0.04 (4*0.04/3=0.0533), 0.20 (0.20): step-up minima
+    assert ranktests.benjamini_hochberg(p) == pytest.approx([0.04, 0.05333, 0.05333, 0.20], rel=1e-3)
+    assert ranktests.benjamini_hochberg([]) == []
+
+
+def test_the_normal_approximation_takes_over_above_forty_pooled_units():
+    rng = random.Random(4)
+    got = ranktests.mann_whitney([rng.random() for _ in range(21)], [rng.random() + 0.3 for _ in range(20)])
+    assert got["method"] == "normal" and 0 < got["p"] < 0.01
+
+
+# --- the verdicts, on each side of each threshold ---------------------------------------------------
+
+
+def _around(center: float, n: int, spread: float = 0.01) -> list[float]:
+    """``n`` values spread evenly ±``spread`` (a share) around ``center``: a tight, known sample."""
+    return [center * (1 + spread * (2 * i / max(n - 1, 1) - 1)) for i in range(n)]
+
+
+def test_three_a_side_is_inconclusive_however_far_apart():
+    j = verdicts.judge(Side([1.0, 1.01, 0.99]), Side([10.0, 10.1, 9.9]), "load_time")
+    assert j["verdict"] == INCONCLUSIVE and j["low"] is None
+    assert "n = 3 a side cannot reach p < 0.05" in j["why"] and j["needed_n"] >= 4
+    assert "inconclusive: n = 3 a side cannot decide" in verdicts.brief(j)
+
+
+@pytest.mark.parametrize(
+    ("ratio", "verdict"),
+    [(1.5, CHANGED), (1.15, CHANGED), (1.05, NO_CHANGE), (1.0, NO_CHANGE), (0.85, CHANGED)],
+)
+def test_a_load_time_is_changed_beyond_ten_percent_and_no_change_well_inside_it(ratio, verdict):
+    """Eight tight samples a side (±1 %): 1.15× is beyond ±10 % and called; 1.05× is a real shift (p < 0.01),
+    but its whole interval lies inside ±10 %: no change worth calling."""
+    j = verdicts.judge(Side(_around(1.0, 8)), Side(_around(ratio, 8)), "load_time")
+    assert j["verdict"] == verdict, j
+    if verdict == CHANGED:
+        assert j["words"] == ("slower" if ratio > 1 else "faster") and j["q"] <= 0.05
+        assert j["low"] <= ratio <= j["high"]
+    else:
+        assert 1 / 1.1 < j["low"] <= j["high"] < 1.1
+
+
+def test_an_interval_that_crosses_the_band_is_inconclusive_with_what_would_decide():
+    """Eight samples spread ±15 % a side, 8 % apart: the interval reaches past 1.10×."""
+    j = verdicts.judge(Side(_around(1.0, 8, 0.15)), Side(_around(1.08, 8, 0.15)), "load_time")
+    assert j["verdict"] == INCONCLUSIVE and j["low"] < 1.1 < j["high"]
+    assert j["needed_n"] > 8 and "the interval crosses ±10 %" in j["why"]
+
+
+def test_a_peak_rss_move_of_a_tenth_of_a_percent_is_never_changed():
+    """The user's case: 619.14 MiB -> 618.33 MiB (0.13 %), significant at eight a side, under T = 2 %."""
+    old = _around(619.14 * 2**20, 8, 0.0002)
+    new = _around(618.33 * 2**20, 8, 0.0002)
+    j = verdicts.judge(Side(old), Side(new), "peak_rss")
+    assert j["p"] < 0.001 and j["verdict"] == NO_CHANGE and j["min_effect"] == 0.02
+
+
+def test_the_minimum_effect_can_be_set_per_kind():
+    old, new = Side(_around(200.0, 10)), Side(_around(260.0, 10))  # +30 %
+    assert verdicts.judge(old, new, "durable_sync", "batches")["verdict"] == CHANGED  # T = ±25 %
+    wide = verdicts.judge(old, new, "durable_sync", "batches", min_effects={"durable_sync": 0.5})
+    assert wide["verdict"] == NO_CHANGE and wide["min_effect"] == 0.5
+    assert verdicts.parse_min_effects(["durable_sync=0.5", "load_time=5%"]) == {
+        "durable_sync": 0.5,
+        "load_time": pytest.approx(0.05),
+    }
+    for bad, said in (
+        ("fsync=0.5", "KIND=SHARE"),
+        ("load_time=x", "not a number"),
+        ("load_time=0", "(0, 10]"),
+    ):
+        with pytest.raises(
+            ValueError, match=said.replace("(", r"\(").replace(")", r"\)").replace("]", r"\]")
+        ):
+            verdicts.parse_min_effects([bad])
+
+
+def test_many_figures_share_one_false_discovery_budget():
+    """Alone, a p of 0.0007 (eight a side, one value crossing) is called; among 60 figures where nothing else
+    moved it is not: q = 60 * p > 0.05."""
+    old, new = _around(1.0, 8), _around(1.3, 8)
+    alone = verdicts.judge(Side(old), Side(new), "load_time")
+    nulls = [verdicts.Pair(Side(_around(1.0, 8)), Side(_around(1.0, 8)), "load_time") for _ in range(59)]
+    crowd = verdicts.judge_many([verdicts.Pair(Side(old), Side(new), "load_time"), *nulls])[0]
+    assert alone["verdict"] == CHANGED and alone["p"] == crowd["p"] == pytest.approx(2 / math.comb(16, 8))
+    assert crowd["q"] == pytest.approx(min(1.0, 60 * crowd["p"]))
+    assert crowd["verdict"] == CHANGED  # 60 * 0.000155 = 0.0093 <= 0.05: still called
+    few = verdicts.judge_many(
+        [verdicts.Pair(Side(_around(1.0, 5)), Side(_around(1.3, 5)), "load_time"), *nulls]
+    )[0]
+    assert (
+        few["p"] == pytest.approx(2 / math.comb(10, 5)) and few["q"] > 0.05 and few["verdict"] == INCONCLUSIVE
+    )
+    assert "q = " in few["why"] and "> 0.05" in few["why"]
+
+
+def _busy(n: int, k: int) -> list[str | None]:
+    return ["the device served 900 MiB/s of other I/O"] * k + [None] * (n - k)
+
+
+def test_a_change_that_rests_on_disturbed_samples_is_disturbed_not_changed():
+    old = Side(_around(1.0, 8), [None] * 8)
+    new = Side(_around(3.0, 8), _busy(8, 8), "8 of 8 samples ran while the host was busy (...)")
+    j = verdicts.judge(old, new, "load_time")
+    assert j["verdict"] == DISTURBED and j["direction"] == "up" and j["test"] is None
+    assert j["noise"]["new"] == "8 of 8 disturbed" and j["noise"]["judged_on"] == "undisturbed"
+    assert j["noise"]["reasons"] == ["new run: 8 of 8 samples ran while the host was busy (...)"]
+    # one quiet sample left cannot decide (its smallest p, 2/9), and all eight together would be called
+    partly = verdicts.judge(old, Side(_around(3.0, 8), _busy(8, 7)), "load_time")
+    assert partly["verdict"] == DISTURBED and (partly["n_old"], partly["n_new"]) == (8, 1)
+    # two can (2/45 < 0.05): the quiet samples decide, and say so
+    two = verdicts.judge(old, Side(_around(3.0, 8), _busy(8, 6)), "load_time")
+    assert two["verdict"] == CHANGED and two["noise"]["judged_on"] == "undisturbed"
+
+
+def test_the_quiet_samples_decide_when_they_can_and_say_so():
+    old = Side(_around(1.0, 8), [None] * 8)
+    new = Side(_around(2.0, 10), _busy(10, 2))
+    j = verdicts.judge(old, new, "load_time")
+    assert j["verdict"] == CHANGED and (j["n_old"], j["n_new"]) == (8, 8)
+    assert "judged on the undisturbed units" in verdicts.sentence(j)
+    # no change seen on the quiet samples stands too, busy ones left out
+    same = verdicts.judge(old, Side(_around(1.0, 10), _busy(10, 2)), "load_time")
+    assert same["verdict"] == NO_CHANGE and same["noise"]["new"] == "2 of 10 disturbed"
+
+
+def test_a_run_without_noise_is_neither_quiet_nor_disturbed():
+    j = verdicts.judge(Side(_around(1.0, 8)), Side(_around(1.0, 8), [None] * 8), "load_time")
+    assert j["noise"]["old"] == "not recorded" and j["noise"]["new"] == "quiet" and j["verdict"] == NO_CHANGE
+
+
+def test_values_at_or_below_zero_have_no_ratio():
+    j = verdicts.judge(Side([0.0, 1.0, 2.0, 3.0]), Side([1.0, 2.0, 3.0, 4.0]), "rate")
+    assert j["verdict"] == INCONCLUSIVE and j["why"] == "a value at or below zero has no ratio"
+
+
+def test_the_sentence_names_the_verdict_the_test_n_and_the_interval():
+    j = verdicts.judge(Side(_around(100.0, 10)), Side(_around(150.0, 10)), "durable_sync", "batches")
+    said = verdicts.sentence(j)
+    assert said.startswith("changed: 1.50× slower (95 % interval ")
+    assert "exact Mann–Whitney U, Hodges–Lehmann interval; n = 10 batches a side; q = " in said
+    assert said.endswith("T = ±25 %)")
+    assert verdicts.brief(j).startswith("changed: 1.50× slower (95 % interval")
+
+
+def test_a_prediction_is_judged_on_the_medians_interval():
+    assert verdicts.against_value(_around(1.0, 8), 1.0, 2.0)["verdict"] == "within"
+    assert verdicts.against_value(_around(5.0, 8), 1.0, 2.0)["verdict"] == "above"
+    assert verdicts.against_value(_around(0.1, 8), 1.0, 2.0)["verdict"] == "below"
+    straddle = verdicts.against_value([1.5, 1.8, 2.2, 2.6, 2.9, 3.0, 3.1, 3.2], 1.0, 2.0)
+    assert straddle["verdict"] == "undecided" and straddle["low"] < 2 < straddle["high"]
+    three = verdicts.against_value([1.0, 1.1, 1.2], 1.0, 2.0)
+    assert three["coverage"] == pytest.approx(0.75) and three["verdict"] == "within"
+
+
+# --- the noise bounds ---------------------------------------------------------------------------------
+
+
+def _records(
+    *, other: int = 0, own_write: int = 0, waiting: float = 0.0, steal: float = 0.0, memory: float = 0.0,
+    swapped: int = 0, interval: float = 0.1,
+) -> tuple[dict, dict, dict]:  # fmt: skip
+    io = {
+        "process": {"read_bytes": 0, "write_bytes": own_write},
+        "device": {"read_bytes": other, "written_bytes": 2 * own_write},
+        "faults": {"major": 0, "minor": 0},
+    }
+    nz = {
+        "interval_s": interval,
+        "pressure": {"cpu_some_s": 0.0, "memory_some_s": memory * interval},
+        "cpu": {"cpu_time_s": 0.4, "busy_s": 0.1, "steal_s": steal * 0.4, "iowait_s": 0.0},
+        "runnable": {"begin": 1, "end": 1},
+        "swap": {"in_pages": swapped, "out_pages": 0},
+    }
+    split = {
+        "wall_s": interval,
+        "user_s": 0.01,
+        "system_s": 0.01,
+        "waiting_s": waiting * interval,
+        "rest_s": 0.0,
+    }
+    return io, nz, split
+
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "kind"),
+    [
+        ({"other": 3 * MIB}, "other_io"),  # 30 MiB/s of another process's reads
+        ({"waiting": 0.3}, "cpu_wait"),
+        ({"steal": 0.2}, "steal"),
+        ({"memory": 0.1}, "memory"),
+        ({"swapped": 4}, "swap"),
+    ],
+)
+def test_each_bound_marks_a_sample_disturbed_beyond_it(kwargs, kind):
+    found = noise.disturbances(*_records(**kwargs))
+    assert [d.kind for d in found] == [kind]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"other": MIB // 2},  # under 1 MiB
+        {"own_write": 400 * 1024},  # the journal's writes for its own syncs: 2x its data, under 4x
+        {"waiting": 0.05},
+        {"steal": 0.05},
+        {"memory": 0.01},
+    ],
+)
+def test_a_sample_within_every_bound_is_quiet(kwargs):
+    assert noise.disturbances(*_records(**kwargs)) == []
+
+
+def test_a_sample_without_its_noise_is_not_recorded_and_the_summary_says_which():
+    assert noise.disturbances({"unavailable": "x"}, {"unavailable": "old run"}, {"unavailable": "x"}) is None
+    busy = noise.disturbances(*_records(other=20 * MIB))
+    quiet = noise.disturbances(*_records())
+    said = noise.summary([busy, quiet, busy], "samples")
+    assert said.startswith(
+        "2 of 3 samples ran while the host was busy (at worst, the device served 200 MiB/s"
+    )
+    assert noise.summary([quiet, quiet]) is None
+    assert "not recorded" in noise.summary([None, None])
+    flags, summary = noise.flags_of([None, None])
+    assert flags is None and "not recorded" in summary
