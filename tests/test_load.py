@@ -102,6 +102,29 @@ def test_section_matches_schema(section):
     schemas.validator(schema).validate(json.loads(json.dumps(section)))
 
 
+@pytest.mark.heavy
+def test_every_stage_records_the_hosts_noise_and_where_its_time_went(section):
+    """Each ok stage of each sample carries its noise record and time split for real (results 6): the
+    split covers the stage's own time, its CPU parts are the process's, and the noise spans the clock."""
+    from disklab.sections import load_time
+
+    for s in section["samples"]:
+        for name, st in s["stages"].items():
+            if st["status"] != "ok":
+                continue
+            split, nz = st["time_split"], st["noise"]
+            assert split["wall_s"] == st["time_s"], (s["method"], name)
+            assert split["user_s"] + split["system_s"] > 0 and split["rest_s"] >= 0
+            assert isinstance(split["waiting_s"], float) and split["threads"] >= 1
+            assert "unavailable" in split["blocked_io_s"] or split["blocked_io_s"] >= 0
+            assert nz["interval_s"] >= st["time_s"] and {"cpu", "pressure", "swap", "runnable"} <= set(nz)
+    rows = load_time.rows(section, section["cells"], lambda c: f"{c['method']}, {c['file']}")
+    cold_mmap = [r for r in rows if r["what"].startswith("torch.load-mmap") and r["cache_state"] == "cold"]
+    assert {r["stage"] for r in cold_mmap} >= {"loader_return", "all_touched"}
+    touched = next(r for r in cold_mmap if r["stage"] == "all_touched")["split"]
+    assert touched["major_faults"] > 0  # a cold mapped load faults its pages in: the I/O record counts them
+
+
 def _requested(cell: dict) -> str:
     # A warm sample whose file something else on this shared machine dropped (memory pressure, another
     # job's drop_caches) between the warm-up read and the load is warm_unverified: still measured warm.
