@@ -59,10 +59,16 @@ def test_two_local_runs_write_reports_and_leave_the_venv_unchanged(tmp_path, lab
     before = (_pip_freeze(venv), (venv / "bin" / "python").lstat().st_mtime_ns)
     # The second run is there for what a repeat changes (the venv, the first run's file, the comparison), not
     # for the experiments: one step is enough for all three, and the first run measured every step.
-    second = run_disklab("run", "-i", str(inv), "-e", '{"lab_run_steps": ["fsync_bench"]}', reports=reports)
+    # -e as ansible-playbook reads it (issue 40, item 4): NAME=VALUE is the string '60', which the role's
+    # argument spec makes the int the host gets
+    second = run_disklab(
+        "run", "-i", str(inv), "-e", '{"lab_run_steps": ["fsync_bench"]}', "-e", "lab_run_fsync_blocks=60",
+        reports=reports,
+    )  # fmt: skip
     assert second.returncode == 0, second.stdout + second.stderr
     runs2 = sorted((reports / "localhost" / "runs").glob("*.json"))
     assert len(runs2) == 2 and runs[0] in runs2
+    assert stored.read(runs2[1], "results")["experiments"]["fsync_bench"]["blocks"] == 60
     assert json.loads(runs[0].read_text()) == json.loads(runs2[0].read_text())  # first run untouched
     assert (_pip_freeze(venv), (venv / "bin" / "python").lstat().st_mtime_ns) == before
     # idempotence, as Ansible reports it: the second run's provisioning changed nothing

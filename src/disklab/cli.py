@@ -546,7 +546,8 @@ def _add_ansible_options(p: argparse.ArgumentParser) -> None:
         "--extra",
         action="append",
         metavar="NAME=VALUE|@FILE",
-        help="extra variables for every host: NAME=VALUE (YAML), a JSON mapping, or @FILE (may be vaulted)",
+        help="extra variables for every host, as ansible-playbook -e reads them: 'NAME=VALUE NAME2=VALUE2' "
+        "(strings), a JSON or YAML mapping, or @FILE (may be vaulted)",
     )
     p.add_argument("--check", action="store_true", help="Ansible check mode: change nothing, measure nothing")
     p.add_argument("--tags", help="only tasks with these tags (ansible-playbook --tags)")
