@@ -128,3 +128,40 @@ def test_retry_failed_needs_an_earlier_run_of_the_same_inventory_and_no_limit(tm
     proc = run_disklab("run", "-i", str(inv), "--retry-failed", "--limit", "localhost", reports=reports)
     assert proc.returncode == 2 and "leave out --limit" in proc.stderr
     assert not (reports / ".incoming").exists()  # refused before a run id was taken
+
+
+@pytest.mark.slow
+def test_a_run_of_only_the_provision_or_audit_phase_is_ok_and_stores_what_it_made(tmp_path, lab_root):
+    """Issue 40, item 6: `--tags provision` and `--tags audit` (site.yml's phase tags) fetch no results; they
+    were called failed ("no results file was fetched"), stored a failure record and exited 1, and the
+    audit's facts were not kept. Now each is ok, the audit is stored as `disklab audit` stores one, no
+    failure is recorded, and no run record either (so `--retry-failed` still goes by the last lab run)."""
+    workbench = tmp_path / "wb"
+    workbench.mkdir()
+    reports = tmp_path / "reports"
+    inv = write_local_inventory(tmp_path / "inv.yml", lab_root, workbench)
+
+    provision = run_disklab("run", "-i", str(inv), "--tags", "provision", reports=reports)
+    assert provision.returncode == 0, provision.stdout + provision.stderr
+    provision_id = provision.stdout.rsplit("lab run ", 1)[1].split(":")[0]
+    assert provision.stdout.splitlines()[:2] == [
+        "localhost: ok",
+        f"lab run {provision_id}: its tags fetched no results; nothing to store",
+    ]
+    results = _task_results(reports, provision_id)
+    assert results["Provision the lab venv with the pinned packages"] == [("runner_on_ok", False)]  # it ran
+    assert not list(reports.glob("*/*/*.json")) and not (reports / ".runs").exists()
+
+    audit = run_disklab("run", "-i", str(inv), "--tags", "audit", reports=reports)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    audit_id = audit.stdout.rsplit("lab run ", 1)[1].split(":")[0]
+    assert f"lab run {audit_id}: its tags fetched no results; stored the audit's facts of localhost" in (
+        audit.stdout
+    )
+    doc = stored.read(reports / "localhost" / "audits" / f"{audit_id}.json", "audit")
+    assert doc["run_id"] == audit_id and doc["facts"]["workbench"]["requested_path"] == str(workbench)
+    assert "Provision the lab venv with the pinned packages" not in _task_results(reports, audit_id)
+    assert not (reports / "localhost" / "failures").exists() and not (reports / "localhost" / "runs").exists()
+    assert not (reports / ".incoming").exists()
+    index = (reports / "index.md").read_text()
+    assert "| localhost | ok |" in index and f"| audit `{audit_id}` |" in index

@@ -252,7 +252,7 @@ def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, l
         print(f"check mode: nothing changed, measured or stored (Ansible's output: {run.artifacts}/stdout)")
         return 0 if run.hosts and all(o.status == "ok" for o in run.hosts.values()) else 1
     warm.join()  # done long before, unless the playbook ended at once
-    status, failed = store_and_render(reports, run_id, kind, inventory, run.hosts)
+    status, failed = store_and_render(reports, run_id, kind, inventory, run.hosts, fetched=run.fetching)
     progress.finish(status)
     if not status:
         from disklab import diagnose
@@ -263,38 +263,52 @@ def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, l
         if run.output_tail and not said:
             print(run.output_tail, file=sys.stderr)
         return 1
-    _say_stored(reports, run_id, kind, run.hosts, failed)
+    _say_stored(reports, run_id, kind, run.hosts, failed, fetched=run.fetching)
     if any(o.status != "ok" for o in run.hosts.values()):
         print(f"Ansible's full output and events of this run: {run.artifacts}/stdout, job_events/")
     return 0 if all(s == "ok" for s in status.values()) and not failed else 1
 
 
 def store_and_render(
-    reports: Path, run_id: str, kind: str, inventory: Path, outcomes: dict[str, HostOutcome]
+    reports: Path, run_id: str, kind: str, inventory: Path, outcomes: dict[str, HostOutcome], fetched=True
 ):
     """Store each host's fetched file, record the invocation and render the reports: (status, errors).
 
     The one path from fetched files to reports, for `disklab run`/`audit` and
     for plain ``ansible-playbook`` (``disklab playbook-store``). ``status`` is
     host -> ok | partial | failed | unreachable (empty when no host ran);
-    ``errors`` are the renderer's one-line errors.
+    ``errors`` are the renderer's one-line errors. ``fetched=False``: the tags
+    fetched no results (store.store_fetched); the audit's facts and the failures
+    are stored, and no run record, which says whose results were stored (for
+    --retry-failed, and so that ``--fetch RUN`` can fetch what ``--skip-tags fetch`` left).
     """
     from disklab import report
 
-    status = store.store_fetched(reports, run_id, kind, outcomes)
+    status = store.store_fetched(reports, run_id, kind, outcomes, fetched=fetched)
     if not status:
         return status, []
-    store.record_invocation(reports, run_id, kind, inventory, status)
+    if fetched:
+        store.record_invocation(reports, run_id, kind, inventory, status)
     return status, report.render_all(reports)[1]
 
 
-def _say_stored(reports: Path, run_id: str, kind: str, outcomes: dict[str, HostOutcome], failed: list[str]):
+def _say_stored(
+    reports: Path, run_id: str, kind: str, outcomes: dict[str, HostOutcome], failed: list[str], fetched=True
+):
     for host, outcome in sorted(outcomes.items()):
         where = f" at '{outcome.task}': {outcome.message}" if outcome.status != "ok" else ""
         print(f"{host}: {outcome.status}{where}")
     for error in failed:
         print(f"disklab report: {error}", file=sys.stderr)
     what = "lab run" if kind == "runs" else "audit"
+    if not fetched:  # --tags provision, --tags audit, --skip-tags fetch
+        kept = [
+            f"{said} of {', '.join(hosts)}"
+            for said, kind_ in (("the audit's facts", "audits"), ("the failure", "failures"))
+            if (hosts := [h for h in sorted(outcomes) if store.has_file(reports, h, kind_, run_id)])
+        ]
+        kept_said = "stored " + " and ".join(kept) if kept else "nothing to store"
+        print(f"{what} {run_id}: its tags fetched no results; {kept_said}")
     print(f"{what} {run_id}: fleet index in {reports}/index.md")
 
 
@@ -327,14 +341,17 @@ def cmd_playbook_store(args) -> int:
     kind = args.kind
     try:
         with RunLock(reports / ".lock", args.run_id, what=f"the reports directory {reports}"):
-            if args.check or args.nothing_fetched:
+            if args.check:
                 store.discard_incoming(reports, args.run_id)
-                why = "check mode" if args.check else "the tags selected no fetch"
-                print(f"{why}: nothing was stored for run {args.run_id}")
+                print(f"check mode: nothing was stored for run {args.run_id}")
                 return 0
-            hosts = [h for h in (args.hosts or "").split(",") if h]
+            # Without a fetch (--tags provision, audit), a host without a file is no failure: only what was
+            # staged (the audit's facts) is stored, and said.
+            hosts = [h for h in (args.hosts or "").split(",") if h] if not args.nothing_fetched else []
             outcomes = {h: HostOutcome(host=h) for h in hosts}
-            status, failed = store_and_render(reports, args.run_id, kind, Path(args.inventory), outcomes)
+            status, failed = store_and_render(
+                reports, args.run_id, kind, Path(args.inventory), outcomes, fetched=not args.nothing_fetched
+            )
     except LockHeld as exc:
         raise UsageError(
             f"refused: {exc}; what this run fetched stays in {store.incoming_dir(reports, args.run_id)}, "
@@ -344,7 +361,7 @@ def cmd_playbook_store(args) -> int:
         print(f"run {args.run_id}: nothing was fetched, nothing stored")
         emit_result({"run_id": args.run_id, "kind": kind, "reports": str(reports.resolve()), "hosts": {}})
         return 0
-    _say_stored(reports, args.run_id, kind, outcomes, failed)
+    _say_stored(reports, args.run_id, kind, outcomes, failed, fetched=not args.nothing_fetched)
     if any(o.status in ("failed", "unreachable") for o in outcomes.values()):
         print("a host without a results file failed earlier in the play: Ansible's output names the task")
     # For the playbook's set_stats (AWX and Automation Platform show them with the job)
@@ -710,7 +727,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--hosts", help="every host of the play, comma-separated (one without a file failed)")
     st.add_argument("--check", action="store_true", help="check mode: store nothing, remove the staging dir")
     st.add_argument(
-        "--nothing-fetched", action="store_true", help="the tags skipped the fetch: store nothing"
+        "--nothing-fetched",
+        action="store_true",
+        help="the tags skipped the fetch: store only the audit's facts",
     )
     st.set_defaults(func=cmd_playbook_store)
 

@@ -73,6 +73,7 @@ class PlaybookRun:
     hosts: dict[str, HostOutcome] = field(default_factory=dict)
     output_tail: str = ""  # the end of Ansible's own output, for errors no host event carries
     artifacts: Path | None = None  # ansible-runner's kept artifacts of this playbook (stdout, job_events/)
+    fetching: bool = False  # the play set FETCHING_FACT: its tags fetch results (False for --tags provision)
 
 
 # What ssh itself prints on stderr when a session on a multiplexed connection ends. Over SSH a command runs
@@ -101,6 +102,10 @@ def _failure_message(res: dict) -> str:
     return "failed (no message)"
 
 
+# The fact site.yml and audit.yml set, in a task with the fetch's tags, when a run's tags fetch results (or
+# facts): a run without it (--tags provision, --tags audit, --skip-tags fetch) is ok with no results file.
+FETCHING_FACT = "__disklab_fetching"
+
 # The line the lab_run role's poll prints: ``disklab-status <host clock, Unix s> <status.json's line>``.
 STATUS_MARK = "disklab-status "
 
@@ -127,6 +132,7 @@ class EventTracker:
     def __init__(self, progress: Progress):
         self.progress = progress
         self.hosts: dict[str, HostOutcome] = {}
+        self.fetching = False  # FETCHING_FACT was set
 
     def _host(self, name: str) -> HostOutcome:
         if name not in self.hosts:
@@ -141,6 +147,8 @@ class EventTracker:
             return True
         host = self._host(name)
         task = data.get("task") or host.task
+        if kind == "runner_on_ok" and FETCHING_FACT in ((data.get("res") or {}).get("ansible_facts") or {}):
+            self.fetching = True
         if kind == "runner_on_start" and host.status == "ok":
             host.task, host.role = task, data.get("role")
             self.progress.update(name, task, "running")
@@ -243,7 +251,14 @@ def run_playbook(
         elif name in stats.get("failures", {}) and host.status == "ok":
             host.status = "failed"
     kept = Path(artifact_dir) / Path(playbook).stem if artifact_dir else None
-    return PlaybookRun(rc=r.rc, status=r.status, hosts=tracker.hosts, output_tail=tail, artifacts=kept)
+    return PlaybookRun(
+        rc=r.rc,
+        status=r.status,
+        hosts=tracker.hosts,
+        output_tail=tail,
+        artifacts=kept,
+        fetching=tracker.fetching,
+    )
 
 
 def _artifact_options(artifact_dir: Path | None, playbook: str) -> dict:
