@@ -47,7 +47,7 @@ def test_without_a_users_configuration_ansible_reads_disklabs(tmp_path, monkeypa
 def test_the_users_ansible_cfg_stays_in_force_and_each_difference_is_one_line(tmp_path, monkeypatch):
     cfg = (
         "[defaults]\nforks = 5\nremote_user = alice\nprivate_key_file = keys/id\n"
-        "callback_plugins = /opt/ara/cb\nstdout_callback = yaml\n"
+        "callback_plugins = /opt/ara/cb\nstdout_callback = minimal\n"
         "[ssh_connection]\npipelining = False\nssh_args = -F ssh_config\n"
     )
     got = _build(tmp_path, monkeypatch, cfg)
@@ -65,7 +65,7 @@ def test_the_users_ansible_cfg_stays_in_force_and_each_difference_is_one_line(tm
     notes = "\n".join(got.notes)
     assert f"[defaults] forks = 5 from {tmp_path / 'ansible.cfg'} is used, not disklab's 32" in notes
     assert "[ssh_connection] pipelining = False" in notes and "not disklab's True" in notes
-    assert "stdout_callback = yaml" in notes and "awx_display" in notes
+    assert "stdout_callback = minimal from" in notes and "awx_display wraps it" in notes  # kept, not replaced
     assert "internal_poll_interval can be set only in an ansible.cfg" in notes
     assert len(got.notes) == 4, got.notes  # one line each, and none for the settings that agree
 

@@ -163,7 +163,10 @@ def _ansible_config():
     from disklab import ansible_env
     from disklab.runner import collections_root
 
-    config = ansible_env.build(ansible_path("ansible.cfg"), collections_root())
+    try:
+        config = ansible_env.build(ansible_path("ansible.cfg"), collections_root())
+    except ansible_env.AnsibleConfigError as exc:
+        raise UsageError(str(exc)) from None
     if config.config_file:
         print(f"disklab: Ansible reads your configuration, {config.config_file}", file=sys.stderr)
     for note in config.notes:
