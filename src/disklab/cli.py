@@ -30,7 +30,7 @@ from pathlib import Path
 
 import shtab
 
-from disklab import __version__, export, ownership, passthrough, ship, store
+from disklab import __version__, export, ownership, passthrough, room, ship, store
 from disklab.runner import HostOutcome, ansible_path
 from disklab_host import registry
 from disklab_host.common.lock import LockHeld, RunLock
@@ -112,17 +112,19 @@ def _playbook(args, playbook: str, kind: str) -> int:
         passed.select += ["--tags", "fetch"]
     passed.ansible = _ansible_config()
     passed.passwords = passed.prompts()  # before any host is touched, as ansible-playbook would ask
-    reports.mkdir(parents=True, exist_ok=True)
-    run_id = fetch or store.new_run_id(reports)
-    try:
-        with RunLock(reports / ".lock", run_id, what=f"the reports directory {reports}") as lock:
-            _refuse_a_live_run(reports)
-            if lock.took_over:
-                print(f"disklab: {lock.took_over}", file=sys.stderr)
-            _recover_leftovers(reports, inventory, but=run_id)
-            return _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, limit)
-    except LockHeld as exc:
-        raise UsageError(f"refused: {exc}") from None
+    # A write that fails for room before the hosts start (the later ones say what they kept themselves)
+    with room.guard(reports, "nothing ran on any host, and every stored file is as it was"):
+        reports.mkdir(parents=True, exist_ok=True)
+        run_id = fetch or store.new_run_id(reports)
+        try:
+            with RunLock(reports / ".lock", run_id, what=f"the reports directory {reports}") as lock:
+                _refuse_a_live_run(reports)
+                if lock.took_over:
+                    print(f"disklab: {lock.took_over}", file=sys.stderr)
+                _recover_leftovers(reports, inventory, but=run_id)
+                return _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, limit)
+        except LockHeld as exc:
+            raise UsageError(f"refused: {exc}") from None
 
 
 def _refuse_a_live_run(reports: Path, but: str | None = None) -> None:
@@ -207,9 +209,15 @@ def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, l
     if not passed.check:
         warm.start()
     incoming = store.incoming_dir(reports, run_id)
-    incoming.mkdir(parents=True, exist_ok=True)  # a new run id is unused; --fetch's may be staged already
-    owner = ownership.write_owner(incoming, run_id, kind, inventory, [os.getpid()])
-    ship.build(incoming / ARTIFACT_NAME)  # here, not in a playbook task: a module run less per run
+    made = not incoming.exists()
+    try:
+        incoming.mkdir(parents=True, exist_ok=True)  # a new run id is unused; --fetch's may be staged already
+        owner = ownership.write_owner(incoming, run_id, kind, inventory, [os.getpid()])
+        ship.build(incoming / ARTIFACT_NAME)  # here, not in a playbook task: a module run less per run
+    except OSError:  # no room (disklab.room): nothing of this run is left for the next one to recover
+        if made:
+            store.discard_incoming(reports, run_id)
+        raise
     extravars.update(
         {
             "disklab_run_id": run_id,
@@ -287,12 +295,42 @@ def store_and_render(
     """
     from disklab import report
 
-    status = store.store_fetched(reports, run_id, kind, outcomes, fetched=fetched)
+    staging = store.incoming_dir(reports, run_id)
+    unstored = _not_stored(reports, run_id)
+    short = sorted(h for h, o in outcomes.items() if o.status == "failed" and room.said(o.message))
+    if short:  # the fetch itself ran out of room: nothing is stored, and the results stay on the hosts
+        if any(staging.glob("*.json")):
+            then = unstored
+        else:
+            then = (
+                f"once there is room, `disklab run --fetch {run_id}` fetches and stores them; every file "
+                "stored before is as it was"
+            )
+        where = room.describe(reports, room.said(outcomes[short[0]].message))
+        raise room.NoRoom(
+            f"{where}: the results of {', '.join(short)} stay on the hosts, not fetched; {then}"
+        )
+    with room.guard(reports, unstored):
+        status = store.store_fetched(reports, run_id, kind, outcomes, fetched=fetched)
+        if status and fetched:
+            store.record_invocation(reports, run_id, kind, inventory, status)
     if not status:
         return status, []
-    if fetched:
-        store.record_invocation(reports, run_id, kind, inventory, status)
-    return status, report.render_all(reports)[1]
+    not_rendered = (
+        f"run {run_id} is stored, its reports are not rendered (each report file is the old one or the new "
+        "one): `disklab report` renders them once there is room"
+    )
+    with room.guard(reports, not_rendered):
+        return status, report.render_all(reports)[1]
+
+
+def _not_stored(reports: Path, run_id: str) -> str:
+    """What is kept when run ``run_id`` cannot be stored for room (disklab.room), and what stores it later."""
+    return (
+        f"run {run_id} is not stored in full: what was fetched and not stored stays in "
+        f"{store.incoming_dir(reports, run_id)}, and the next `disklab run` on {reports} stores it; every "
+        "file stored before is as it was"
+    )
 
 
 def _say_stored(
@@ -319,6 +357,11 @@ def cmd_playbook_begin(args) -> int:
     """For plain ansible-playbook: take a run id (or use --run-id), make its staging directory, print its
     result line (disklab_host.common.result)."""
     reports = Path(args.reports).resolve()
+    with room.guard(reports, "nothing ran on any host, and every stored file is as it was"):
+        return _playbook_begin(args, reports)
+
+
+def _playbook_begin(args, reports: Path) -> int:
     reports.mkdir(parents=True, exist_ok=True)
     try:
         with RunLock(reports / ".lock", "ansible-playbook", what=f"the reports directory {reports}"):
@@ -343,7 +386,8 @@ def cmd_playbook_store(args) -> int:
     reports = Path(args.reports)
     kind = args.kind
     try:
-        with RunLock(reports / ".lock", args.run_id, what=f"the reports directory {reports}"):
+        lock = RunLock(reports / ".lock", args.run_id, what=f"the reports directory {reports}")
+        with room.guard(reports, _not_stored(reports, args.run_id)), lock:
             if args.check:
                 store.discard_incoming(reports, args.run_id)
                 print(f"check mode: nothing was stored for run {args.run_id}")
@@ -423,7 +467,9 @@ def cmd_report(args) -> int:
     reports = Path(args.reports)
     if not reports.is_dir():
         raise UsageError(f"no reports directory at {reports}: run `disklab run` or `disklab audit` first")
-    written, failed = report.render_all(reports, force=args.force)
+    kept = "no stored file changed, and each report file is the old one or the new one"
+    with room.guard(reports, kept):
+        written, failed = report.render_all(reports, force=args.force)
     n = len(written) - 1
     print(f"rendered {n} host report{'' if n == 1 else 's'} and the index under {reports}")
     for error in failed:
@@ -602,7 +648,8 @@ _EXIT_STATUSES = """exit status:
   1    run, audit: a host failed, was unreachable or partial (a step, or a part of one, failed);
        report: a stored file could not be rendered (named; the others are); compare --fail-on-change: a
        figure changed beyond noise; export, history, runs: a stored run could not be read (named; the
-       others are shown)
+       others are shown); any command: the reports directory is full or read-only (one line: its free
+       space and what was kept; no stored file changes)
   2    bad input: a refused option, inventory value or setting, named in one line
   130  run, audit interrupted (Ctrl-C or SIGTERM): the lab is stopped on every host, nothing of it stored
 
@@ -768,6 +815,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"disklab: {exc}", file=sys.stderr)
         return 2
+    except room.NoRoom as exc:  # the reports directory is full or read-only: said in one line
+        print(f"disklab {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

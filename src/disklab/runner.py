@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from disklab import ansible_env, ownership
+from disklab import ansible_env, ownership, room
 from disklab.progress import Progress
 from disklab_host.common import result as result_line
 
@@ -219,7 +219,22 @@ def run_playbook(
             launcher = ownership.launcher(Path(private) / "launcher", real)
             env["PATH"] = str(launcher.parent) + os.pathsep + env["PATH"]
             env[ownership.OWNER_ENV] = str(owner_file)
-        with progress:
+        # Ansible's output goes under artifact_dir: when that filesystem fills up or turns read-only while
+        # the hosts work, ansible-playbook's event writes fail, and it can wait forever on a dead worker.
+        # ansible-runner polls the cancel callback; this one stops the run then (and on the caller's cancel).
+        kept = _kept_without_room(playbook, inventory, extravars, artifact_dir)
+        reports = Path(extravars.get("disklab_reports") or artifact_dir or private)
+        no_room: list[int] = []
+
+        def cancelled() -> bool:
+            if cancel is not None and cancel():
+                return True
+            code = room.cannot_write(Path(artifact_dir)) if artifact_dir else None
+            if code:
+                no_room.append(code)
+            return bool(code)
+
+        with progress, room.guard(reports, kept):
             r = ansible_runner.run(
                 private_data_dir=private,
                 project_dir=os.getcwd(),  # ansible-playbook runs where the user is, as if they had run it
@@ -234,10 +249,12 @@ def run_playbook(
                 suppress_env_files=True,
                 fact_cache_type="",  # leave the user's fact cache alone (ansible-runner would set jsonfile)
                 passwords=passwords or {},
-                cancel_callback=cancel,
+                cancel_callback=cancelled,
                 **_artifact_options(artifact_dir, playbook),
                 cmdline=" ".join(shlex.quote(a) for a in cmdline) if cmdline else None,
             )
+        if no_room:
+            raise room.NoRoom(f"{room.describe(reports, no_room[0])}: {kept}")
         stats = r.stats or {}
         try:
             lines = [ln for ln in r.stdout.read().splitlines() if ln.strip()]
@@ -258,6 +275,23 @@ def run_playbook(
         output_tail=tail,
         artifacts=kept,
         fetching=tracker.fetching,
+    )
+
+
+def _kept_without_room(playbook: str, inventory: Path, extravars: dict, artifact_dir: Path | None) -> str:
+    """What is kept when ansible-runner cannot write Ansible's output (the reports directory filled up, or
+    went read-only, while the hosts worked): the lab on the hosts runs on, detached, and keeps its results."""
+    run_id = extravars.get("disklab_run_id", "RUN")
+    if playbook == "site.yml":
+        then = (
+            "a lab started on the hosts runs on there and keeps its results: once there is room, "
+            f"`disklab run -i {inventory} --fetch {run_id}` fetches and stores them"
+        )
+    else:
+        then = "run it again once there is room"
+    return (
+        f"Ansible's output could not be written under {artifact_dir}, and ansible-playbook stops with "
+        f"disklab; {then}; every stored file is as it was"
     )
 
 
