@@ -112,19 +112,24 @@ def _playbook(args, playbook: str, kind: str) -> int:
         passed.select += ["--tags", "fetch"]
     passed.ansible = _ansible_config()
     passed.passwords = passed.prompts()  # before any host is touched, as ansible-playbook would ask
-    # A write that fails for room before the hosts start (the later ones say what they kept themselves)
-    with room.guard(reports, "nothing ran on any host, and every stored file is as it was"):
-        reports.mkdir(parents=True, exist_ok=True)
-        run_id = fetch or store.new_run_id(reports)
-        try:
-            with RunLock(reports / ".lock", run_id, what=f"the reports directory {reports}") as lock:
-                _refuse_a_live_run(reports)
-                if lock.took_over:
-                    print(f"disklab: {lock.took_over}", file=sys.stderr)
-                _recover_leftovers(reports, inventory, but=run_id)
-                return _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, limit)
-        except LockHeld as exc:
-            raise UsageError(f"refused: {exc}") from None
+    reports.mkdir(parents=True, exist_ok=True)
+    run_id = fetch or store.new_run_id(reports)
+    try:
+        with RunLock(reports / ".lock", run_id, what=f"the reports directory {reports}") as lock:
+            _refuse_a_live_run(reports)
+            if lock.took_over:
+                print(f"disklab: {lock.took_over}", file=sys.stderr)
+            _recover_leftovers(reports, inventory, but=run_id)
+            return _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, limit)
+    except LockHeld as exc:
+        raise UsageError(f"refused: {exc}") from None
+
+
+def _playbook_started(args, playbook: str, kind: str) -> int:
+    """:func:`_playbook`, with a write that fails for room before the hosts start said in one line
+    (disklab.room; the writes after the start say what they kept themselves)."""
+    with room.guard(Path(args.reports), "nothing ran on any host, and every stored file is as it was"):
+        return _playbook(args, playbook, kind)
 
 
 def _refuse_a_live_run(reports: Path, but: str | None = None) -> None:
@@ -696,7 +701,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fetch and store the finished results of run RUN_ID from the hosts (its controller stopped)",
     )
     _add_ansible_options(run)
-    run.set_defaults(func=lambda a: _playbook(a, "site.yml", "runs"))
+    run.set_defaults(func=lambda a: _playbook_started(a, "site.yml", "runs"))
 
     audit = command(
         "audit",
@@ -705,7 +710,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY), help="default: this machine only")
     _add_ansible_options(audit)
-    audit.set_defaults(func=lambda a: _playbook(a, "audit.yml", "audits"))
+    audit.set_defaults(func=lambda a: _playbook_started(a, "audit.yml", "audits"))
 
     rep = command("report", help="re-render the reports from stored runs, touching no host")
     rep.add_argument("--force", action="store_true", help="render every host, even those already up to date")
