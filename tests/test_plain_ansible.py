@@ -117,12 +117,15 @@ def test_plain_site_with_one_step_tag_runs_that_step_and_stores_the_rendered_run
         "fsync_bench",
         "-e",
         f"disklab_reports={reports}",
+        "-e",
+        "lab_run_fsync_blocks=60 lab_run_realfs=false",  # strings to Ansible; the role's spec types them
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     runs = list((reports / "localhost" / "runs").glob("*.json"))
     assert len(runs) == 1
     doc = stored.read(runs[0], "results")
     assert list(doc["experiments"]) == ["fsync_bench"] and doc["experiments"]["fsync_bench"]["status"] == "ok"
+    assert doc["experiments"]["fsync_bench"]["blocks"] == 60  # was refused: "an integer > 0, got '60'"
     assert "fsync p50 is" in (reports / "localhost" / "report.md").read_text()
     status = json.loads((lab_root / "runs" / runs[0].stem / "status.json").read_text())
     assert status["state"] == "finished" and [d[0] for d in status["done"]] == ["fsync_bench"]

@@ -59,10 +59,16 @@ def test_two_local_runs_write_reports_and_leave_the_venv_unchanged(tmp_path, lab
     before = (_pip_freeze(venv), (venv / "bin" / "python").lstat().st_mtime_ns)
     # The second run is there for what a repeat changes (the venv, the first run's file, the comparison), not
     # for the experiments: one step is enough for all three, and the first run measured every step.
-    second = run_disklab("run", "-i", str(inv), "-e", '{"lab_run_steps": ["fsync_bench"]}', reports=reports)
+    # -e as ansible-playbook reads it (issue 40, item 4): NAME=VALUE is the string '60', which the role's
+    # argument spec makes the int the host gets
+    second = run_disklab(
+        "run", "-i", str(inv), "-e", '{"lab_run_steps": ["fsync_bench"]}', "-e", "lab_run_fsync_blocks=60",
+        reports=reports,
+    )  # fmt: skip
     assert second.returncode == 0, second.stdout + second.stderr
     runs2 = sorted((reports / "localhost" / "runs").glob("*.json"))
     assert len(runs2) == 2 and runs[0] in runs2
+    assert stored.read(runs2[1], "results")["experiments"]["fsync_bench"]["blocks"] == 60
     assert json.loads(runs[0].read_text()) == json.loads(runs2[0].read_text())  # first run untouched
     assert (_pip_freeze(venv), (venv / "bin" / "python").lstat().st_mtime_ns) == before
     # idempotence, as Ansible reports it: the second run's provisioning changed nothing
@@ -122,3 +128,40 @@ def test_retry_failed_needs_an_earlier_run_of_the_same_inventory_and_no_limit(tm
     proc = run_disklab("run", "-i", str(inv), "--retry-failed", "--limit", "localhost", reports=reports)
     assert proc.returncode == 2 and "leave out --limit" in proc.stderr
     assert not (reports / ".incoming").exists()  # refused before a run id was taken
+
+
+@pytest.mark.slow
+def test_a_run_of_only_the_provision_or_audit_phase_is_ok_and_stores_what_it_made(tmp_path, lab_root):
+    """Issue 40, item 6: `--tags provision` and `--tags audit` (site.yml's phase tags) fetch no results; they
+    were called failed ("no results file was fetched"), stored a failure record and exited 1, and the
+    audit's facts were not kept. Now each is ok, the audit is stored as `disklab audit` stores one, no
+    failure is recorded, and no run record either (so `--retry-failed` still goes by the last lab run)."""
+    workbench = tmp_path / "wb"
+    workbench.mkdir()
+    reports = tmp_path / "reports"
+    inv = write_local_inventory(tmp_path / "inv.yml", lab_root, workbench)
+
+    provision = run_disklab("run", "-i", str(inv), "--tags", "provision", reports=reports)
+    assert provision.returncode == 0, provision.stdout + provision.stderr
+    provision_id = provision.stdout.rsplit("lab run ", 1)[1].split(":")[0]
+    assert provision.stdout.splitlines()[:2] == [
+        "localhost: ok",
+        f"lab run {provision_id}: its tags fetched no results; nothing to store",
+    ]
+    results = _task_results(reports, provision_id)
+    assert results["Provision the lab venv with the pinned packages"] == [("runner_on_ok", False)]  # it ran
+    assert not list(reports.glob("*/*/*.json")) and not (reports / ".runs").exists()
+
+    audit = run_disklab("run", "-i", str(inv), "--tags", "audit", reports=reports)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    audit_id = audit.stdout.rsplit("lab run ", 1)[1].split(":")[0]
+    assert f"lab run {audit_id}: its tags fetched no results; stored the audit's facts of localhost" in (
+        audit.stdout
+    )
+    doc = stored.read(reports / "localhost" / "audits" / f"{audit_id}.json", "audit")
+    assert doc["run_id"] == audit_id and doc["facts"]["workbench"]["requested_path"] == str(workbench)
+    assert "Provision the lab venv with the pinned packages" not in _task_results(reports, audit_id)
+    assert not (reports / "localhost" / "failures").exists() and not (reports / "localhost" / "runs").exists()
+    assert not (reports / ".incoming").exists()
+    index = (reports / "index.md").read_text()
+    assert "| localhost | ok |" in index and f"| audit `{audit_id}` |" in index

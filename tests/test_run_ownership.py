@@ -166,6 +166,33 @@ def test_store_marks_a_host_with_failed_steps_partial_and_retry_picks_it(tmp_pat
     assert store.failed_hosts_of_last_run(reports, inv) == (run_id, ["h1"])
 
 
+def test_a_run_whose_tags_fetched_nothing_stores_the_staged_facts_as_an_audit_and_no_failure(tmp_path):
+    """Issue 40, item 6, in the store: without a fetch (--tags provision, audit) a host without a file is ok,
+    not "no results file was fetched"; the facts site.yml stages for --tags audit are stored as the run's
+    audit, and so are those a killed run of it left (stored by the next run, which cannot know its tags)."""
+    from disklab_host.audit import collect
+
+    wb = tmp_path / "wb"
+    wb.mkdir()
+    facts = collect.collect_all(str(wb), None)  # a real audit of this host, as the role prints it
+    reports = tmp_path / "reports"
+    for run_id, fetched in (("20261201T000000Z", False), ("20261201T000001Z", True)):
+        incoming = store.incoming_dir(reports, run_id)
+        incoming.mkdir(parents=True)
+        (incoming / "h1.json").write_text(json.dumps(facts))
+        outcomes = {"h1": HostOutcome(host="h1"), "h2": HostOutcome(host="h2")} if not fetched else {}
+        status = store.store_fetched(reports, run_id, "runs", outcomes, fetched=fetched)
+        assert status == ({"h1": "ok", "h2": "ok"} if not fetched else {"h1": "ok"}), run_id
+        doc = stored.read(reports / "h1" / "audits" / f"{run_id}.json", "audit")
+        assert doc["facts"]["workbench"]["requested_path"] == str(wb) and doc["run_id"] == run_id
+        assert not (incoming.exists() or (reports / "h1" / "runs").exists())
+    assert not list(reports.glob("*/failures/*.json"))  # h2 staged nothing, and fetched nothing: ok
+    # a run that fetches results still calls a host without its file failed
+    outcomes = {"h3": HostOutcome(host="h3")}
+    assert store.store_fetched(reports, "20261201T000002Z", "runs", outcomes) == {"h3": "failed"}
+    assert outcomes["h3"].message == "no results file was fetched from this host"
+
+
 @pytest.mark.parametrize(
     ("data", "said"),
     [
@@ -217,9 +244,13 @@ def test_a_damaged_failure_file_and_run_record_are_named_not_raised(tmp_path):
 @pytest.mark.heavy
 def test_bad_extra_values_and_a_broken_inventory_get_one_line(tmp_path):
     inv = write_local_inventory(tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb")
-    proc = run_disklab("run", "-i", str(inv), "-e", "lab_run_steps=[load", reports=tmp_path / "r")
+    # (-e lab_run_steps=[load is the string '[load' to ansible-playbook, refused by the role's argument spec)
+    proc = run_disklab("run", "-i", str(inv), "-e", "{lab_run_steps: [load}", reports=tmp_path / "r")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "-e lab_run_steps=[load: the value is not valid YAML" in proc.stderr
+    assert (
+        proc.stderr.startswith("disklab: -e {lab_run_steps: [load}: ") and "YAML" in proc.stderr
+    )  # Ansible's
+    assert len(proc.stderr.splitlines()) == 1 and not (tmp_path / "r").exists()
     broken = tmp_path / "broken.yml"
     broken.write_text("all:\n  hosts:\n    a: {x: 1\n  vars: {}\n")
     proc = run_disklab("audit", "-i", str(broken), reports=tmp_path / "r")

@@ -3,6 +3,7 @@ passed on to ansible-playbook (disklab.passthrough). No host: these read configu
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -46,7 +47,7 @@ def test_without_a_users_configuration_ansible_reads_disklabs(tmp_path, monkeypa
 def test_the_users_ansible_cfg_stays_in_force_and_each_difference_is_one_line(tmp_path, monkeypatch):
     cfg = (
         "[defaults]\nforks = 5\nremote_user = alice\nprivate_key_file = keys/id\n"
-        "callback_plugins = /opt/ara/cb\nstdout_callback = yaml\n"
+        "callback_plugins = /opt/ara/cb\nstdout_callback = minimal\n"
         "[ssh_connection]\npipelining = False\nssh_args = -F ssh_config\n"
     )
     got = _build(tmp_path, monkeypatch, cfg)
@@ -64,7 +65,7 @@ def test_the_users_ansible_cfg_stays_in_force_and_each_difference_is_one_line(tm
     notes = "\n".join(got.notes)
     assert f"[defaults] forks = 5 from {tmp_path / 'ansible.cfg'} is used, not disklab's 32" in notes
     assert "[ssh_connection] pipelining = False" in notes and "not disklab's True" in notes
-    assert "stdout_callback = yaml" in notes and "awx_display" in notes
+    assert "stdout_callback = minimal from" in notes and "awx_display wraps it" in notes  # kept, not replaced
     assert "internal_poll_interval can be set only in an ansible.cfg" in notes
     assert len(got.notes) == 4, got.notes  # one line each, and none for the settings that agree
 
@@ -117,8 +118,11 @@ def test_named_options_and_everything_after_the_double_dash_reach_ansible_playbo
               vault_id=["prod@prompt"], vault_password_file=["vp"], tags="crash", forks=4, verbose=2),
         ["--become-user", "lab", "--ssh-common-args=-o ConnectTimeout=5", "-l", "host1", "-C"],
     )  # fmt: skip
-    assert opts.extravars == {"lab_run_steps": ["crash"], "lab_run_realfs": False}
-    assert ["-e", f"@{extra.resolve()}"] == opts.connect[:2]
+    # what Ansible makes of them (NAME=VALUE is a string, as ansible-playbook -e gives it), each passed on
+    assert opts.variables == {"lab_run_profile": "quick", "lab_run_steps": "[crash]", "lab_run_realfs": False}
+    assert opts.connect[:6] == ["-e", f"@{extra.resolve()}", "-e", "lab_run_steps=[crash]",
+                                "-e", '{"lab_run_realfs": false}']  # fmt: skip
+    assert opts.extravars == {}  # disklab adds nothing of its own here
     assert "--private-key" in opts.connect and str(Path("~/k").expanduser().resolve()) in opts.connect
     assert opts.connect[opts.connect.index("--vault-id") + 1] == "prod@prompt"
     at = opts.connect.index("--become-user")
@@ -152,7 +156,104 @@ def test_a_vaulted_extra_vars_file_is_passed_unread(tmp_path):
     vaulted = tmp_path / "secret.yml"
     vaulted.write_text("$ANSIBLE_VAULT;1.1;AES256\n6162\n")
     opts = passthrough.build(_args(extra=[f"@{vaulted}"]), [])
-    assert opts.connect == ["-e", f"@{vaulted.resolve()}"] and opts.extravars == {}
+    assert opts.connect == ["-e", f"@{vaulted.resolve()}"] and opts.variables == opts.extravars == {}
+
+
+# Every form of -e (issue 40, item 4), each as one ansible-playbook command line gives it, in order.
+_EXTRA_FORMS = {
+    "several NAME=VALUE in one": ["t_profile=full t_realfs=true"],
+    "a number is a string": ["t_blocks=100"],
+    "quoted values": ["t_a='hello world' t_b=\"x=y\" t_c=' padded '"],
+    "a YAML file": ["@vars.yml"],
+    "a JSON file": ["@vars.json"],
+    "inline JSON": ['{"t_blocks": 100, "t_steps": ["crash"], "t_realfs": false}'],
+    "inline YAML": ["{t_blocks: 100, t_steps: [crash], t_realfs: no, t_s: '08'}"],
+    "later ones win": ["t_a=1", '{"t_a": 2, "t_b": 3}', "@vars.yml", "t_b=x"],
+}
+
+# Prints every t_* variable of the play as JSON into $T_OUT: what ansible-playbook made of its -e.
+_SHOW_VARS = """
+- name: Show the extra vars
+  hosts: localhost
+  gather_facts: false
+  connection: local
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+    __names: "{{ query('ansible.builtin.varnames', '^t_') }}"
+  tasks:
+    - name: Write them as JSON
+      ansible.builtin.copy:
+        dest: "{{ lookup('ansible.builtin.env', 'T_OUT') }}"
+        content: "{{ dict(__names | zip(query('ansible.builtin.vars', *__names))) | to_json }}"
+        mode: "0644"
+"""
+
+
+@pytest.mark.slow
+def test_every_form_of_extra_vars_means_what_it_means_to_ansible_playbook(tmp_path, monkeypatch):
+    """The real ansible-playbook, given each -e as a user would, against disklab's reading of the same
+    words: the same variables and types, and disklab passes the words on as they were (an @FILE made
+    absolute). Before, NAME=VALUE was read as YAML: '100' was an integer, and 'a=1 b=2' one variable."""
+    (tmp_path / "vars.yml").write_text("t_n: 8\nt_l: [a, b]\nt_d: {k: v}\nt_s: '08'\nt_b: yes\n")
+    (tmp_path / "vars.json").write_text('{"t_n": 8, "t_l": ["a"], "t_none": null}')
+    (tmp_path / "show.yml").write_text(_SHOW_VARS)
+    (tmp_path / "empty.cfg").write_text("")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "ANSIBLE_CONFIG": str(tmp_path / "empty.cfg")}
+    bindir = Path(sys.executable).parent
+    started = {}
+    for name, values in _EXTRA_FORMS.items():
+        out = tmp_path / f"{len(started)}.json"
+        argv = [str(bindir / "ansible-playbook"), "-i", "localhost,", "show.yml"]
+        for value in values:
+            argv += ["-e", value]
+        proc = subprocess.Popen(argv, cwd=tmp_path, env={**env, "T_OUT": str(out)},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        started[name] = (proc, out)
+    monkeypatch.chdir(tmp_path)
+    for name, (proc, out) in started.items():
+        said = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 0, f"{name}: {said}"
+        ansible = json.loads(out.read_text())
+        opts = passthrough.build(_args(extra=_EXTRA_FORMS[name]), [])
+        assert json.loads(json.dumps(opts.variables)) == ansible, name
+        words = [f"@{tmp_path / v[1:]}" if v.startswith("@") else v for v in _EXTRA_FORMS[name]]
+        assert opts.connect == [w for v in words for w in ("-e", v)], name
+    # the issue's two examples, as ansible-playbook has them
+    issue = json.loads(started["several NAME=VALUE in one"][1].read_text())
+    assert issue == {"t_profile": "full", "t_realfs": "true"}
+    assert json.loads(started["a number is a string"][1].read_text()) == {"t_blocks": "100"}
+
+
+def test_a_setting_given_as_a_string_reaches_the_host_in_the_type_its_argument_spec_declares():
+    """-e lab_run_fsync_blocks=100 is '100' to Ansible (above); the lab_run role's config template passes
+    each setting through disklab.lab.spec_typed with the role's own argument spec, so the host gets 100
+    (its registry refused '100': "must be an integer > 0, got '100'") and true for 'true' (the realfs step
+    read 'true' as off)."""
+    import importlib.util
+
+    import yaml
+
+    path = REPO / "plugins" / "filter" / "spec_typed.py"
+    module_spec = importlib.util.spec_from_file_location("spec_typed", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    specs = yaml.safe_load((REPO / "roles" / "lab_run" / "meta" / "argument_specs.yml").read_text())
+    options = specs["argument_specs"]["main"]["options"]
+    given = {"lab_run_fsync_blocks": "100", "lab_run_realfs": "true", "lab_run_become_allowed": "no",
+             "lab_run_load_loaders": "tensorizer", "lab_run_profile": "full", "lab_run_crash_repeats": 2,
+             "lab_run_ceiling_mib": "lots", "lab_run_not_in_the_spec": "7"}  # fmt: skip
+    assert module.spec_typed(given, options) == {
+        "lab_run_fsync_blocks": 100,
+        "lab_run_realfs": True,
+        "lab_run_become_allowed": False,
+        "lab_run_load_loaders": ["tensorizer"],
+        "lab_run_profile": "full",
+        "lab_run_crash_repeats": 2,
+        "lab_run_ceiling_mib": "lots",  # not an int: left for the spec's validation, which refuses it
+        "lab_run_not_in_the_spec": "7",
+    }
+    template = (REPO / "roles" / "lab_run" / "templates" / "config.json.j2").read_text()
+    assert "disklab.lab.spec_typed(spec.argument_specs.main.options)" in template
 
 
 def test_the_become_and_vault_prompts_are_asked_once_before_any_host():

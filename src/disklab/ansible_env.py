@@ -15,8 +15,11 @@ ansible-runner, which disklab drives, sets a few variables of its own
 ``ANSIBLE_HOST_KEY_CHECKING=False`` when unset, ``ANSIBLE_CALLBACK_PLUGINS``
 over an ``ansible.cfg``'s ``callback_plugins``). Those that would silently
 replace a user's setting are passed on from the user's configuration here,
-and the one disklab must keep (the stdout callback it reads events from) is
-named in a line when the user set another.
+and the user's stdout callback is kept: ansible-runner's ``awx_display``, whose
+events disklab follows, wraps it (it writes Ansible's output in the run's
+artifacts). One that Ansible cannot load (``yaml``, which ansible-core
+routes to community.general, where it was removed) is refused in one line
+before the run, as ansible-playbook itself stops on it.
 
 disklab's collection (``disklab.lab``: its roles and its fetch action) is found
 by putting the directory that holds it first on the collections path, before
@@ -40,8 +43,24 @@ RUNNER_DEFAULTS = {
 }
 
 # Settings ansible-runner sets itself (ansible_runner/config/_base.py), with what disklab does about each.
-# The stdout callback is how disklab follows each host, so ansible-runner's must stay.
+# The stdout callback is how disklab follows each host, so ansible-runner's must stay: it makes the user's own
+# callback (ORIGINAL_STDOUT_CALLBACK) its base class, which must then load.
 _RUNNER_FORCED_CALLBACK = "awx_display"
+
+# ansible-playbook's loading of its stdout callback under ansible-runner (TaskQueueManager.load_callbacks):
+# the user's callback itself (exit 3 when Ansible finds none of that name; Ansible's warning says why), then
+# awx_display, which makes it its base class (ORIGINAL_STDOUT_CALLBACK), and its options (a traceback, exit
+# 1, when awx_display cannot wrap it: it reads the callback's option definitions, which oneline lacks).
+_CALLBACK_PROBE = """
+import sys
+from ansible.plugins.loader import callback_loader, init_plugin_loader
+init_plugin_loader()
+if callback_loader.get(sys.argv[1], class_only=True) is None:
+    sys.exit(3)
+wrapper = callback_loader.get("awx_display")
+getattr(wrapper, "_init_callback_methods", lambda: None)()
+wrapper.set_options()
+"""
 
 # Where the settings disklab's ansible.cfg names are defined: Ansible's own, the ssh connection's (pipelining,
 # retries) and the default stdout callback's (result_format).
@@ -51,6 +70,10 @@ _PLUGINS = (("connection", "ssh"), ("callback", "default"))
 _TEMP_TYPES = ("temppath", "tmppath", "tmp")
 
 _SET_OTHERWISE = {("defaults", k) for k in ("inventory", "collections_path", "stdout_callback")}
+
+
+class AnsibleConfigError(ValueError):
+    """A setting of the user's Ansible configuration that ansible-playbook would stop on; one line."""
 
 
 @dataclass
@@ -186,6 +209,7 @@ def build(disklab_cfg: Path, collections_root: Path, environ: dict[str, str] | N
         home = {"ANSIBLE_HOME": user.get_config_value("ANSIBLE_HOME")}  # the default path is a template of it
         paths = user.get_config_value("COLLECTIONS_PATHS", variables=home) or []
         env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join([str(collections_root), *[str(p) for p in paths]])
+        _check_stdout_callback(user, {**environ, **env})
         return AnsibleEnv(env=env, config_file=user_cfg, notes=notes)
     finally:
         os.environ.clear()
@@ -204,9 +228,9 @@ def _keep_runner_overrides(user, env: dict[str, str], notes: list[str]) -> None:
     value, origin = user.get_config_value_and_origin("DEFAULT_STDOUT_CALLBACK")
     if origin != "default" and value != _RUNNER_FORCED_CALLBACK:
         notes.append(
-            f"stdout_callback = {value} from {_origin(origin)} is replaced by ansible-runner's "
-            f"{_RUNNER_FORCED_CALLBACK} while disklab runs: disklab follows each host from its events "
-            "(Ansible's own output is kept in the run's artifacts)"
+            f"stdout_callback = {value} from {_origin(origin)} writes Ansible's output, kept in the run's "
+            f"artifacts (stdout): ansible-runner's {_RUNNER_FORCED_CALLBACK} wraps it while disklab runs, "
+            "and disklab follows each host from its events"
         )
     value, origin = user.get_config_value_and_origin("HOST_KEY_CHECKING")
     env.setdefault("ANSIBLE_HOST_KEY_CHECKING", str(value))  # ansible-runner would turn it off
@@ -220,3 +244,51 @@ def _keep_runner_overrides(user, env: dict[str, str], notes: list[str]) -> None:
     if origin != "default" and not origin.startswith("env: ") and value:
         # ansible-runner puts its own directory after these; without them it would replace the ini's
         env["ANSIBLE_CALLBACK_PLUGINS"] = os.pathsep.join(str(p) for p in value)
+
+
+def _check_stdout_callback(user, environ: dict[str, str]) -> None:
+    """AnsibleConfigError when the user's stdout callback is one Ansible cannot load with ``environ`` (the
+    environment ansible-playbook gets). awx_display would then crash ansible-playbook with a traceback
+    ("NoneType takes no arguments"); plain ansible-playbook stops with "Could not load 'NAME' callback
+    plugin". Asked of a child Python (Ansible's plugin loader is set up once per process, from its
+    environment), only when the user set a callback."""
+    import subprocess
+    import sys
+
+    from ansible_runner.utils import get_callback_dir
+
+    value, origin = user.get_config_value_and_origin("DEFAULT_STDOUT_CALLBACK")
+    if origin == "default" or value == _RUNNER_FORCED_CALLBACK:
+        return
+    paths = os.pathsep.join(p for p in (environ.get("ANSIBLE_CALLBACK_PLUGINS"), get_callback_dir()) if p)
+    with tempfile.TemporaryDirectory(prefix="disklab-callback-") as events:  # where awx_display writes
+        probe = subprocess.run(
+            [sys.executable, "-c", _CALLBACK_PROBE, str(value)],
+            env={
+                **environ,
+                "ANSIBLE_CALLBACK_PLUGINS": paths,
+                "ORIGINAL_STDOUT_CALLBACK": str(value),
+                "AWX_ISOLATED_DATA_DIR": events,
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    if probe.returncode == 0:
+        return
+    said = [ln.strip() for ln in (probe.stderr + probe.stdout).splitlines() if ln.strip()]
+    setting = f"stdout_callback = {value} from {_origin(origin)}"
+    if probe.returncode == 3:
+        errors = [ln.removeprefix("[WARNING]:").strip() for ln in said if "rror" in ln]
+        why = errors[0] if errors else "no plugin of that name is on Ansible's callback or collections paths"
+        raise AnsibleConfigError(
+            f"{setting}: Ansible cannot load this callback plugin ({why}), and ansible-playbook stops on it "
+            "too; unset it, or install what provides it (for YAML output, "
+            "ANSIBLE_CALLBACK_RESULT_FORMAT=yaml with the default callback)"
+        )
+    why = said[-1] if said else f"exit status {probe.returncode}"  # a traceback's last line: the exception
+    raise AnsibleConfigError(
+        f"{setting}: ansible-runner's {_RUNNER_FORCED_CALLBACK}, which disklab follows each host through, "
+        f"cannot wrap this callback ({why}); unset it for disklab, or use one that it can (default, minimal)"
+    )

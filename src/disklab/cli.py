@@ -32,7 +32,7 @@ from pathlib import Path
 
 import shtab
 
-from disklab import __version__, console, export, ownership, passthrough, runner, ship, store
+from disklab import __version__, console, export, ownership, passthrough, room, runner, ship, store
 from disklab.runner import HostOutcome, ansible_path
 from disklab_host import registry
 from disklab_host.common.lock import LockHeld, RunLock
@@ -155,6 +155,13 @@ def _names(limit: str | list[str]) -> str:
     return ", ".join(h if h and all(c.isalnum() or c in "-_." for c in h) else repr(h) for h in limit)
 
 
+def _playbook_started(args, playbook: str, kind: str) -> int:
+    """:func:`_playbook`, with a write that fails for room before the hosts start said in one line
+    (disklab.room; the writes after the start say what they kept themselves)."""
+    with room.guard(Path(args.reports), "nothing ran on any host, and every stored file is as it was"):
+        return _playbook(args, playbook, kind)
+
+
 def _refuse_a_live_run(reports: Path, but: str | None = None) -> None:
     """UsageError naming another run of ``reports`` that a live process still owns (disklab.ownership)."""
     live = ownership.live_runs(reports, but=but)
@@ -193,7 +200,10 @@ def _ansible_config():
     from disklab import ansible_env
     from disklab.runner import collections_root
 
-    config = ansible_env.build(ansible_path("ansible.cfg"), collections_root())
+    try:
+        config = ansible_env.build(ansible_path("ansible.cfg"), collections_root())
+    except ansible_env.AnsibleConfigError as exc:
+        raise UsageError(str(exc)) from None
     if config.config_file:
         print(f"disklab: Ansible reads your configuration, {config.config_file}", file=sys.stderr)
     for note in config.notes:
@@ -234,9 +244,15 @@ def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, l
     if not passed.check:
         warm.start()
     incoming = store.incoming_dir(reports, run_id)
-    incoming.mkdir(parents=True, exist_ok=True)  # a new run id is unused; --fetch's may be staged already
-    owner = ownership.write_owner(incoming, run_id, kind, inventory, [os.getpid()])
-    ship.build(incoming / ARTIFACT_NAME)  # here, not in a playbook task: a module run less per run
+    made = not incoming.exists()
+    try:
+        incoming.mkdir(parents=True, exist_ok=True)  # a new run id is unused; --fetch's may be staged already
+        owner = ownership.write_owner(incoming, run_id, kind, inventory, [os.getpid()])
+        ship.build(incoming / ARTIFACT_NAME)  # here, not in a playbook task: a module run less per run
+    except OSError:  # no room (disklab.room): nothing of this run is left for the next one to recover
+        if made:
+            store.discard_incoming(reports, run_id)
+        raise
     extravars.update(
         {
             "disklab_run_id": run_id,
@@ -282,7 +298,7 @@ def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, l
         print(f"check mode: nothing changed, measured or stored (Ansible's output: {run.artifacts}/stdout)")
         return 0 if run.hosts and all(o.status == "ok" for o in run.hosts.values()) else 1
     warm.join()  # done long before, unless the playbook ended at once
-    status, failed = store_and_render(reports, run_id, kind, inventory, run.hosts)
+    status, failed = store_and_render(reports, run_id, kind, inventory, run.hosts, fetched=run.fetching)
     progress.finish(status)
     if not status:
         from disklab import diagnose
@@ -297,38 +313,82 @@ def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, l
         if run.output_tail and not said:
             print(console.lines(run.output_tail), file=sys.stderr)
         return 1
-    _say_stored(reports, run_id, kind, run.hosts, failed)
+    _say_stored(reports, run_id, kind, run.hosts, failed, fetched=run.fetching)
     if any(o.status != "ok" for o in run.hosts.values()):
         print(f"Ansible's full output and events of this run: {run.artifacts}/stdout, job_events/")
     return 0 if all(s == "ok" for s in status.values()) and not failed else 1
 
 
 def store_and_render(
-    reports: Path, run_id: str, kind: str, inventory: Path, outcomes: dict[str, HostOutcome]
+    reports: Path, run_id: str, kind: str, inventory: Path, outcomes: dict[str, HostOutcome], fetched=True
 ):
     """Store each host's fetched file, record the invocation and render the reports: (status, errors).
 
     The one path from fetched files to reports, for `disklab run`/`audit` and
     for plain ``ansible-playbook`` (``disklab playbook-store``). ``status`` is
     host -> ok | partial | failed | unreachable (empty when no host ran);
-    ``errors`` are the renderer's one-line errors.
+    ``errors`` are the renderer's one-line errors. ``fetched=False``: the tags
+    fetched no results (store.store_fetched); the audit's facts and the failures
+    are stored, and no run record, which says whose results were stored (for
+    --retry-failed, and so that ``--fetch RUN`` can fetch what ``--skip-tags fetch`` left).
     """
     from disklab import report
 
-    status = store.store_fetched(reports, run_id, kind, outcomes)
+    staging = store.incoming_dir(reports, run_id)
+    unstored = _not_stored(reports, run_id)
+    short = sorted(h for h, o in outcomes.items() if o.status == "failed" and room.said(o.message))
+    if short:  # the fetch itself ran out of room: nothing is stored, and the results stay on the hosts
+        if any(staging.glob("*.json")):
+            then = unstored
+        else:
+            then = (
+                f"once there is room, `disklab run --fetch {run_id}` fetches and stores them; every file "
+                "stored before is as it was"
+            )
+        where = room.describe(reports, room.said(outcomes[short[0]].message))
+        raise room.NoRoom(
+            f"{where}: the results of {', '.join(short)} stay on the hosts, not fetched; {then}"
+        )
+    with room.guard(reports, unstored):
+        status = store.store_fetched(reports, run_id, kind, outcomes, fetched=fetched)
+        if status and fetched:
+            store.record_invocation(reports, run_id, kind, inventory, status)
     if not status:
         return status, []
-    store.record_invocation(reports, run_id, kind, inventory, status)
-    return status, report.render_all(reports)[1]
+    not_rendered = (
+        f"run {run_id} is stored, its reports are not rendered (each report file is the old one or the new "
+        "one): `disklab report` renders them once there is room"
+    )
+    with room.guard(reports, not_rendered):
+        return status, report.render_all(reports)[1]
 
 
-def _say_stored(reports: Path, run_id: str, kind: str, outcomes: dict[str, HostOutcome], failed: list[str]):
+def _not_stored(reports: Path, run_id: str) -> str:
+    """What is kept when run ``run_id`` cannot be stored for room (disklab.room), and what stores it later."""
+    return (
+        f"run {run_id} is not stored in full: what was fetched and not stored stays in "
+        f"{store.incoming_dir(reports, run_id)}, and the next `disklab run` on {reports} stores it; every "
+        "file stored before is as it was"
+    )
+
+
+def _say_stored(
+    reports: Path, run_id: str, kind: str, outcomes: dict[str, HostOutcome], failed: list[str], fetched=True
+):
     for host, outcome in sorted(outcomes.items()):
         where = f" at '{outcome.task}': {outcome.message}" if outcome.status != "ok" else ""
         print(console.text(f"{host}: {outcome.status}{where}"))
     for error in failed:
         print(f"disklab report: {console.text(error)}", file=sys.stderr)
     what = "lab run" if kind == "runs" else "audit"
+    if not fetched:  # --tags provision, --tags audit, --skip-tags fetch
+        kept = [
+            f"{said} of {', '.join(hosts)}"
+            for said, kind_ in (("the audit's facts", "audits"), ("the failure", "failures"))
+            if (hosts := [h for h in sorted(outcomes) if store.has_file(reports, h, kind_, run_id)])
+        ]
+        kept_said = "stored " + " and ".join(kept) if kept else "nothing to store"
+        print(f"{what} {run_id}: its tags fetched no results; {kept_said}")
     print(f"{what} {run_id}: fleet index in {reports}/index.md")
 
 
@@ -336,6 +396,11 @@ def cmd_playbook_begin(args) -> int:
     """For plain ansible-playbook: take a run id (or use --run-id), make its staging directory, print its
     result line (disklab_host.common.result)."""
     reports = Path(args.reports).resolve()
+    with room.guard(reports, "nothing ran on any host, and every stored file is as it was"):
+        return _playbook_begin(args, reports)
+
+
+def _playbook_begin(args, reports: Path) -> int:
     reports.mkdir(parents=True, exist_ok=True)
     try:
         with RunLock(reports / ".lock", "ansible-playbook", what=f"the reports directory {reports}"):
@@ -360,14 +425,19 @@ def cmd_playbook_store(args) -> int:
     reports = Path(args.reports)
     kind = args.kind
     try:
-        with RunLock(reports / ".lock", args.run_id, what=f"the reports directory {reports}"):
-            if args.check or args.nothing_fetched:
+        lock = RunLock(reports / ".lock", args.run_id, what=f"the reports directory {reports}")
+        with room.guard(reports, _not_stored(reports, args.run_id)), lock:
+            if args.check:
                 store.discard_incoming(reports, args.run_id)
-                why = "check mode" if args.check else "the tags selected no fetch"
-                print(f"{why}: nothing was stored for run {args.run_id}")
+                print(f"check mode: nothing was stored for run {args.run_id}")
                 return 0
-            outcomes = {h: HostOutcome(host=h) for h in _play_hosts(args.hosts)}
-            status, failed = store_and_render(reports, args.run_id, kind, Path(args.inventory), outcomes)
+            # Without a fetch (--tags provision, audit), a host without a file is no failure: only what was
+            # staged (the audit's facts) is stored, and said.
+            hosts = _play_hosts(args.hosts) if not args.nothing_fetched else []
+            outcomes = {h: HostOutcome(host=h) for h in hosts}
+            status, failed = store_and_render(
+                reports, args.run_id, kind, Path(args.inventory), outcomes, fetched=not args.nothing_fetched
+            )
     except LockHeld as exc:
         raise UsageError(
             f"refused: {exc}; what this run fetched stays in {store.incoming_dir(reports, args.run_id)}, "
@@ -377,7 +447,7 @@ def cmd_playbook_store(args) -> int:
         print(f"run {args.run_id}: nothing was fetched, nothing stored")
         emit_result({"run_id": args.run_id, "kind": kind, "reports": str(reports.resolve()), "hosts": {}})
         return 0
-    _say_stored(reports, args.run_id, kind, outcomes, failed)
+    _say_stored(reports, args.run_id, kind, outcomes, failed, fetched=not args.nothing_fetched)
     if any(o.status in ("failed", "unreachable") for o in outcomes.values()):
         print("a host without a results file failed earlier in the play: Ansible's output names the task")
     # For the playbook's set_stats (AWX and Automation Platform show them with the job)
@@ -447,7 +517,9 @@ def cmd_report(args) -> int:
     reports = Path(args.reports)
     if not reports.is_dir():
         raise UsageError(f"no reports directory at {reports}: run `disklab run` or `disklab audit` first")
-    written, failed = report.render_all(reports, force=args.force)
+    kept = "no stored file changed, and each report file is the old one or the new one"
+    with room.guard(reports, kept):
+        written, failed = report.render_all(reports, force=args.force)
     n = len(written) - 1
     print(f"rendered {n} host report{'' if n == 1 else 's'} and the index under {reports}")
     for error in failed:
@@ -459,7 +531,7 @@ def cmd_doctor(args) -> int:
     """Run the audit, then print each audited host's quiet-host checks (audit/quiet.py) with their advice."""
     from disklab import hostnames, stored
 
-    rc = _playbook(args, "audit.yml", "audits")
+    rc = _playbook_started(args, "audit.yml", "audits")
     reports = Path(args.reports)
     records = sorted((reports / ".runs").glob("*.json"), key=store.run_key)
     if not records:
@@ -631,7 +703,8 @@ def _add_ansible_options(p: argparse.ArgumentParser) -> None:
         "--extra",
         action="append",
         metavar="NAME=VALUE|@FILE",
-        help="extra variables for every host: NAME=VALUE (YAML), a JSON mapping, or @FILE (may be vaulted)",
+        help="extra variables for every host, as ansible-playbook -e reads them: 'NAME=VALUE NAME2=VALUE2' "
+        "(strings), a JSON or YAML mapping, or @FILE (may be vaulted)",
     )
     p.add_argument("--check", action="store_true", help="Ansible check mode: change nothing, measure nothing")
     p.add_argument("--tags", help="only tasks with these tags (ansible-playbook --tags)")
@@ -667,7 +740,8 @@ _EXIT_STATUSES = """exit status:
        report: a stored file could not be rendered (named; the others are), or the predictions file was
        not used (named, with the rule or bound it broke); compare --fail-on-change: a figure called
        changed; export, history, runs: a stored run could not be read, or lies in another host's
-       directory (named; the others are shown)
+       directory (named; the others are shown); any command: the reports directory is full or read-only
+       (one line: its free space and what was kept; no stored file changes)
   2    bad input: a refused option, inventory value or setting, named in one line
   130  run, audit interrupted (Ctrl-C or SIGTERM): the lab is stopped on every host, nothing of it stored
 
@@ -714,7 +788,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fetch and store the finished results of run RUN_ID from the hosts (its controller stopped)",
     )
     _add_ansible_options(run)
-    run.set_defaults(func=lambda a: _playbook(a, "site.yml", "runs"))
+    run.set_defaults(func=lambda a: _playbook_started(a, "site.yml", "runs"))
 
     audit = command(
         "audit",
@@ -723,7 +797,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     audit.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY), help="default: this machine only")
     _add_ansible_options(audit)
-    audit.set_defaults(func=lambda a: _playbook(a, "audit.yml", "audits"))
+    audit.set_defaults(func=lambda a: _playbook_started(a, "audit.yml", "audits"))
 
     doc = command(
         "doctor",
@@ -822,7 +896,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--check", action="store_true", help="check mode: store nothing, remove the staging dir")
     st.add_argument(
-        "--nothing-fetched", action="store_true", help="the tags skipped the fetch: store nothing"
+        "--nothing-fetched",
+        action="store_true",
+        help="the tags skipped the fetch: store only the audit's facts",
     )
     st.set_defaults(func=cmd_playbook_store)
 
@@ -862,6 +938,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"disklab: {console.text(exc)}", file=sys.stderr)
         return 2
+    except room.NoRoom as exc:  # the reports directory is full or read-only: said in one line
+        print(f"disklab {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

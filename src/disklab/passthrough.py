@@ -7,7 +7,10 @@ both sides, is only what would contradict what disklab itself must set: the
 inventory (disklab's ``-i``), the variables that tie a run to its reports
 (:data:`RESERVED`), a second ``--limit``, and the options that stop Ansible
 from running the play (``--list-hosts``, ``--syntax-check`` ...) or make it
-wait for a person (``--step``). The prompts Ansible would show (``-K``,
+wait for a person (``--step``). Each ``-e`` reaches ansible-playbook as it was
+given, in its place, and disklab reads it with Ansible's own parser
+(:func:`parse_extra`), so ``disklab run -e X`` and ``ansible-playbook -e X``
+mean the same variables. The prompts Ansible would show (``-K``,
 ``--ask-vault-pass``) are asked here, before any host is touched, and their
 answers handed to ansible-runner.
 """
@@ -15,6 +18,7 @@ answers handed to ansible-runner.
 from __future__ import annotations
 
 import getpass
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,7 +59,10 @@ class Options:
 
     connect: list[str] = field(default_factory=list)  # for every playbook of the run, the stop playbook too
     select: list[str] = field(default_factory=list)  # --check, --tags, --skip-tags: the main playbook only
-    extravars: dict = field(default_factory=dict)  # -e NAME=VALUE and -e '{...}' pairs
+    # The user's -e values go to ansible-playbook as they were given, in their order (in ``connect``);
+    # ``variables`` is what Ansible makes of them (parse_extra), read for the refusals and the defaults below.
+    variables: dict = field(default_factory=dict)
+    extravars: dict = field(default_factory=dict)  # disklab's own additions, given after the user's -e
     check: bool = False
     limit: str | None = None
     ask_become_pass: bool = False
@@ -74,51 +81,63 @@ class Options:
 
 
 def parse_extra(value: str, where: str = "-e") -> tuple[dict, str | None]:
-    """One ``-e`` value: ({name: value}, None), or ({}, the @file's absolute path) for ``-e @FILE``.
+    """One ``-e`` value as ansible-playbook reads it: (its variables, the word to pass on, or None).
 
-    ``NAME=VALUE`` values are YAML (8 is an int, [a, b] a list); a value that
-    starts with ``{`` is a JSON or YAML mapping. The variables of an @FILE are
-    read (unless vault-encrypted) only to refuse a reserved name.
+    Ansible's own code, in the order of ``ansible.utils.vars.load_extra_vars``
+    (which reads only ansible-playbook's parsed command line, so it cannot be
+    called here): ``@FILE`` is the DataLoader's YAML or JSON file (passed on as
+    ``@`` and its absolute path; a vault-encrypted file is passed on unread),
+    ``{...}`` and ``[...]`` are the DataLoader's YAML, and anything else is
+    ``parse_kv``'s ``NAME=VALUE NAME2=VALUE2`` (every value a string, as
+    ansible-playbook gives it: the roles' argument specs then give each its
+    type). An empty value is nothing, as there. Refused: what ansible-playbook
+    refuses, a word that is not ``NAME=VALUE`` (Ansible would make it a
+    variable named ``_raw_params``), and the names in :data:`RESERVED`.
     """
-    import yaml
+    from ansible.errors import AnsibleError
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.parsing.splitter import parse_kv
+    from ansible.parsing.vault import is_encrypted_file
 
-    if value.startswith("@"):
-        path = Path(value[1:]).expanduser()
-        if not path.is_file():
-            raise PassthroughError(f"{where} {value}: {path} does not exist")
-        text = path.read_text(encoding="utf-8", errors="replace")
-        if not text.startswith("$ANSIBLE_VAULT"):
-            try:
-                doc = yaml.safe_load(text)
-            except yaml.YAMLError as exc:
-                raise PassthroughError(f"{where} {value}: not valid YAML or JSON ({_problem(exc)})") from None
-            if doc is not None and not isinstance(doc, dict):
-                raise PassthroughError(f"{where} {value}: holds a {type(doc).__name__}, not variables")
-            _refuse_reserved(doc or {}, f"{where} {value}")
-        return {}, str(path.resolve())
-    if value.lstrip().startswith("{"):
-        try:
-            doc = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise PassthroughError(f"{where} {value}: not valid JSON or YAML ({_problem(exc)})") from None
-        if not isinstance(doc, dict):
-            raise PassthroughError(f"{where} {value}: not a mapping of variables")
-        _refuse_reserved(doc, f"{where} {value}")
-        return doc, None
-    name, sep, raw = value.partition("=")
-    if not sep or not name:
-        raise PassthroughError(f"{where} expects NAME=VALUE, @FILE or a JSON mapping, got {value!r}")
+    if not value:
+        return {}, None
+    loader = DataLoader()
+    word = value
     try:
-        parsed = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        problem = _problem(exc)
-        raise PassthroughError(f"{where} {name}={raw}: the value is not valid YAML ({problem})") from None
-    _refuse_reserved({name: parsed}, f"{where} {name}")
-    return {name: parsed}, None
+        if value.startswith("@"):
+            path = Path(loader.path_dwim(value[1:]))
+            if not path.is_file():
+                raise PassthroughError(f"{where} {value}: {path} does not exist")
+            word = f"@{path}"
+            with open(path, "rb") as f:
+                if is_encrypted_file(f):
+                    return {}, word  # its names are read by ansible-playbook, with the vault's password
+            doc = loader.load_from_file(str(path))
+        elif value[0] in "/.":
+            raise PassthroughError(f"{where} {value}: a file of variables is given as @{value}")
+        elif value[0] in "[{":
+            doc = loader.load(value)
+        else:
+            doc = parse_kv(value)
+            if "_raw_params" in doc:
+                raise PassthroughError(
+                    f"{where} expects NAME=VALUE, @FILE or a JSON mapping, got {value!r} "
+                    f"({doc['_raw_params']!r} is not NAME=VALUE)"
+                )
+    except AnsibleError as exc:
+        raise PassthroughError(f"{where} {value}: {_problem(exc)}") from None
+    if not isinstance(doc, Mapping):
+        # the type itself, not Ansible's tagged one (_AnsibleTaggedList)
+        plain = next((t for t in (bool, int, float, str, list) if isinstance(doc, t)), type(doc))
+        what = "nothing" if doc is None else f"a {plain.__name__}"
+        raise PassthroughError(f"{where} {value}: holds {what}, not a mapping of variables")
+    _refuse_reserved(doc, f"{where} {value}")
+    return dict(doc), word
 
 
 def _problem(exc) -> str:
-    return getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    """An Ansible error's first line (its message; the lines after it quote the input)."""
+    return (getattr(exc, "message", None) or str(exc)).strip().splitlines()[0]
 
 
 def _refuse_reserved(variables: dict, where: str) -> None:
@@ -133,10 +152,7 @@ def build(args, rest: list[str]) -> Options:
     opts.ask_become_pass = bool(getattr(args, "ask_become_pass", False))
     opts.ask_vault_pass = bool(getattr(args, "ask_vault_pass", False))
     for value in args.extra or []:
-        variables, path = parse_extra(value)
-        opts.extravars.update(variables)
-        if path:
-            opts.connect += ["-e", f"@{path}"]
+        _take_extra(opts, value, "-e")
     if args.user:
         opts.connect += ["--user", args.user]
     if args.private_key:
@@ -162,6 +178,17 @@ def build(args, rest: list[str]) -> Options:
     return opts
 
 
+def _take_extra(opts: Options, value: str, where: str) -> None:
+    """One -e value: checked (parse_extra), merged into ``opts.variables`` as Ansible merges them, and
+    passed on to ansible-playbook in its place."""
+    from ansible.utils.vars import combine_vars
+
+    variables, word = parse_extra(value, where)
+    opts.variables = combine_vars(opts.variables, variables)
+    if word is not None:
+        opts.connect += ["-e", word]
+
+
 def _take_rest(opts: Options, rest: list[str]) -> None:
     """The options after ``--``: refused, understood (check mode, a limit, prompts) or passed on as is."""
     i = 0
@@ -177,10 +204,7 @@ def _take_rest(opts: Options, rest: list[str]) -> None:
             raise PassthroughError(f"`-- {word}` needs a value")
         step = 1 if eq or not takes_value else 2
         if flag in ("-e", "--extra-vars"):
-            variables, path = parse_extra(value, where=f"-- {flag}")
-            opts.extravars.update(variables)
-            if path:
-                opts.connect += ["-e", f"@{path}"]
+            _take_extra(opts, value, f"-- {flag}")
         elif flag in ("-l", "--limit"):
             if opts.limit:
                 raise PassthroughError(f"`-- {flag} {value}` and disklab's --limit {opts.limit}: give one")
@@ -197,6 +221,7 @@ def _take_rest(opts: Options, rest: list[str]) -> None:
         i += step
     if opts.ask_become_pass:
         opts.connect.append("--ask-become-pass")
-        opts.extravars.setdefault("lab_run_check_become", True)  # the preflight tries the password first
+        if "lab_run_check_become" not in opts.variables:  # the preflight tries the password first
+            opts.extravars["lab_run_check_become"] = True
     if opts.ask_vault_pass:
         opts.connect.append("--ask-vault-pass")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from disklab import ansible_env, ownership
+from disklab import ansible_env, ownership, room
 from disklab.progress import Progress
 from disklab_host.common import result as result_line
 
@@ -73,6 +73,7 @@ class PlaybookRun:
     hosts: dict[str, HostOutcome] = field(default_factory=dict)
     output_tail: str = ""  # the end of Ansible's own output, for errors no host event carries
     artifacts: Path | None = None  # ansible-runner's kept artifacts of this playbook (stdout, job_events/)
+    fetching: bool = False  # the play set FETCHING_FACT: its tags fetch results (False for --tags provision)
 
 
 # What ssh itself prints on stderr when a session on a multiplexed connection ends. Over SSH a command runs
@@ -100,6 +101,10 @@ def _failure_message(res: dict) -> str:
                 return lines[-1][:500] if key != "msg" else value.strip()[:1000]
     return "failed (no message)"
 
+
+# The fact site.yml and audit.yml set, in a task with the fetch's tags, when a run's tags fetch results (or
+# facts): a run without it (--tags provision, --tags audit, --skip-tags fetch) is ok with no results file.
+FETCHING_FACT = "__disklab_fetching"
 
 # The line the lab_run role's poll prints: ``disklab-status <host clock, Unix s> <status.json's line>``.
 STATUS_MARK = "disklab-status "
@@ -166,6 +171,7 @@ class EventTracker:
     def __init__(self, progress: Progress):
         self.progress = progress
         self.hosts: dict[str, HostOutcome] = {}
+        self.fetching = False  # FETCHING_FACT was set
 
     def _host(self, name: str) -> HostOutcome:
         if name not in self.hosts:
@@ -180,6 +186,8 @@ class EventTracker:
             return True
         host = self._host(name)
         task = data.get("task") or host.task
+        if kind == "runner_on_ok" and FETCHING_FACT in ((data.get("res") or {}).get("ansible_facts") or {}):
+            self.fetching = True
         if kind == "runner_on_start" and host.status == "ok":
             host.task, host.role = task, data.get("role")
             self.progress.update(name, task, "running")
@@ -252,7 +260,22 @@ def run_playbook(
             launcher = ownership.launcher(Path(private) / "launcher", real)
             env["PATH"] = str(launcher.parent) + os.pathsep + env["PATH"]
             env[ownership.OWNER_ENV] = str(owner_file)
-        with progress:
+        # Ansible's output goes under artifact_dir: when that filesystem fills up or turns read-only while
+        # the hosts work, ansible-playbook's event writes fail, and it can wait forever on a dead worker.
+        # ansible-runner polls the cancel callback; this one stops the run then (and on the caller's cancel).
+        kept = _kept_without_room(playbook, inventory, extravars, artifact_dir)
+        reports = Path(extravars.get("disklab_reports") or artifact_dir or private)
+        no_room: list[int] = []
+
+        def cancelled() -> bool:
+            if cancel is not None and cancel():
+                return True
+            code = room.cannot_write(Path(artifact_dir)) if artifact_dir else None
+            if code:
+                no_room.append(code)
+            return bool(code)
+
+        with progress, room.guard(reports, kept):
             r = ansible_runner.run(
                 private_data_dir=private,
                 project_dir=os.getcwd(),  # ansible-playbook runs where the user is, as if they had run it
@@ -267,10 +290,12 @@ def run_playbook(
                 suppress_env_files=True,
                 fact_cache_type="",  # leave the user's fact cache alone (ansible-runner would set jsonfile)
                 passwords=passwords or {},
-                cancel_callback=cancel,
+                cancel_callback=cancelled,
                 **_artifact_options(artifact_dir, playbook),
                 cmdline=" ".join(shlex.quote(a) for a in cmdline) if cmdline else None,
             )
+        if no_room:
+            raise room.NoRoom(f"{room.describe(reports, no_room[0])}: {kept}")
         stats = r.stats or {}
         try:
             lines = [ln for ln in r.stdout.read().splitlines() if ln.strip()]
@@ -284,7 +309,31 @@ def run_playbook(
         elif name in stats.get("failures", {}) and host.status == "ok":
             host.status = "failed"
     kept = Path(artifact_dir) / Path(playbook).stem if artifact_dir else None
-    return PlaybookRun(rc=r.rc, status=r.status, hosts=tracker.hosts, output_tail=tail, artifacts=kept)
+    return PlaybookRun(
+        rc=r.rc,
+        status=r.status,
+        hosts=tracker.hosts,
+        output_tail=tail,
+        artifacts=kept,
+        fetching=tracker.fetching,
+    )
+
+
+def _kept_without_room(playbook: str, inventory: Path, extravars: dict, artifact_dir: Path | None) -> str:
+    """What is kept when ansible-runner cannot write Ansible's output (the reports directory filled up, or
+    went read-only, while the hosts worked): the lab on the hosts runs on, detached, and keeps its results."""
+    run_id = extravars.get("disklab_run_id", "RUN")
+    if playbook == "site.yml":
+        then = (
+            "a lab started on the hosts runs on there and keeps its results: once there is room, "
+            f"`disklab run -i {inventory} --fetch {run_id}` fetches and stores them"
+        )
+    else:
+        then = "run it again once there is room"
+    return (
+        f"Ansible's output could not be written under {artifact_dir}, and ansible-playbook stops with "
+        f"disklab; {then}; every stored file is as it was"
+    )
 
 
 def _artifact_options(artifact_dir: Path | None, playbook: str) -> dict:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import os
 import re
 import shutil
@@ -61,7 +62,9 @@ def discard_incoming(reports: Path, run_id: str) -> None:
         (reports / ".incoming").rmdir()
 
 
-def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, HostOutcome]) -> dict[str, str]:
+def store_fetched(
+    reports: Path, run_id: str, kind: str, outcomes: dict[str, HostOutcome], *, fetched: bool = True
+) -> dict[str, str]:
     """Move each host's fetched file into ``<host>/<kind>/<run_id>.json``.
 
     ``kind`` is ``runs`` (results files) or ``audits`` (facts, kept as audit files).
@@ -69,8 +72,15 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
     with the reason; the other hosts keep their results. A host whose run was
     stored but whose steps failed is ``partial``, with each failed step and its
     error in ``outcome.failed_steps``. Returns host -> status.
+
+    ``fetched=False``: the run's tags fetched no results (``--tags provision``,
+    ``--tags audit``, ``--skip-tags fetch``; :data:`disklab.runner.FETCHING_FACT`),
+    so a host without a file is ok when its tasks were. What such a run stages is
+    the audit's facts (site.yml keeps them): a staged facts file is stored as an
+    audit, ``<host>/audits/<run_id>.json``, whatever the run's kind.
     """
     staging = incoming_dir(reports, run_id)
+    kept_facts = set()  # hosts whose staged facts were stored as an audit (a leftover of such a run, too)
     for path in sorted(staging.glob("*.json")) if staging.is_dir() else []:
         try:
             host = hostnames.decode(path.stem)  # the playbooks name it with disklab.lab.host_file
@@ -81,9 +91,10 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
                 print(console.text(f"disklab: left {path} as it is: {exc}"), file=sys.stderr)
                 continue
         outcome = outcomes.setdefault(host, HostOutcome(host=host))
-        dest = hostnames.host_dir(reports, host) / kind / f"{run_id}.json"
+        as_kind = "audits" if kind == "audits" or _file_kind(path) == "facts" else "runs"
+        dest = hostnames.host_dir(reports, host) / as_kind / f"{run_id}.json"
         try:
-            if kind == "runs":
+            if as_kind == "runs":
                 doc = stored.read(path, "results", host=host)
                 stored.write(dest, "results", doc)
                 failed = {  # a step that failed, or one with a part that failed (partial)
@@ -98,6 +109,7 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
             else:
                 facts = stored.read(path, "facts")
                 stored.write(dest, "audit", {"run_id": run_id, "host": host, "facts": facts})
+                kept_facts.add(host)
         except stored.StoredFileError as exc:
             outcome.status, outcome.task, outcome.message = "failed", "Store the fetched results", str(exc)
             continue
@@ -108,7 +120,8 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
         except ValueError as exc:  # a name the rule refuses (empty, too long): said, never a path
             print(console.text(f"disklab: {host}: {outcome.status}, not stored: {exc}"), file=sys.stderr)
             continue
-        if outcome.status == "ok" and not (host_dir / kind / f"{run_id}.json").exists():
+        stored_here = host in kept_facts or (host_dir / kind / f"{run_id}.json").exists()
+        if fetched and outcome.status == "ok" and not stored_here:
             outcome.status, outcome.message = "failed", "no results file was fetched from this host"
         if outcome.status != "ok":
             stored.write(
@@ -132,6 +145,16 @@ def store_fetched(reports: Path, run_id: str, kind: str, outcomes: dict[str, Hos
             staging.parent.rmdir()
     status = {h: o.status for h, o in sorted(outcomes.items())}
     return status
+
+
+def _file_kind(path: Path) -> str | None:
+    """The ``file_kind`` a staged file says it is (results, facts), or None when it says none; the store
+    reads it again through disklab.stored, which refuses what is not that kind."""
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return doc.get("file_kind") if isinstance(doc, dict) else None
 
 
 def record_invocation(reports: Path, run_id: str, kind: str, inventory: Path, status: dict[str, str]) -> Path:
@@ -324,6 +347,14 @@ def run_key(path: Path) -> tuple[str, int, str]:
     user made, ``<id>-a1.json``) sorts by its text and never raises."""
     base, _, n = path.stem.partition("-")
     return base, int(n) if n.isdigit() else 0, n
+
+
+def has_file(reports: Path, host: str, kind: str, run_id: str) -> bool:
+    """Whether ``host`` has a stored file of ``kind`` (runs, audits, failures) for ``run_id``."""
+    try:
+        return (hostnames.host_dir(reports, host) / kind / f"{run_id}.json").is_file()
+    except ValueError:  # a name disklab.hostnames refuses is never stored
+        return False
 
 
 def files(host_dir: Path, kind: str) -> list[Path]:
