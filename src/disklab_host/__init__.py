@@ -19,4 +19,4 @@ Only ``steps``, ``loadlab``, ``checkpoint`` and ``powercut`` import torch, and o
 the modules that need it (ruff's banned-api rule keeps it out of the rest).
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
