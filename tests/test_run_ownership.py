@@ -94,7 +94,11 @@ def test_the_lab_runner_refuses_a_lab_root_in_use(tmp_path):
 
 @pytest.mark.heavy
 def test_stop_ends_the_runner_and_its_step_cleans_up_and_writes_nothing(tmp_path):
-    config = _config(tmp_path, ["fsync_bench", "big_write"], fsync_blocks=200_000, big_write_mib=1)
+    # 20,000 blocks keep the step running for seconds (four modes of as many syncs), and each mode's random
+    # data is one os.urandom call of 80 MiB. The runner's SIGTERM handler runs only between Python bytecodes,
+    # so it waits for that call: at 200,000 blocks (800 MiB, about 3 s alone, 8 s beside four busy loops on
+    # this 2-core machine) a busy `make test` pushed it past the 20 s grace, and stop had to SIGKILL.
+    config = _config(tmp_path, ["fsync_bench", "big_write"], fsync_blocks=20_000, big_write_mib=1)
     proc = _lab(tmp_path, config)
     lock_path = tmp_path / "root" / lab.LOCK_NAME
     deadline = time.monotonic() + 60
