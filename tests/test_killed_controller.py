@@ -105,9 +105,12 @@ def test_a_killed_controller_takes_its_ansible_playbook_and_the_finished_lab_is_
     reports = tmp_path / "reports"
     inv = write_local_inventory(tmp_path / "inv.yml", lab_root, workbench,
                                 lab_run_steps=["fsync_bench"], lab_run_fsync_blocks=1500)  # fmt: skip
+    tmp = tmp_path / "tmp"  # the controller's temp directory, to see what it leaves there
+    tmp.mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-m", "disklab.cli", "--reports", str(reports), "run", "-i", str(inv)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TMPDIR": str(tmp)},
     )  # fmt: skip
     lock_path = lab_root / lab.LOCK_NAME
     deadline = time.monotonic() + 600
@@ -128,6 +131,8 @@ def test_a_killed_controller_takes_its_ansible_playbook_and_the_finished_lab_is_
     while holder_of(lock_path) is not None:  # the host's lab runner (detached) finishes its step
         assert time.monotonic() < deadline + 300, "the lab runner never finished"
         time.sleep(0.5)
+    # ansible-runner's private directory (the extra vars) is left in the run's staging directory, not in /tmp
+    assert not list(tmp.glob("disklab-runner-*")) and len(list(owner_file.parent.glob(".runner-*"))) == 1
     # the next start names the command; that command stores the killed run's finished results
     again = run_disklab("run", "-i", str(inv), "--tags", "never", reports=reports)
     command = f"disklab run -i {inv.resolve()} --fetch {run_id}"

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from disklab import ansible_env, ownership
+from disklab import ansible_env, ownership, processes
 from disklab.progress import Progress
 from disklab_host.common import result as result_line
 
@@ -177,14 +177,27 @@ def run_playbook(
     ansible: ansible_env.AnsibleEnv | None = None,
     passwords: dict[str, str] | None = None,
     owner_file: Path | None = None,
+    private_in: Path | None = None,
 ) -> PlaybookRun:
     """Run ``playbooks/<playbook>`` against ``inventory`` and return each host's outcome.
 
     ``forks`` defaults to ansible.cfg's (the one place it is set): Ansible never
     uses more forks than there are hosts, so every host up to that cap runs in
-    parallel. ansible-runner's working files go to a temporary directory that
-    is removed afterwards. ``cancel`` is polled while the playbook runs; when it
-    returns True, ansible-runner stops ansible-playbook (status "canceled").
+    parallel. ansible-runner's working files (the extra vars among them) go to a
+    private directory that is removed afterwards: ``.runner-*`` in
+    ``private_in`` (the run's staging directory, so that a controller killed
+    outright leaves it where the next start removes it with the rest of the
+    run: disklab.ownership), else ``disklab-runner-*`` in the temp directory.
+    ``cancel`` is polled while the playbook runs; when it returns True, every
+    process this one started ends (:func:`processes.end_children`: SIGTERM, which
+    ansible-playbook passes to its workers and each worker to its task's
+    processes, pip under a provisioning task included; SIGKILL after
+    ``processes.GRACE_S``), then ansible-runner stops (status "canceled").
+    Left alone, ansible-runner would SIGKILL ansible-playbook's process group,
+    which holds none of its workers (each leads a session of its own), so a
+    task's processes ran on. On a remote host the ssh session of a task ends
+    with its ssh client; its command, on the pty Ansible asks for (``-tt``),
+    gets SIGHUP from the host's kernel.
     With ``artifact_dir``, ansible-runner's artifacts (stdout, job_events/,
     status, rc) are kept in ``<artifact_dir>/<playbook name>/``. ``cmdline``
     holds extra ansible-playbook options (--check, --tags, -u ...). ``ansible``
@@ -205,7 +218,18 @@ def run_playbook(
         "DISKLAB_CWD": os.getcwd(),  # inventory/local.yml keeps this machine's lab under ./.lab
         "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
     }
-    with tempfile.TemporaryDirectory(prefix="disklab-runner-") as private:
+    where = {"dir": private_in, "prefix": ".runner-"} if private_in else {"prefix": "disklab-runner-"}
+    stopped: list[bool] = []
+
+    def cancelled() -> bool:
+        if cancel is None or not cancel():
+            return False
+        if not stopped:  # ansible-runner asks again until ansible-playbook has gone
+            stopped.append(True)
+            processes.end_children()
+        return True
+
+    with tempfile.TemporaryDirectory(**where) as private:
         if owner_file is not None:  # ansible-playbook through the launcher: it dies with this process
             real = shutil.which("ansible-playbook", path=env["PATH"]) or "ansible-playbook"
             launcher = ownership.launcher(Path(private) / "launcher", real)
@@ -226,7 +250,7 @@ def run_playbook(
                 suppress_env_files=True,
                 fact_cache_type="",  # leave the user's fact cache alone (ansible-runner would set jsonfile)
                 passwords=passwords or {},
-                cancel_callback=cancel,
+                cancel_callback=cancelled if cancel else None,
                 **_artifact_options(artifact_dir, playbook),
                 cmdline=" ".join(shlex.quote(a) for a in cmdline) if cmdline else None,
             )
