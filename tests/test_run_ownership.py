@@ -102,17 +102,18 @@ def test_stop_ends_the_runner_and_its_step_cleans_up_and_writes_nothing(tmp_path
     proc = _lab(tmp_path, config)
     lock_path = tmp_path / "root" / lab.LOCK_NAME
     deadline = time.monotonic() + 60
-    while (holder_of(lock_path) or {}).get("step") != "fsync_bench":
+    step_dir = tmp_path / "root" / "workbench" / "fsync_bench"
+    # the runner names the step in its lock a moment before the step makes its directory: wait for both
+    while (holder_of(lock_path) or {}).get("step") != "fsync_bench" or not step_dir.is_dir():
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
         time.sleep(0.05)
-    assert (tmp_path / "root" / "workbench" / "fsync_bench").is_dir()
     said = stop.stop(tmp_path / "root", grace_s=20)
     out, err = proc.communicate(timeout=30)
     assert said["stopped"] and said["step"] == "fsync_bench" and not said["forced"]
     assert proc.returncode == lab.EXIT_INTERRUPTED
     assert "interrupted (SIGTERM) at step fsync_bench; no results written" in err
     assert not (tmp_path / "r.json").exists()
-    assert not (tmp_path / "root" / "workbench" / "fsync_bench").exists()
+    assert not step_dir.exists()
     assert holder_of(lock_path) is None
     assert stop.stop(tmp_path / "root")["stopped"] is False
 

@@ -29,7 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from disklab import processes
 from disklab_host.common.child import child_env
 from disklab_host.common.interrupts import interrupt_once
 from disklab_host.powercut import check, states
@@ -302,12 +301,16 @@ def _kill_check(proc: subprocess.Popen) -> None:
 
 def _running(pid: int) -> bool:
     """Whether ``pid`` is a process that has not ended (neither gone nor a zombie): disklab.processes."""
+    from disklab import processes  # psutil, only when a check is killed: the rest needs the stdlib alone
+
     return processes.FACTS.running(pid)
 
 
 def _descendants(pid: int) -> list[tuple[int, int]]:
     """(pid, process group) of every live descendant of ``pid`` (disklab.processes: psutil)."""
     import psutil
+
+    from disklab import processes
 
     try:
         below = processes.tree(psutil.Process(pid))[1:]
