@@ -7,7 +7,7 @@ PIP_FLAGS := --quiet --disable-pip-version-check
 .PHONY: lab test test-fast lint bench report clean collection ee
 
 # Controller venv: ansible-core, ansible-runner, jinja2, pyyaml, jsonschema, matplotlib, rich, markdown-it-py,
-# mdit-py-plugins, shtab, disklab.
+# mdit-py-plugins, shtab, psutil, disklab.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install $(PIP_FLAGS) -e .

@@ -236,6 +236,38 @@ class TestFleet:
         fstypes = adhoc("probe", "-m", "ansible.builtin.command", "-a", probe)
         assert {name: r["stdout"] for name, r in fstypes.items()} == {h.name: h.fs for h in fleet.hosts}
 
+    def test_an_interrupt_ends_a_remote_tasks_command_with_its_ssh_session(self, fleet, tmp_path):
+        """disklab.runner ends ansible-playbook's worker and its ssh client; the task's command on the host,
+        on the pty Ansible asks for (-tt), gets SIGHUP and ends with its child (as pip under the
+        provisioning task would)."""
+        import psutil
+
+        from disklab.progress import Progress
+        from disklab.runner import run_playbook
+        from test_run_ownership import TREE_PLAY
+
+        pidfile = tmp_path / "child.pid"  # /tmp is the hosts' too
+        play = tmp_path / "tree.yml"
+        play.write_text(TREE_PLAY.format(pidfile=pidfile))
+        stopped = []
+
+        def interrupted() -> bool:
+            if not pidfile.is_file() or not pidfile.read_text().strip():
+                return False
+            if not stopped:
+                stopped.append(psutil.Process(int(pidfile.read_text())))
+            return True
+
+        run = run_playbook(str(play), fleet.inventory_path, {}, limit="host0", progress=Progress(live=False),
+                           cancel=interrupted, artifact_dir=tmp_path / "artifacts")  # fmt: skip
+        assert run.status == "canceled" and stopped, run.output_tail
+        child = stopped[0]  # the host's `sleep`, in its network namespace (the same pids)
+        assert child.name() == "sleep" or not child.is_running()
+        gone, alive = psutil.wait_procs([child], timeout=10)
+        for left in alive:
+            left.kill()
+        assert not alive, "the remote task's child ran on after its ssh session ended"
+
     def test_stop_sshd_makes_the_host_unreachable_and_start_brings_it_back(self, fleet):
         h = fleet.host("host1")
         assert fleet.ssh("host1", f"echo kept > {WORKBENCH}/kept").returncode == 0

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -170,6 +172,25 @@ def test_a_gpu_only_loader_that_is_not_installed_says_so_before_needing_cuda():
     assert got["status"] == "not_run" and "instanttensor is not installed in the lab venv" in got["reason"]
 
 
+def test_the_streamers_log_directories_of_ended_load_processes_are_removed_and_live_ones_kept(tmp_path):
+    """A load process killed before it removed its streamer log directory leaves it; the next prepare removes
+    it (by the pid in its name), and keeps the directory of a load still running."""
+    child = (
+        "import os, sys, tempfile\n"
+        "print(tempfile.mkdtemp(prefix=f'disklab-runai-{os.getpid()}-', dir=sys.argv[1]))"
+    )
+    made = subprocess.run(
+        [sys.executable, "-c", child, str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    ended = Path(made.stdout.strip())
+    (ended / "streamer.log").write_text("Filesystem strategy: posix\n")
+    live = Path(tempfile.mkdtemp(prefix=f"disklab-runai-{os.getpid()}-", dir=tmp_path))
+    other = tmp_path / "disklab-runai-notapid-x"
+    other.mkdir()
+    assert loaders._remove_ended_logs(tmp_path) == [ended]
+    assert not ended.exists() and live.is_dir() and other.is_dir()
+
+
 # --- the cache proof of a loader that bypasses the page cache ---------------------------------------------
 
 SIZE = 64 << 20
@@ -243,9 +264,11 @@ def lab_venv(tmp_path_factory) -> tuple[Path, dict, dict]:
     return venv, result_line.parse(first.stdout), torch_files
 
 
-def _in_venv(venv: Path, script: str, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+def _in_venv(
+    venv: Path, script: str, *args: str, timeout: int = 900, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run ``script`` with the venv's Python, the host package on PYTHONPATH, as the lab runs its steps."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), **(env or {})}
     return subprocess.run(
         [str(venv / "bin" / "python"), "-c", script, *args],
         capture_output=True,
@@ -365,10 +388,14 @@ print(json.dumps(out))
 @pytest.mark.slow
 def test_each_cpu_loader_gives_load_files_tensors_bit_for_bit(lab_venv, tmp_path):
     venv = lab_venv[0]
-    cp = _in_venv(venv, BITWISE, str(tmp_path), *CPU)
+    tmp = tmp_path / "tmp"  # the loaders' temp directory, to see what they leave there
+    tmp.mkdir()
+    cp = _in_venv(venv, BITWISE, str(tmp_path), *CPU, env={"TMPDIR": str(tmp)})
     assert cp.returncode == 0, cp.stderr[-3000:]
     want = {**dict.fromkeys(CPU, True), "tensorizer_kept": True, "tensorizer_removed": True}
     assert json.loads(cp.stdout.strip().splitlines()[-1]) == want
+    # the streamer's log directory is gone with its process, though nothing read it after the load
+    assert not list(tmp.glob("disklab-runai-*"))
 
 
 STEP = r"""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 
@@ -177,3 +179,45 @@ def test_stage_to_from_a_source_tree_is_refused_naming_the_setting(tmp_path, wor
     assert proc.returncode == 2
     assert "lab_run_root" in result_line.parse(proc.stdout)["error"] and "not from a zipapp" in proc.stderr
     assert not (tmp_path / "lab").exists()
+
+
+def _special(tmp_path, kind: str) -> tuple[str, str]:
+    """A real FIFO, socket or device for lab_run_load_model (or a model directory holding one): the
+    setting, and what the refusal calls it."""
+    if kind == "device":
+        return "/dev/zero", "/dev/zero is a character device"
+    if kind == "socket":
+        path = tmp_path / "s"
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()  # the socket file stays
+        return str(path), f"{path} is a socket"
+    fifo = tmp_path / "model" / "model.safetensors" if kind == "dir" else tmp_path / "model.safetensors"
+    fifo.parent.mkdir(exist_ok=True)
+    os.mkfifo(fifo)
+    if kind == "dir":
+        (tmp_path / "model" / "config.json").write_text("{}")
+        return str(fifo.parent), f"the directory {fifo.parent} holds model.safetensors, a FIFO (named pipe)"
+    return str(fifo), f"{fifo} is a FIFO (named pipe)"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device", "dir"])
+def test_a_model_that_is_not_regular_files_is_refused_in_one_line_before_any_work(tmp_path, kind):
+    """Before: a FIFO hung the load step at its open(), and /dev/zero ran the lab with the step not
+    measured. Now the preflight refuses, naming the setting, the path and what it is."""
+    setting, said = _special(tmp_path, kind)
+    wb = tmp_path / "not-made-yet"
+    cfg = _cfg(wb, workbench_create=True, steps=["load"], settings={"load_model": setting})
+    proc = subprocess.run(
+        [sys.executable, "-m", "disklab_host.preflight", "--config-json", json.dumps(cfg)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and not wb.exists(), proc.stdout + proc.stderr  # refused before the workbench
+    assert proc.stderr.count("\n") == 1 and f"lab_run_load_model: {said}" in proc.stderr, proc.stderr
+    assert result_line.parse(proc.stdout)["error"].startswith(f"lab_run_load_model: {said}")
+    # the load step's own check refuses it the same way, without opening it (a child: a FIFO's open blocks)
+    check = "import sys; from disklab_host.loadlab import usermodel; usermodel.resolve(sys.argv[1])"
+    proc = subprocess.run([sys.executable, "-c", check, setting], capture_output=True, text=True, timeout=60)
+    assert f"UserModelError: lab_run_load_model: {said}" in proc.stderr, proc.stderr
+    # a run without the load step does not read the setting
+    preflight.preflight(_cfg(wb, workbench_create=True, settings={"load_model": setting}))

@@ -9,6 +9,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -347,6 +348,31 @@ def test_a_render_pool_writes_what_the_serial_render_writes(tmp_path, monkeypatc
         assert errors == [] and len(written) >= 4
         trees[workers] = {p.relative_to(reports): p.read_bytes() for p in reports.rglob("*.md")}
     assert trees["1"] == trees["2"]
+
+
+@pytest.mark.heavy
+def test_a_sigkilled_render_leaves_no_pool_worker(tmp_path):
+    """Before: two workers of a SIGKILLed `disklab report` were still there 68 s later, waiting for work."""
+    import psutil
+
+    reports = tmp_path / "reports"
+    shutil.copytree(FIXTURES / "stored" / "v1", reports)
+    for n in range(2, 9):  # eight hosts with runs: a pool of two, with work left when the render is killed
+        shutil.copytree(reports / "oldhost", reports / f"oldhost{n}")
+    env = {**os.environ, "DISKLAB_RENDER_WORKERS": "2"}
+    argv = [sys.executable, "-m", "disklab.cli", "--reports", str(reports), "report", "--force"]
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    render = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 120
+    while len(workers := render.children()) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=5)
+    for worker in alive:  # ended by pid, so a failure here leaves nothing behind
+        worker.kill()
+    assert not alive, [p.pid for p in alive]
 
 
 @pytest.mark.heavy

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_disklab, write_local_inventory
-from disklab import ownership, report, store, stored
+from disklab import ownership, processes, report, store, stored
 from disklab.runner import HostOutcome
 from disklab_host import lab, preflight, registry, stop
 from disklab_host.common import result as result_line
@@ -94,21 +94,26 @@ def test_the_lab_runner_refuses_a_lab_root_in_use(tmp_path):
 
 @pytest.mark.heavy
 def test_stop_ends_the_runner_and_its_step_cleans_up_and_writes_nothing(tmp_path):
-    config = _config(tmp_path, ["fsync_bench", "big_write"], fsync_blocks=200_000, big_write_mib=1)
+    # 20,000 blocks keep the step running for seconds (four modes of as many syncs), and each mode's random
+    # data is one os.urandom call of 80 MiB. The runner's SIGTERM handler runs only between Python bytecodes,
+    # so it waits for that call: at 200,000 blocks (800 MiB, about 3 s alone, 8 s beside four busy loops on
+    # this 2-core machine) a busy `make test` pushed it past the 20 s grace, and stop had to SIGKILL.
+    config = _config(tmp_path, ["fsync_bench", "big_write"], fsync_blocks=20_000, big_write_mib=1)
     proc = _lab(tmp_path, config)
     lock_path = tmp_path / "root" / lab.LOCK_NAME
     deadline = time.monotonic() + 60
-    while (holder_of(lock_path) or {}).get("step") != "fsync_bench":
+    step_dir = tmp_path / "root" / "workbench" / "fsync_bench"
+    # the runner names the step in its lock a moment before the step makes its directory: wait for both
+    while (holder_of(lock_path) or {}).get("step") != "fsync_bench" or not step_dir.is_dir():
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
         time.sleep(0.05)
-    assert (tmp_path / "root" / "workbench" / "fsync_bench").is_dir()
     said = stop.stop(tmp_path / "root", grace_s=20)
     out, err = proc.communicate(timeout=30)
     assert said["stopped"] and said["step"] == "fsync_bench" and not said["forced"]
     assert proc.returncode == lab.EXIT_INTERRUPTED
     assert "interrupted (SIGTERM) at step fsync_bench; no results written" in err
     assert not (tmp_path / "r.json").exists()
-    assert not (tmp_path / "root" / "workbench" / "fsync_bench").exists()
+    assert not step_dir.exists()
     assert holder_of(lock_path) is None
     assert stop.stop(tmp_path / "root")["stopped"] is False
 
@@ -404,3 +409,99 @@ def test_a_plain_playbook_owns_its_run_after_its_begin_task_ends(tmp_path):
     finally:
         playbook.kill()
         playbook.wait()
+
+
+# A task whose command leaves a child running, as the lab venv's provisioning task runs pip.
+TREE_PLAY = """\
+- name: A task with a child process
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Start a child that runs on, then wait for it
+      ansible.builtin.raw: "sleep 300 & echo $! > {pidfile}; wait"
+"""
+
+
+@pytest.mark.heavy
+def test_an_interrupt_ends_every_process_the_playbook_started_and_leaves_no_private_dir(tmp_path):
+    """Before: ansible-runner SIGKILLed ansible-playbook's process group alone; its worker (a session of its
+    own) and the task's child ran on (pip, for 30 s after a Ctrl-C during a venv rebuild)."""
+    import psutil
+
+    from disklab.progress import Progress
+    from disklab.runner import run_playbook
+
+    pidfile = tmp_path / "child.pid"
+    play = tmp_path / "tree.yml"
+    play.write_text(TREE_PLAY.format(pidfile=pidfile))
+    inv = tmp_path / "inv.yml"
+    inv.write_text(json.dumps({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))  # fmt: skip
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    below: dict[psutil.Process, str] = {}  # every process below the controller at the interrupt: its name
+
+    def interrupted() -> bool:  # Ctrl-C, once the task's child runs
+        if not pidfile.is_file() or not pidfile.read_text().strip():
+            return False
+        if not below:
+            below.update(
+                {p: processes.FACTS.program(p.pid) for p in psutil.Process().children(recursive=True)}
+            )
+        return True
+
+    run = run_playbook(str(play), inv, {}, progress=Progress(live=False), cancel=interrupted,
+                       artifact_dir=tmp_path / "artifacts", private_in=staging)  # fmt: skip
+    assert run.status == "canceled"
+    child = int(pidfile.read_text())
+    names = {p.pid: name for p, name in below.items()}
+    assert names.get(child) == "sleep" and "ansible-playbook" in names.values(), names  # below the controller
+    deadline = time.monotonic() + 3  # ended when run_playbook returns; an orphan's zombie is reaped by init
+    while left := [p for p in below if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]:
+        assert time.monotonic() < deadline, [(p.pid, below[p]) for p in left]
+        time.sleep(0.1)
+    assert list(staging.iterdir()) == []  # ansible-runner's private directory went with the run
+
+
+# A controller that runs TREE_PLAY as `disklab run` does: through the launcher, which adds
+# ansible-playbook's pid to the owner file and asks for its parent-death signal.
+CONTROLLER = """\
+import sys
+from pathlib import Path
+from disklab.progress import Progress
+from disklab.runner import run_playbook
+play, inv, owner = sys.argv[1:4]
+run_playbook(play, Path(inv), {}, progress=Progress(live=False), owner_file=Path(owner),
+             private_in=Path(owner).parent)
+"""
+
+
+@pytest.mark.heavy
+def test_a_sigkilled_controller_takes_every_process_of_its_playbook_with_it(tmp_path):
+    """Linux: the launcher's parent-death signal (SIGTERM) reaches ansible-playbook, which passes it to its
+    workers, each to its task's processes. The private directory stays in the staging directory."""
+    import psutil
+
+    pidfile = tmp_path / "child.pid"
+    play = tmp_path / "tree.yml"
+    play.write_text(TREE_PLAY.format(pidfile=pidfile))
+    inv = tmp_path / "inv.yml"
+    inv.write_text(json.dumps({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))  # fmt: skip
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    owner = ownership.write_owner(staging, "20261201T000000Z", "runs", inv, [])
+    proc = subprocess.Popen([sys.executable, "-c", CONTROLLER, str(play), str(inv), str(owner)], cwd=REPO)
+    deadline = time.monotonic() + 120
+    while not pidfile.is_file() or not pidfile.read_text().strip():
+        assert proc.poll() is None and time.monotonic() < deadline, "the task never started"
+        time.sleep(0.1)
+    below = psutil.Process(proc.pid).children(recursive=True)
+    assert int(pidfile.read_text()) in [p.pid for p in below]
+    proc.kill()
+    proc.wait()
+    gone, alive = psutil.wait_procs(below, timeout=10)
+    for left in alive:  # ended by pid, so a failure here leaves nothing behind
+        left.kill()
+    assert not alive, [(p.pid, processes.FACTS.program(p.pid)) for p in alive]
+    assert [p.name.startswith(".runner-") for p in staging.iterdir() if p.is_dir()] == [True]

@@ -283,6 +283,7 @@ def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, l
             ansible=passed.ansible,
             passwords=passed.passwords,
             owner_file=owner,
+            private_in=incoming,
         )
         if interrupted:
             why = interrupted[0]
@@ -491,6 +492,7 @@ def _stop_interrupted(reports, run_id, kind, inventory, extravars, limit, run, w
         cmdline=passed.connect,
         ansible=passed.ansible,
         passwords=passed.passwords,
+        private_in=store.incoming_dir(reports, run_id),
     ).hosts
     status = {}
     for host in sorted(set(run.hosts) | set(stopped)):

@@ -19,6 +19,18 @@ any of them is alive. So:
 Under `disklab run`, ansible-playbook is started through a small launcher
 (:func:`launcher`) that asks Linux to send it SIGTERM when the controller dies
 (``PR_SET_PDEATHSIG``) and adds its pid to ``owner.record``.
+
+Each owner is recorded with its program and its start time, and is alive only while that pid still
+runs that program and started then (a pid the kernel gave to a new process is not the owner). These
+facts come from disklab.processes (psutil: /proc on Linux, sysctl and libproc on macOS); nothing here
+reads /proc, so on a Mac a plain ansible-playbook run records its pid as on Linux.
+
+A killed controller on macOS: there is no parent-death signal there, so its ansible-playbook runs on
+(ansible-runner starts it ignoring SIGHUP, so neither does its terminal's hangup end it), with its
+workers and the tasks they run, until the play ends. Its pid is in ``owner.record``, so the next start
+on the same reports directory is refused, naming it ("run RUN_ID is still running: ansible-playbook
+(pid N)"), until it has ended; then that start stores what it fetched, or names the command that
+fetches it.
 """
 
 from __future__ import annotations
@@ -29,6 +41,8 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from disklab import processes
 
 OWNER = "owner.record"  # JSON, named so that no host's <host>.json can be it
 # The environment variable naming the owner file the launcher adds ansible-playbook's pid to.
@@ -44,7 +58,7 @@ def write_owner(incoming: Path, run_id: str, kind: str, inventory: Path, pids: l
         "kind": kind,
         "inventory": str(Path(inventory).resolve()),
         "started_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "pids": [{"pid": p, "name": _name(p)} for p in pids],
+        "pids": [_entry(p) for p in pids],
     }
     path = incoming / OWNER
     atomic_write_text(path, json.dumps(doc) + "\n")
@@ -56,7 +70,7 @@ def add_owner(path: Path, pid: int) -> None:
     from disklab.fsio import atomic_write_text
 
     doc = read_owner(path) or {}
-    doc.setdefault("pids", []).append({"pid": pid, "name": _name(pid)})
+    doc.setdefault("pids", []).append(_entry(pid))
     atomic_write_text(path, json.dumps(doc) + "\n")
 
 
@@ -68,46 +82,29 @@ def read_owner(path: Path) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _name(pid: int) -> str | None:
-    """The program a pid runs (``disklab``, ``ansible-playbook``), from /proc; None where /proc is absent."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    words = [Path(a.decode(errors="replace")).name for a in argv[:3] if a]
-    for word in words:
-        if word.startswith("ansible-playbook"):
-            return "ansible-playbook"
-    return words[0] if words else None
+def _entry(pid: int) -> dict:
+    """An owner as ``owner.record`` names it: its pid, its program (``disklab``, ``ansible-playbook``; None
+    where it cannot be read) and when it started (seconds since the epoch; None likewise)."""
+    facts = processes.FACTS
+    return {"pid": pid, "name": facts.program(pid), "started": facts.started(pid)}
 
 
 def alive(owner: dict) -> list[dict]:
-    """The owners of a run that are still alive: the same pid, running the same program."""
+    """The owners of a run that are still alive: the same pid, running the same program, started at the
+    same time (a record without a start time, from an older disklab: the same pid and program)."""
+    facts = processes.FACTS
     live = []
     for entry in owner.get("pids") or []:
         pid = entry.get("pid")
         if not isinstance(pid, int) or pid <= 0:
             continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        started = entry.get("started")
+        if not facts.running(pid, started if isinstance(started, (int, float)) else None):
             continue
-        except PermissionError:
-            pass  # alive, another user's
-        if _zombie(pid):
-            continue
-        if entry.get("name") and _name(pid) not in (None, entry["name"]):
+        if entry.get("name") and facts.program(pid) not in (None, entry["name"]):
             continue  # the pid was reused by another program
         live.append(entry)
     return live
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
 
 
 @dataclass
@@ -175,15 +172,7 @@ def become_owned(real: str, argv: list[str]) -> None:
     """The launcher's body: parent-death signal, the pid in the owner file, then exec ansible-playbook."""
     import signal
 
-    parent = os.getppid()
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-        if os.getppid() != parent:  # the controller died before the signal was asked for
-            sys.exit(143)
+    processes.parent_death_signal(signal.SIGTERM, os.getppid())  # Linux; see the module docstring for macOS
     owner = os.environ.get(OWNER_ENV)
     if owner:
         add_owner(Path(owner), os.getpid())
@@ -195,20 +184,18 @@ def ancestor_playbook(start: int | None = None) -> int | None:
 
     A task's command runs under one of ansible-playbook's forked workers, itself an ansible-playbook
     process that exits when its task ends; the run's owner is the main process above it. So this is the
-    outermost of the nearest unbroken chain of ansible-playbook ancestors.
+    outermost of the nearest unbroken chain of ansible-playbook ancestors (disklab.processes: each
+    process's program and parent, on Linux and macOS alike).
     """
+    facts = processes.FACTS
     pid = os.getppid() if start is None else start
     found = None
     for _hop in range(64):  # a chain of ancestors ends at init long before this
-        if pid <= 1:
+        if pid is None or pid <= 1:
             return found
-        if _name(pid) == "ansible-playbook":
+        if facts.program(pid) == "ansible-playbook":
             found = pid
         elif found is not None:
             return found
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return found
-        pid = int(stat.rsplit(")", 1)[-1].split()[1])
+        pid = facts.parent(pid)
     return found

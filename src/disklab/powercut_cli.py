@@ -282,7 +282,7 @@ def _kill_check(proc: subprocess.Popen) -> None:
     The check leads its own group, but each save it traces runs in a session of its own (strace and
     the save: disklab_host.powercut.record.run_traced), which killing the check's group would leave
     running. So the check's group is stopped first (it starts nothing more), the groups of all its
-    descendants are found in /proc, and every one of those groups is killed. A SIGKILL takes effect
+    descendants are found (disklab.processes), and every one of those groups is killed. A SIGKILL takes effect
     when its process next runs, so each descendant is waited for until it is gone or a zombie (the
     check's children are no longer this process's to reap).
     """
@@ -300,32 +300,26 @@ def _kill_check(proc: subprocess.Popen) -> None:
 
 
 def _running(pid: int) -> bool:
-    """Whether ``pid`` is a process that has not ended (neither gone nor a zombie), from /proc."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    """Whether ``pid`` is a process that has not ended (neither gone nor a zombie): disklab.processes."""
+    from disklab import processes  # psutil, only when a check is killed: the rest needs the stdlib alone
+
+    return processes.FACTS.running(pid)
 
 
 def _descendants(pid: int) -> list[tuple[int, int]]:
-    """(pid, process group) of every live descendant of ``pid``, from /proc/*/stat (none without /proc)."""
-    children: dict[int, list[tuple[int, int]]] = {}
-    with contextlib.suppress(OSError):
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = Path(entry.path, "stat").read_text()
-            except OSError:  # ended meanwhile
-                continue
-            fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
-            children.setdefault(int(fields[1]), []).append((int(entry.name), int(fields[2])))
-    found, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        found += kids
-        todo += [kid for kid, _ in kids]
+    """(pid, process group) of every live descendant of ``pid`` (disklab.processes: psutil)."""
+    import psutil
+
+    from disklab import processes
+
+    try:
+        below = processes.tree(psutil.Process(pid))[1:]
+    except psutil.Error:
+        return []
+    found = []
+    for child in below:
+        with contextlib.suppress(OSError):
+            found.append((child.pid, os.getpgid(child.pid)))
     return found
 
 

@@ -36,6 +36,7 @@ from disklab import (
     htmlpage,
     markup,
     predictions,
+    processes,
     store,
     stored,
     verdicts,
@@ -664,7 +665,9 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
         context = _mp_context()
         if context.get_start_method() == "fork":  # the workers inherit the compiled templates
             _preload(env)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        # a worker ends with this process, however it ends: a SIGKILLed render leaves no worker waiting
+        die = {"initializer": processes.die_with_parent, "initargs": (os.getpid(),)}
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, **die) as pool:
             for result in pool.map(_render_one, jobs, chunksize=_chunksize(len(jobs), workers)):
                 rendered[result[0]] = result
     else:

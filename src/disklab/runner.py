@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from disklab import ansible_env, ownership, room
+from disklab import ansible_env, ownership, processes, room
 from disklab.progress import Progress
 from disklab_host.common import result as result_line
 
@@ -224,6 +224,7 @@ def run_playbook(
     ansible: ansible_env.AnsibleEnv | None = None,
     passwords: dict[str, str] | None = None,
     owner_file: Path | None = None,
+    private_in: Path | None = None,
 ) -> PlaybookRun:
     """Run ``playbooks/<playbook>`` against ``inventory`` and return each host's outcome.
 
@@ -231,9 +232,21 @@ def run_playbook(
     (:func:`limit_lines`, as ``--retry-failed`` passes them).
     ``forks`` defaults to ansible.cfg's (the one place it is set): Ansible never
     uses more forks than there are hosts, so every host up to that cap runs in
-    parallel. ansible-runner's working files go to a temporary directory that
-    is removed afterwards. ``cancel`` is polled while the playbook runs; when it
-    returns True, ansible-runner stops ansible-playbook (status "canceled").
+    parallel. ansible-runner's working files (the extra vars among them) go to a
+    private directory that is removed afterwards: ``.runner-*`` in
+    ``private_in`` (the run's staging directory, so that a controller killed
+    outright leaves it where the next start removes it with the rest of the
+    run: disklab.ownership), else ``disklab-runner-*`` in the temp directory.
+    ``cancel`` is polled while the playbook runs; when it returns True, every
+    process this one started ends (:func:`processes.end_children`: SIGTERM, which
+    ansible-playbook passes to its workers and each worker to its task's
+    processes, pip under a provisioning task included; SIGKILL after
+    ``processes.GRACE_S``), then ansible-runner stops (status "canceled").
+    Left alone, ansible-runner would SIGKILL ansible-playbook's process group,
+    which holds none of its workers (each leads a session of its own), so a
+    task's processes ran on. On a remote host the ssh session of a task ends
+    with its ssh client; its command, on the pty Ansible asks for (``-tt``),
+    gets SIGHUP from the host's kernel.
     With ``artifact_dir``, ansible-runner's artifacts (stdout, job_events/,
     status, rc) are kept in ``<artifact_dir>/<playbook name>/``. ``cmdline``
     holds extra ansible-playbook options (--check, --tags, -u ...). ``ansible``
@@ -254,7 +267,10 @@ def run_playbook(
         "DISKLAB_CWD": os.getcwd(),  # inventory/local.yml keeps this machine's lab under ./.lab
         "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
     }
-    with tempfile.TemporaryDirectory(prefix="disklab-runner-") as private:
+    where = {"dir": private_in, "prefix": ".runner-"} if private_in else {"prefix": "disklab-runner-"}
+    stopped: list[bool] = []
+
+    with tempfile.TemporaryDirectory(**where) as private:
         if owner_file is not None:  # ansible-playbook through the launcher: it dies with this process
             real = shutil.which("ansible-playbook", path=env["PATH"]) or "ansible-playbook"
             launcher = ownership.launcher(Path(private) / "launcher", real)
@@ -268,12 +284,18 @@ def run_playbook(
         no_room: list[int] = []
 
         def cancelled() -> bool:
-            if cancel is not None and cancel():
-                return True
-            code = room.cannot_write(Path(artifact_dir)) if artifact_dir else None
+            """The caller's cancel, or no room for Ansible's output: either ends every process this one
+            started (processes.end_children), once; ansible-runner asks again until they have gone."""
+            asked = cancel is not None and cancel()
+            code = None if asked or not artifact_dir else room.cannot_write(Path(artifact_dir))
             if code:
                 no_room.append(code)
-            return bool(code)
+            if not (asked or code):
+                return False
+            if not stopped:
+                stopped.append(True)
+                processes.end_children()
+            return True
 
         with progress, room.guard(reports, kept):
             r = ansible_runner.run(

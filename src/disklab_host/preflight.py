@@ -8,6 +8,8 @@ Checks, in order, each refusal naming the setting:
 - the steps (registry.check_steps);
 - the production loaders and their knobs (loadlab.loaders.check_settings: lab_run_load_loaders,
   lab_run_load_loader_knobs);
+- when the load step runs, that lab_run_load_model names no FIFO, socket or device, nor a directory
+  holding one (loadlab.usermodel.refuse_special: it reads file types only, so it cannot block);
 - the workbench exists (or lab_run_workbench_create allows creating it) and is writable;
 - the free space on the workbench's filesystem covers the profile's peak need.
 
@@ -38,7 +40,7 @@ from pathlib import Path
 from . import registry, stage
 from .common.result import emit as emit_result
 from .common.units import MIB
-from .loadlab import loaders
+from .loadlab import loaders, usermodel
 
 
 class Refused(Exception):
@@ -166,6 +168,9 @@ def preflight(cfg: dict, dry_run: bool = False) -> dict:
     try:
         registry.check_steps(cfg["steps"])
         loaders.check_settings(cfg.get("settings") or {})
+        model = (cfg.get("settings") or {}).get("load_model")
+        if model is not None and "load" in cfg["steps"]:
+            usermodel.refuse_special(str(model))
     except ValueError as exc:
         raise Refused(str(exc)) from None
     wb, measured = check_workbench(cfg["workbench"], bool(cfg.get("workbench_create")), dry_run)

@@ -699,15 +699,16 @@ def provision(
 def extend(venv: Path, want: dict, pins: dict[str, str], pip_args: list[str]) -> tuple[dict, list[str], dict]:
     """Install the loaders ``want`` adds (plan's extend) into the kept venv at ``venv``, one pip install
     each as on a new venv, and try pip again for a recorded loader pip could not install before (as a kept
-    venv does); import each loader installed before again (the venv changed under it); then probe it: the
+    venv does); then import each loader installed before again (the venv changed under it); then probe it: the
     venv must still hold its pins and each installed loader's (Failed otherwise, with the record left as
     it was, so the next run sees the venv as it is). Writes the record (the loaders now held and each one's
     outcome) and returns every loader's outcome, the loaders tried again, and the probe."""
     record = read_record(venv) or {}
     had = record.get(loaderlib.RECORD_KEY) or {}
     retried = _pip_failed_names(had)
-    carried = recheck_loaders(venv, {n: r for n, r in had.items() if n not in retried})
     new = {n: install_loader(venv, n, pip_args) for n in [*added_loaders(record, want), *retried]}
+    # after the installs, which may have moved what the kept loaders import
+    carried = recheck_loaders(venv, {n: r for n, r in had.items() if n not in retried})
     results = {name: {**carried, **new}[name] for name in want["loaders"]}
     found = probe(venv)
     problem = _probe_problem(found, held_pins(pins, results))

@@ -19,9 +19,11 @@ the function, in load_one.py's fresh process.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -521,10 +523,37 @@ def _set_env(knobs: dict, mapping: Callable[[object], str] = str) -> None:
             os.environ[k["env"]] = mapping(k["value"])
 
 
+# The streamer's log directory, in the temp directory: ``disklab-runai-<pid>-<random>``, named with the pid
+# of the load process that made it. That process removes it after the clock, or at its exit when the load
+# raised; one killed outright leaves it, and the next prepare removes every such directory of this user
+# whose process has ended (:func:`_remove_ended_logs`).
+RUNAI_LOG_PREFIX = "disklab-runai-"
+
+
+def _remove_ended_logs(tmp: Path | None = None) -> list[Path]:
+    """Remove this user's streamer log directories whose load process has ended; return them."""
+    removed = []
+    for path in Path(tmp or tempfile.gettempdir()).glob(f"{RUNAI_LOG_PREFIX}*-*"):
+        pid = path.name[len(RUNAI_LOG_PREFIX) :].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or path.lstat().st_uid != os.getuid() or not path.is_dir():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:  # ended: its directory is left over
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except OSError:  # alive (another user's pid), or gone meanwhile
+            continue
+    return removed
+
+
 def _model_streamer_prepare(knobs: dict, paths: list[str]) -> dict:
     _set_env(knobs)
+    _remove_ended_logs()
     # A dozen INFO lines go to a file, so the filesystem strategy it resolved can be read after the clock.
-    log = Path(tempfile.mkdtemp(prefix="disklab-runai-")) / "streamer.log"
+    log_dir = Path(tempfile.mkdtemp(prefix=f"{RUNAI_LOG_PREFIX}{os.getpid()}-"))
+    atexit.register(shutil.rmtree, log_dir, True)  # a load that raised never reaches read_path
+    log = log_dir / "streamer.log"
     os.environ["RUNAI_STREAMER_LOG_FILE"] = str(log)
     os.environ.setdefault("RUNAI_STREAMER_LOG_LEVEL", "INFO")
     from runai_model_streamer import SafetensorsStreamer
@@ -549,9 +578,7 @@ def _model_streamer_read_path(ctx: dict) -> dict:
     else:
         missing = "its log names no filesystem strategy"
     found = re.findall(r"Filesystem strategy: (\S+)", text)
-    for p in ctx["log"].parent.glob("*"):
-        p.unlink(missing_ok=True)
-    ctx["log"].parent.rmdir()
+    shutil.rmtree(ctx["log"].parent, ignore_errors=True)
     if not found:
         return {"page_cache": "unknown", "how": f"not known: {missing}", "source": "RUNAI_STREAMER_LOG_FILE"}
     strategy = found[-1]

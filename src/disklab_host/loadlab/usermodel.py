@@ -24,6 +24,12 @@ storages). A Git LFS pointer (the text ``version https://git-lfs.github.com/spec
 with the real file's ``oid`` and ``size``), a zip without its central directory or
 a pickle that ends early (a truncated copy) are refused with one line saying so.
 
+The setting must name regular files: a file, or a directory whose entries are regular files or
+directories (symlinks followed, as the load follows them). A FIFO, a socket or a device, named or held
+there, is refused in one line naming the setting, the path and what it is (:func:`refuse_special`; the
+preflight runs it before any work): opening a FIFO blocks until a writer comes, and a device such as
+``/dev/zero`` reads as endless bytes with no size.
+
 Every file is checked before any timing. A safetensors file with the standard
 library only: its header (8-byte little-endian length, then JSON naming each tensor's
 dtype, shape and data_offsets; the safetensors format description) must parse
@@ -51,6 +57,7 @@ import os
 import pickle
 import pickletools
 import re
+import stat
 import struct
 import zipfile
 from pathlib import Path
@@ -79,6 +86,63 @@ DTYPE_BYTES = {
 
 class UserModelError(ValueError):
     """The user's model is missing or not what it claims; the message is one line naming the file."""
+
+
+SETTING = "lab_run_load_model"
+# What a file that is neither a regular file nor a directory is, in a refusal (stat(2)'s file types).
+SPECIAL_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _special_kind(path: Path) -> str | None:
+    """What ``path`` is when it is a FIFO, a socket or a device (stat, following symlinks), else None
+    (a regular file, a directory, or nothing there: a dangling link is left to the checks that read)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    return next((what for test, what in SPECIAL_KINDS if test(mode)), None)
+
+
+def refuse_special(setting: str, env: dict | None = None) -> None:
+    """Raise UserModelError when ``setting`` (``lab_run_load_model``) names, or a directory it names holds,
+    anything that is not a regular file or a directory: a FIFO, a socket, a character or block device.
+
+    Reads only file types (stat(2), following symlinks), never the files: it cannot block on a FIFO. A
+    directory's own entries are checked (the files a load reads sit there, shards named by an index
+    included), not its subdirectories; a repo id's snapshot directory likewise, when it is in the cache.
+    A setting that names nothing is left to :func:`resolve`, which says so.
+    """
+    text = str(setting).strip()
+    path = Path(text).expanduser()
+    if not path.exists() and REPO_ID.match(text):
+        try:
+            path = _snapshot(text, env)[0]
+        except UserModelError:
+            return
+    what = _special_kind(path)
+    if what:
+        raise UserModelError(
+            f"{SETTING}: {path} is {what}, not a regular file or a directory of them: "
+            "name the model's weight file or its directory"
+        )
+    if not path.is_dir():
+        return
+    try:
+        entries = sorted(path.iterdir())
+    except OSError as exc:
+        raise UserModelError(f"{SETTING}: {path}: cannot be listed: {exc.strerror or exc}") from None
+    for entry in entries:
+        what = _special_kind(entry)
+        if what:
+            raise UserModelError(
+                f"{SETTING}: the directory {path} holds {entry.name}, {what}: the model's directory must "
+                "hold only regular files and directories"
+            )
 
 
 def hf_hub_cache(env: dict | None = None) -> tuple[Path, str]:
@@ -434,6 +498,7 @@ def resolve(setting: str, env: dict | None = None) -> dict:
     "revision", "hub_cache", "hub_cache_from"}``. Raises UserModelError (one
     line naming the file or repo id) when it is missing or not what it claims.
     """
+    refuse_special(setting, env)
     text = str(setting).strip()
     path = Path(text).expanduser()
     extra: dict = {}
