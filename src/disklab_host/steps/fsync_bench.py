@@ -150,8 +150,6 @@ class _Mode:
         self.mode, self.path, self.block_bytes = mode, path, block_bytes
         self.call, self.sync = _sync_call(mode, system, fcntl_mod)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DSYNC if mode == "o_dsync" else 0)
-        self.data = memoryview(os.urandom((WARMUP_BLOCKS + blocks) * block_bytes))
-        self.next = 0  # the next block of data to write
         self.total: list[int] = []
         self.write_only: list[int] = []
         self.rounds: list[dict] = []
@@ -160,8 +158,9 @@ class _Mode:
     def write(self, count: int) -> None:
         """Write ``count`` blocks, each followed by this mode's sync; append each latency in ns."""
         for _ in range(count):
-            block = self.data[self.next * self.block_bytes : (self.next + 1) * self.block_bytes]
-            self.next += 1
+            # fresh random bytes per block, made before the clock: one call for the whole mode (GBs at a
+            # large lab_run_fsync_blocks) would hold off SIGTERM until it returned
+            block = os.urandom(self.block_bytes)
             t0 = time.perf_counter_ns()
             if os.write(self.fd, block) != self.block_bytes:
                 raise OSError(f"short write of a {self.block_bytes}-byte block to {self.path}")
