@@ -363,3 +363,17 @@ def test_the_report_section_names_the_verdict_the_test_n_and_the_interval(runs):
     row = next(line for line in text.splitlines() if line.startswith("| fsync_bench · fdatasync · latency"))
     assert "changed: 0.69× faster" in row and "n = 10 batches a side" in row and "95 % interval" in row
     assert "docs/statistics.md" in text
+
+
+def test_the_runs_own_workbench_and_noise_context_are_compared_as_facts(runs):
+    """The figures were measured on the run's own workbench (results 4 on): a change of its filesystem is
+    a changed fact even where the audit's facts agree; so is the run's governor or delay accounting."""
+    old, new = copy.deepcopy(runs[0]), copy.deepcopy(runs[1])
+    for doc, fstype in ((old, "ext4"), (new, "xfs")):
+        doc["workbench"] = {"fstype": fstype, "mount_options": ["rw"], "collected_utc": doc["run_id"]}
+    old["noise_context"] = {"governor": {"governors": ["powersave"]}, "swap": {"free_bytes": 1}}
+    new["noise_context"] = {"governor": {"governors": ["performance"]}, "swap": {"free_bytes": 2}}
+    changes = {c["path"]: (c["old"], c["new"]) for c in compare_runs(old, new)["fact_changes"]}
+    assert changes["workbench.fstype"] == ("ext4", "xfs")
+    assert changes["noise_context.governor.governors"] == (["powersave"], ["performance"])
+    assert "workbench.collected_utc" not in changes and "noise_context.swap.free_bytes" not in changes

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from disklab import ranktests
 from disklab_host.common.stats import median_interval, percentile
@@ -114,7 +114,6 @@ class Pair:
     new: Side
     measure: str
     units: str = "samples"
-    extra: dict = field(default_factory=dict)
     # what the two sides are called where a verdict names them (two cells of one run, two hosts)
     names: tuple[str, str] = ("old run", "new run")
 
@@ -227,8 +226,8 @@ def _classify(st: dict, q: float, t: float, fdr: float) -> str:
     return INCONCLUSIVE
 
 
-def test_name(method: str) -> str:
-    """The test's name as reports and compare say it."""
+def method_name(method: str) -> str:
+    """The test's name as reports and compare say it (``method``: ranktests.mann_whitney's)."""
     if method == "exact":
         return "exact Mann–Whitney U, Hodges–Lehmann interval"
     return "Mann–Whitney U (normal approximation), Hodges–Lehmann interval"
@@ -281,7 +280,7 @@ def judge(old: Side, new: Side, measure: str, units: str = "samples", **kwargs) 
     return judge_many([Pair(old, new, measure, units)], **kwargs)[0]
 
 
-def _noise_words(side: Side, used_quiet: bool) -> str:
+def _noise_words(side: Side) -> str:
     if not side.noise_recorded:
         return "not recorded"
     k = len(side.disturbed())
@@ -302,8 +301,8 @@ def _verdict(
     t = min_effect(pair.measure, min_effects)
     used_quiet = bool(pair.old.disturbed() or pair.new.disturbed())
     noise = {
-        "old": _noise_words(pair.old, used_quiet),
-        "new": _noise_words(pair.new, used_quiet),
+        "old": _noise_words(pair.old),
+        "new": _noise_words(pair.new),
         "judged_on": "undisturbed" if used_quiet else "all",
         "reasons": [
             f"{name}: {side.summary}"
@@ -317,7 +316,6 @@ def _verdict(
         "min_effect": t,
         "level": level,
         "noise": noise,
-        **pair.extra,
     }
     band = math.log1p(t)
     would_change = (
@@ -375,7 +373,7 @@ def _verdict(
         "high": None if st["high"] is None else math.exp(st["high"]),
         "p": st["p"],
         "q": q,
-        "test": test_name(st["method"]),
+        "test": method_name(st["method"]),
         "n_old": st["n_old"],
         "n_new": st["n_new"],
         "smallest_p": st["smallest_p"],
