@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PUBLIC = ("run", "audit", "report", "compare", "history", "runs", "export", "powercut")
+PUBLIC = ("run", "audit", "doctor", "report", "compare", "history", "runs", "export", "powercut")
 INTERNAL = ("playbook-begin", "playbook-store")  # the playbooks' own, under plain ansible-playbook
 
 

@@ -51,7 +51,7 @@ def _fleet_marks(test):
 # ceiling (a 4 MiB file read cold and warm: well under a second). load and powercut take minutes at tiny
 # sizes; test_fleet_profiles.py runs them on its two hosts and checks their fleet tables.
 LAB_HOSTS = ("host0", "host1")  # ext4, xfs
-STEPS = "[fsync_bench,crash,ceiling]"
+STEPS = '["fsync_bench", "crash", "ceiling"]'
 LAB_TASK = "Run the storage lab experiments on the host"  # lab_run's task name; the host is cut here
 DIRTY_EXPIRE = Path("/proc/sys/vm/dirty_expire_centisecs")
 TIMEOUT_S = 600
@@ -65,7 +65,7 @@ def _free_fleet_id() -> int:
 
 def _lab_args() -> list[str]:
     """``-e`` settings for a short run: tiny sizes, two steps, the two lab hosts."""
-    args = ["--limit", ",".join(LAB_HOSTS), "-e", f"lab_run_steps={STEPS}"]
+    args = ["--limit", ",".join(LAB_HOSTS), "-e", f'{{"lab_run_steps": {STEPS}}}']
     for name, value in TINY_SIZES.items():
         args += ["-e", f"{name}={value}"]
     return args

@@ -53,7 +53,7 @@ pytestmark = [
 HOST = "host0"
 TIMEOUT_S = 900
 # The steps that matter on network storage: the ceiling the load figures are read against, and the load.
-STEPS = "[ceiling,load]"
+STEPS = '["ceiling", "load"]'
 # The opt-in production loaders (issue 27, item 3), installed by lab_venv at their pins on the host and
 # measured beside the others: the sample checks below cover their rows too (neither reads through a mapping).
 # The fleet's hosts reach no package index (their pip sees only this machine's local wheel directories), as
@@ -61,7 +61,7 @@ STEPS = "[ceiling,load]"
 # at with lab_venv_pip_args, as a user of such a host would (without it each is recorded not_run with pip's
 # "No matching distribution found").
 LOADERS = ("model_streamer", "fastsafetensors")
-LOADER_ARGS: list[str] = ["-e", f"lab_run_load_loaders=[{','.join(LOADERS)}]"]
+LOADER_ARGS: list[str] = ["-e", json.dumps({"lab_run_load_loaders": list(LOADERS)})]
 
 
 def _free_fleet_id() -> int:
@@ -109,7 +109,7 @@ def lab(fleet, reports, wheelhouse):
     pip_args = json.dumps(
         {"lab_venv_pip_args": [f"--find-links={wheelhouse}", *PROVISION_IN_NAMESPACE["lab_venv_pip_args"]]}
     )
-    args = ["-e", f"lab_run_steps={STEPS}", *LOADER_ARGS, "-e", pip_args]
+    args = ["-e", f'{{"lab_run_steps": {STEPS}}}', *LOADER_ARGS, "-e", pip_args]
     for name, value in TINY_SIZES.items():
         args += ["-e", f"{name}={value}"]
     proc = run_disklab("run", "-i", str(fleet.inventory_path), *args, reports=reports, timeout=TIMEOUT_S)

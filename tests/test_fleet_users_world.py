@@ -293,8 +293,8 @@ ANSIBLE_PLAYBOOK = REPO / ".venv-test" / "bin" / "ansible-playbook"
 VAULT = ("--vault-password-file", "vault-pass")
 LAB_HOSTS = (BASTION, SUDO)
 # A short quick lab: fsync, a crash and the ceiling at tiny sizes (conftest.TINY_SIZES); what the lab
-# measures is tested elsewhere, here that it runs on these hosts at all.
-LAB_STEPS = "lab_run_steps=[fsync_bench,crash,ceiling]"
+# measures is tested elsewhere, here that it runs on these hosts at all. As JSON, so that it is a list.
+LAB_STEPS = '{"lab_run_steps": ["fsync_bench", "crash", "ceiling"]}'
 
 
 def _disklab(fleet: Fleet, *args: str, cwd: Path | None = None, env: dict | None = None, stdin: str = ""):

@@ -108,16 +108,22 @@ def test_every_stage_records_the_hosts_noise_and_where_its_time_went(section):
     split covers the stage's own time, its CPU parts are the process's, and the noise spans the clock."""
     from disklab.sections import load_time
 
+    cpu_of_long_stages = []
     for s in section["samples"]:
         for name, st in s["stages"].items():
             if st["status"] != "ok":
                 continue
             split, nz = st["time_split"], st["noise"]
             assert split["wall_s"] == st["time_s"], (s["method"], name)
-            assert split["user_s"] + split["system_s"] > 0 and split["rest_s"] >= 0
+            # getrusage's CPU time never goes back, but over a stage of a millisecond on a busy machine it
+            # may not have moved yet: only a stage of 50 ms or more must show some
+            assert split["user_s"] >= 0 and split["system_s"] >= 0 and split["rest_s"] >= 0
+            if st["time_s"] >= 0.05:
+                cpu_of_long_stages.append(split["user_s"] + split["system_s"])
             assert isinstance(split["waiting_s"], float) and split["threads"] >= 1
             assert "unavailable" in split["blocked_io_s"] or split["blocked_io_s"] >= 0
             assert nz["interval_s"] >= st["time_s"] and {"cpu", "pressure", "swap", "runnable"} <= set(nz)
+    assert cpu_of_long_stages and min(cpu_of_long_stages) > 0
     rows = load_time.rows(section, section["cells"], lambda c: f"{c['method']}, {c['file']}")
     cold_mmap = [r for r in rows if r["what"].startswith("torch.load-mmap") and r["cache_state"] == "cold"]
     assert {r["stage"] for r in cold_mmap} >= {"loader_return", "all_touched"}

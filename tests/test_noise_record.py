@@ -7,6 +7,7 @@ Mac. Delay accounting is switched through a fake /proc/sys under tmp_path, never
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
@@ -29,6 +30,15 @@ def _spin(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
+
+
+def _burn(cpu_s: float) -> None:
+    """Use ``cpu_s`` of this thread's CPU time, however long a busy machine makes that take, mostly with the
+    GIL released (hashlib lets it go for large buffers), so that threads burn side by side."""
+    block = bytes(1 << 20)
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        hashlib.sha256(block).digest()
 
 
 def test_a_real_interval_records_pressure_cpu_swap_and_runnable_here():
@@ -70,11 +80,11 @@ def test_the_time_split_counts_cpu_and_sleep_for_real():
     clock = timesplit.ProcessClock()
     a = clock.read()
     t0 = time.perf_counter()
-    _spin(0.2)
+    _burn(0.2)
     time.sleep(0.2)
     wall = time.perf_counter() - t0
     split = clock.split(a, clock.read(), wall)
-    assert split["user_s"] + split["system_s"] >= 0.15
+    assert split["user_s"] + split["system_s"] >= 0.19
     assert split["rest_s"] >= 0.15  # the sleep: neither CPU, nor I/O, nor a wait for a CPU
     assert isinstance(split["waiting_s"], float) and split["threads"] >= 1
     assert "overlap_s" not in split  # one thread: its parts fit in its wall time
@@ -84,15 +94,25 @@ def test_threads_are_summed_and_their_overlap_is_kept_apart():
     clock = timesplit.ProcessClock()
     a = clock.read()
     t0 = time.perf_counter()
-    workers = [threading.Thread(target=_spin, args=(0.3,)) for _ in range(2)]
+    burnt, release = threading.Barrier(3), threading.Event()
+
+    def worker():
+        _burn(0.3)
+        burnt.wait()
+        release.wait()  # alive at the read below: a thread that ended takes its waiting time with it
+
+    workers = [threading.Thread(target=worker) for _ in range(2)]
     for w in workers:
         w.start()
-    _spin(0.3)
+    _burn(0.3)
+    burnt.wait()
+    split = clock.split(a, clock.read(), time.perf_counter() - t0)
+    release.set()
     for w in workers:
         w.join()
-    split = clock.split(a, clock.read(), time.perf_counter() - t0)
     counted = split["user_s"] + split["system_s"] + split["waiting_s"]
-    assert counted > split["wall_s"]  # three threads spinning on two CPUs: more thread-time than wall time
+    assert split["threads"] >= 3
+    assert counted > split["wall_s"]  # three threads burning on two CPUs: more thread-time than wall time
     assert split["rest_s"] == 0.0 and split["overlap_s"] == pytest.approx(counted - split["wall_s"], abs=0.05)
 
 

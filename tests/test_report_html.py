@@ -133,6 +133,7 @@ def test_a_host_whose_facts_hold_markup_and_script_shows_them_as_text_in_every_h
     assert {p.relative_to(reports).as_posix() for p in pages} == {
         "index.html",
         "fleet.html",
+        "statistics.html",
         *(f"{hostnames.encode(h)}/report.html" for h in (HOSTILE_HOST, EVIL, FAILURE_ONLY)),
     }
     parsed = {p: check_page(p, reports) for p in pages}
@@ -273,7 +274,7 @@ def test_html_writes_are_atomic_and_a_failed_one_leaves_no_stamp(tmp_path, linux
     real = htmlpage.atomic_write_text
     monkeypatch.setattr(htmlpage, "atomic_write_text", lambda p, t: writes.append(p) or real(p, t))
     report.render_all(reports)
-    assert sorted(p.name for p in writes) == ["fleet.html", "index.html", "report.html"]
+    assert sorted(p.name for p in writes) == ["fleet.html", "index.html", "report.html", "statistics.html"]
 
     def fail(path, text):
         raise OSError(28, "No space left on device")

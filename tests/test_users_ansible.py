@@ -114,13 +114,13 @@ def test_named_options_and_everything_after_the_double_dash_reach_ansible_playbo
     extra = tmp_path / "extra.yml"
     extra.write_text("lab_run_profile: quick\n")
     opts = passthrough.build(
-        _args(extra=[f"@{extra}", "lab_run_steps=[crash]", '{"lab_run_realfs": false}'], private_key="~/k",
+        _args(extra=[f"@{extra}", "lab_run_steps=crash", '{"lab_run_realfs": false}'], private_key="~/k",
               vault_id=["prod@prompt"], vault_password_file=["vp"], tags="crash", forks=4, verbose=2),
         ["--become-user", "lab", "--ssh-common-args=-o ConnectTimeout=5", "-l", "host1", "-C"],
     )  # fmt: skip
     # what Ansible makes of them (NAME=VALUE is a string, as ansible-playbook -e gives it), each passed on
-    assert opts.variables == {"lab_run_profile": "quick", "lab_run_steps": "[crash]", "lab_run_realfs": False}
-    assert opts.connect[:6] == ["-e", f"@{extra.resolve()}", "-e", "lab_run_steps=[crash]",
+    assert opts.variables == {"lab_run_profile": "quick", "lab_run_steps": "crash", "lab_run_realfs": False}
+    assert opts.connect[:6] == ["-e", f"@{extra.resolve()}", "-e", "lab_run_steps=crash",
                                 "-e", '{"lab_run_realfs": false}']  # fmt: skip
     assert opts.extravars == {}  # disklab adds nothing of its own here
     assert "--private-key" in opts.connect and str(Path("~/k").expanduser().resolve()) in opts.connect
@@ -144,6 +144,13 @@ def test_named_options_and_everything_after_the_double_dash_reach_ansible_playbo
         ({"extra": ["novalue"]}, [], "-e expects NAME=VALUE, @FILE or a JSON mapping"),
         ({"extra": ["@/nonexistent/vars.yml"]}, [], "/nonexistent/vars.yml does not exist"),
         ({"forks": 0}, [], "--forks must be >= 1, got 0"),
+        # a bracketed NAME=VALUE of disklab's is a string to Ansible: refused with the JSON that gives a list
+        (
+            {"extra": ["lab_run_steps=[fsync_bench,crash]"]},
+            [],
+            """give it as JSON: -e '{"lab_run_steps": ["fsync_bench", "crash"]}'""",
+        ),
+        ({"extra": ["lab_run_load_loader_knobs={a:1}"]}, [], "not a mapping; give it as JSON: -e"),
     ],
 )
 def test_an_option_that_conflicts_with_disklabs_is_refused_naming_both(kw, rest, says):

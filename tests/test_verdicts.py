@@ -286,6 +286,15 @@ def test_a_sample_within_every_bound_is_quiet(kwargs):
     assert noise.disturbances(*_records(**kwargs)) == []
 
 
+def test_waiting_for_a_cpu_is_other_work_only_where_other_tasks_used_the_cpu():
+    io, nz, split = _records(waiting=0.3)  # waited 30 ms of 0.1 s
+    nz["cpu"]["busy_s"] = 0.02 + 0.029  # other tasks: 29 ms of CPU, under the 30 ms waited
+    assert noise.disturbances(io, nz, split) == []  # its own threads queued behind each other
+    nz["cpu"]["busy_s"] = 0.02 + 0.03
+    (found,) = noise.disturbances(io, nz, split)
+    assert found.kind == "cpu_wait" and "other tasks used 30 ms of CPU" in found.words
+
+
 def test_a_sample_without_its_noise_is_not_recorded_and_the_summary_says_which():
     assert noise.disturbances({"unavailable": "x"}, {"unavailable": "old run"}, {"unavailable": "x"}) is None
     busy = noise.disturbances(*_records(other=20 * MIB))

@@ -164,6 +164,11 @@ HOST_NAV = [
 ]
 INDEX_NAV = [("fleet side by side", "fleet.html"), ("markdown", "index.md")]
 FLEET_NAV = [("fleet index", "index.html"), ("markdown", "fleet.md")]
+STATISTICS_NAV = [
+    ("fleet index", "index.html"),
+    ("fleet side by side", "fleet.html"),
+    ("markdown", "statistics.md"),
+]
 
 
 def version() -> str:

@@ -11,8 +11,10 @@ them):
   journal and metadata for each sync: ext4 wrote 2 to 3 times the data of a 4 KiB fsync here), at
   least :data:`OTHER_IO_MIN_BYTES` and at a rate of at least :data:`OTHER_IO_MIN_MIB_S`;
 * **waiting for a CPU**: the process's threads waited to run (schedstat) for at least
-  :data:`WAIT_SHARE` of the interval; where that is not recorded, pressure stall on the CPU
-  (``cpu some``) for at least :data:`CPU_PRESSURE_SHARE`;
+  :data:`WAIT_SHARE` of the interval while other tasks used at least that much CPU time (the CPUs'
+  busy time less iowait, steal and the process's own CPU time: where they did not, its threads
+  waited for each other, which is the load itself, not other work); where waiting is not recorded,
+  pressure stall on the CPU (``cpu some``) for at least :data:`CPU_PRESSURE_SHARE`;
 * **steal**: the hypervisor ran something else on this VM's CPUs for at least :data:`STEAL_SHARE` of
   their time, judged only over at least :data:`STEAL_MIN_CPU_S` of CPU time (USER_HZ ticks are 10 ms);
 * **memory**: tasks stalled on memory (``memory some``) for at least :data:`MEMORY_PRESSURE_SHARE` of
@@ -70,15 +72,27 @@ def _other_io(io: dict, interval_s: float) -> Disturbance | None:
     return None
 
 
+def _others_cpu_s(split: dict, noise: dict) -> float | None:
+    """CPU time other tasks used in the interval: every CPU's busy time less iowait, steal and the
+    process's own user and system time; None where a part of it was not recorded."""
+    cpu = noise.get("cpu") if _ok(noise) else None
+    own = [split.get(k) for k in ("user_s", "system_s")]
+    if not _ok(cpu) or "busy_s" not in cpu or not all(isinstance(v, (int, float)) for v in own):
+        return None
+    return max(0.0, cpu["busy_s"] - cpu.get("iowait_s", 0.0) - cpu.get("steal_s", 0.0) - sum(own))
+
+
 def _cpu(split: dict, noise: dict, interval_s: float) -> Disturbance | None:
     wall = split.get("wall_s") if _ok(split) else None
     waiting = split.get("waiting_s") if _ok(split) else None
     if isinstance(waiting, (int, float)) and wall:
         share = waiting / wall
-        if share >= WAIT_SHARE:
+        others = _others_cpu_s(split, noise)
+        if share >= WAIT_SHARE and (others is None or others >= waiting):
             threads = "its threads" if (split.get("threads") or 1) > 1 else "it"
+            used = "" if others is None else f" while other tasks used {_secs(others)} of CPU"
             return Disturbance(
-                "cpu_wait", share, f"{threads} waited {_secs(waiting)} for a CPU in its {_secs(wall)}"
+                "cpu_wait", share, f"{threads} waited {_secs(waiting)} for a CPU in its {_secs(wall)}{used}"
             )
         return None
     pressure = noise.get("pressure") if _ok(noise) else None

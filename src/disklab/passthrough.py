@@ -124,6 +124,7 @@ def parse_extra(value: str, where: str = "-e") -> tuple[dict, str | None]:
                     f"{where} expects NAME=VALUE, @FILE or a JSON mapping, got {value!r} "
                     f"({doc['_raw_params']!r} is not NAME=VALUE)"
                 )
+            _refuse_bracketed(doc, where)
     except AnsibleError as exc:
         raise PassthroughError(f"{where} {value}: {_problem(exc)}") from None
     if not isinstance(doc, Mapping):
@@ -133,6 +134,34 @@ def parse_extra(value: str, where: str = "-e") -> tuple[dict, str | None]:
         raise PassthroughError(f"{where} {value}: holds {what}, not a mapping of variables")
     _refuse_reserved(doc, f"{where} {value}")
     return dict(doc), word
+
+
+# The prefixes of the settings the roles declare (a list or mapping among them is typed by the role's spec).
+_OWN_PREFIXES = ("lab_run_", "lab_venv_", "host_audit_", "disklab_")
+
+
+def _refuse_bracketed(doc: Mapping, where: str) -> None:
+    """A setting of disklab's given as NAME=[a,b] or NAME={k: v}: parse_kv makes it the string '[a,b]', which
+    the role's argument spec would refuse with "Got no match for: [a, b]" (or split into '[a' and 'b]'). Say
+    so here, with the form that gives a list."""
+    import json
+
+    for name, text in doc.items():
+        if not (name.startswith(_OWN_PREFIXES) and isinstance(text, str)):
+            continue
+        text = text.strip()
+        if (text[:1], text[-1:]) in (("[", "]"), ("{", "}")):
+            try:
+                import yaml
+
+                typed = yaml.safe_load(text)
+            except yaml.YAMLError:
+                typed = None
+            example = json.dumps({name: typed}) if isinstance(typed, (list, dict)) else f'{{"{name}": ...}}'
+            raise PassthroughError(
+                f"{where} {name}={text}: Ansible reads NAME=VALUE as a string, so {name} would be the text "
+                f"{text!r}, not a {'list' if text[0] == '[' else 'mapping'}; give it as JSON: -e '{example}'"
+            )
 
 
 def _problem(exc) -> str:

@@ -611,7 +611,7 @@ def render_index(
         stamp_path.unlink()
     guide = (resources.files("disklab") / STATISTICS_PAGE).read_text(encoding="utf-8")
     atomic_write_text(reports / STATISTICS_PAGE, guide)
-    htmlpage.write(reports / STATISTICS_PAGE, guide, htmlpage.INDEX_NAV)
+    htmlpage.write(reports / STATISTICS_PAGE, guide, htmlpage.STATISTICS_NAV)
     hosts, tables = fleet.tables(rows)
     text = env.get_template(fleet.TEMPLATE).render(
         disklab_version=__version__,

@@ -289,7 +289,7 @@ STEPS: tuple[Step, ...] = (
                 12,
                 30,
                 "count",
-                "with load_adaptive: the most repeats of a cell, each until its median is known to ±5 %",
+                "with load_adaptive: cap on a cell's repeats, till its median is known to ±5 %",
             ),
             Size(
                 "load_budget_s", 600, 3600, "s", "with load_adaptive: the seconds the repeats may take in all"
