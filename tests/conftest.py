@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -24,6 +25,14 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # (sudo resets the environment). No test checks a time against a target; `make bench`, which does, runs
 # with the machine's own setting.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# ansible-core replaces sys.intern with a callable object when its parser is imported (disklab.passthrough
+# reads -e with it, in the test process too), and torch._dynamo, imported lazily by torch.optim, then refuses
+# to load ("substitute_in_graph expects a function"). Each test worker imports torch anyway (the test modules
+# do); importing torch._dynamo first, before any test, keeps the two apart. The disklab controller never
+# imports torch, and the lab's torch processes never import Ansible.
+with contextlib.suppress(ImportError):
+    import torch._dynamo  # noqa: F401
 
 
 @pytest.fixture

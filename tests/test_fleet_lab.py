@@ -355,13 +355,17 @@ def test_compare_flags_the_changed_dirty_expire_and_keeps_identical_figures_with
     changed = {c["path"]: (c["old"], c["new"]) for c in cmp["fact_changes"]}
     assert changed["facts.writeback.dirty_expire_centisecs"] == (old, new)
     assert "facts.workbench.fstype" not in changed
-    # the same run against itself: no fact changed, and every figure is within noise
+    # the same run against itself: no fact changed, and no figure is called changed or disturbed; each is
+    # no change, or inconclusive where its sizes cannot decide, at a ratio of exactly 1
     same = run_disklab("compare", str(runs[-1]), str(runs[-1]), reports=reports)
     assert same.returncode == 0, same.stderr
     assert "Facts that changed: 0" in same.stdout
-    figures = [ln for ln in same.stdout.splitlines() if ln.startswith("  ") and "range" in ln]
-    assert figures and not [ln for ln in figures if ": changed" in ln], figures
-    assert any(ln.endswith("within noise") for ln in figures), figures
+    judged = re.search(r"Figures: (\d+) judged: 0 changed, 0 disturbed", same.stdout)
+    assert judged and int(judged.group(1)) > 0, same.stdout
+    as_json = run_disklab("compare", "--json", str(runs[-1]), str(runs[-1]), reports=reports)
+    figures = json.loads(as_json.stdout)["figures"]
+    assert figures and {f["verdict"] for f in figures} <= {"no change", "inconclusive"}, figures
+    assert all(f["ratio"] == 1.0 for f in figures), [(f["name"], f["ratio"]) for f in figures]
     assert "host0" in (reports / "host0" / "report.md").read_text()
     assert "Since the previous run" in (reports / "host0" / "report.md").read_text()
 

@@ -163,6 +163,31 @@ def test_the_lab_turns_delay_accounting_on_for_its_run_and_puts_it_back(tmp_path
     assert timesplit.delay_accounting_on(False, "Darwin")["state"] == "not_applicable"
 
 
+def test_a_run_killed_while_it_held_delay_accounting_on_is_set_back_by_the_next(tmp_path):
+    switch, mark = (
+        tmp_path / "proc/sys/kernel/task_delayacct",
+        tmp_path / "labroot" / timesplit.DELAYACCT_MARK,
+    )
+    mark.parent.mkdir()
+    _fake_proc(tmp_path, "0", blkio=0)
+    killed = timesplit.delay_accounting_on(False, "Linux", tmp_path, mark=mark)
+    assert killed["state"] == "turned_on" and mark.is_file() and switch.read_text().strip() == "1"
+    # killed here: never restored. The next run in the same lab root finds the switch at 1 and the mark
+    nxt = timesplit.delay_accounting_on(False, "Linux", tmp_path, mark=mark)
+    assert nxt["state"] == "turned_on" and nxt["previous"] == 0 and "killed" in nxt["why"]
+    back = timesplit.delay_accounting_restore(nxt, False, tmp_path)
+    assert back["restored"] is True and "mark" not in back
+    assert switch.read_text().strip() == "0" and not mark.exists()
+    # at 1 with no mark, someone else's: left as it is
+    _fake_proc(tmp_path, "1", blkio=0)
+    theirs = timesplit.delay_accounting_on(False, "Linux", tmp_path, mark=mark)
+    assert (
+        theirs["state"] == "already_on"
+        and timesplit.delay_accounting_restore(theirs, False, tmp_path) == theirs
+    )
+    assert switch.read_text().strip() == "1"
+
+
 def test_an_interval_switched_off_says_each_record_was_not_recorded(tmp_path):
     off = sampling.Interval(tmp_path, enabled=False)
     recs = off.end(off.begin(), "x")

@@ -450,8 +450,16 @@ def test_an_interrupt_ends_every_process_the_playbook_started_and_leaves_no_priv
             )
         return True
 
-    run = run_playbook(str(play), inv, {}, progress=Progress(live=False), cancel=interrupted,
-                       artifact_dir=tmp_path / "artifacts", private_in=staging)  # fmt: skip
+    # a process the caller started before the playbook (a test fleet's sshd, say) is not the playbook's
+    bystander = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        run = run_playbook(str(play), inv, {}, progress=Progress(live=False), cancel=interrupted,
+                           artifact_dir=tmp_path / "artifacts", private_in=staging)  # fmt: skip
+        assert bystander.poll() is None, "the interrupt ended a process the playbook did not start"
+    finally:
+        bystander.kill()
+        bystander.wait()
+    below = {p: name for p, name in below.items() if p.pid != bystander.pid}
     assert run.status == "canceled"
     child = int(pidfile.read_text())
     names = {p.pid: name for p, name in below.items()}

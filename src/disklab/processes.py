@@ -157,10 +157,29 @@ def end(procs: list[psutil.Process], grace_s: float = GRACE_S, poll_s: float = 0
     return killed
 
 
-def end_children(grace_s: float = GRACE_S) -> list[int]:
-    """End every process this one started, and theirs (:func:`end`); the pids that had to be killed."""
-    me = psutil.Process()
-    return end(tree(me)[1:], grace_s)
+def child_ids() -> set[tuple[int, float]]:
+    """(pid, start time) of each process this one has started that is still running: what
+    :func:`end_children` is told to spare."""
+    out = set()
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error, OSError):
+            out.add((child.pid, child.create_time()))
+    return out
+
+
+def end_children(grace_s: float = GRACE_S, spared: set[tuple[int, float]] = frozenset()) -> list[int]:
+    """End every process this one started, and theirs (:func:`end`), but the children in ``spared``
+    (:func:`child_ids` taken before the work whose processes are to end) and what is below them; the pids
+    that had to be killed."""
+    procs = []
+    for child in psutil.Process().children():
+        try:
+            if (child.pid, child.create_time()) in spared:
+                continue
+        except (psutil.Error, OSError):
+            continue
+        procs += tree(child)
+    return end(procs, grace_s)
 
 
 def parent_death_signal(sig: int, parent: int) -> bool:

@@ -238,7 +238,7 @@ def run_playbook(
     outright leaves it where the next start removes it with the rest of the
     run: disklab.ownership), else ``disklab-runner-*`` in the temp directory.
     ``cancel`` is polled while the playbook runs; when it returns True, every
-    process this one started ends (:func:`processes.end_children`: SIGTERM, which
+    process this one started for the playbook ends (:func:`processes.end_children`: SIGTERM, which
     ansible-playbook passes to its workers and each worker to its task's
     processes, pip under a provisioning task included; SIGKILL after
     ``processes.GRACE_S``), then ansible-runner stops (status "canceled").
@@ -294,9 +294,10 @@ def run_playbook(
                 return False
             if not stopped:
                 stopped.append(True)
-                processes.end_children()
+                processes.end_children(spared=before)  # not what this process ran before the playbook
             return True
 
+        before = processes.child_ids()
         with progress, room.guard(reports, kept):
             r = ansible_runner.run(
                 private_data_dir=private,

@@ -293,7 +293,8 @@ def _run(cfg: dict, args: argparse.Namespace, lock: RunLock) -> int:
     status = args.out.parent / STATUS_NAME
     done: list[list] = []
     become = bool(cfg.get("become_allowed"))
-    acct = timesplit.delay_accounting_on(become, cfg.get("system"))
+    lab_root = Path(cfg.get("lab_root") or Path(cfg["workbench"]).parent)  # its lock is held (_attached)
+    acct = timesplit.delay_accounting_on(become, cfg.get("system"), mark=lab_root / timesplit.DELAYACCT_MARK)
     try:
         for i, name in enumerate(steps, 1):
             write_status(status, state="running", run_id=cfg["run_id"], step=name, step_index=i,

@@ -146,12 +146,22 @@ def not_recorded(reason: str) -> dict:
     return unavailable(f"no time split: {reason}")
 
 
-def delay_accounting_on(become_allowed: bool, system: str | None = None, root: Path = Path("/")) -> dict:
+# Kept in the lab root while a run holds kernel.task_delayacct at 1 that it found at 0: a run killed before it
+# could set it back leaves this file, and the next run in that lab root sets it back when it ends.
+DELAYACCT_MARK = "delayacct-turned-on"
+
+
+def delay_accounting_on(
+    become_allowed: bool, system: str | None = None, root: Path = Path("/"), mark: Path | None = None
+) -> dict:
     """Turn kernel.task_delayacct on for this run where the lab may act as root; the record of what it did.
 
     Returns ``{"state": "already_on" | "turned_on" | "off" | "not_applicable", "previous": 0 | 1 | None,
     "why": str}``; pass it to :func:`delay_accounting_restore` when the run ends. Never raises: a host
     where it cannot be turned on runs the lab without blocked-I/O times, and each split says why.
+    ``mark`` (a file in the lab root, whose lock the caller holds) is written while the switch is this
+    run's to set back; found at 1 with the mark there, the switch was left on by a killed run, and this
+    run sets it back in its place.
     """
     system = system or platform.system()
     if system != "Linux":
@@ -161,8 +171,23 @@ def delay_accounting_on(become_allowed: bool, system: str | None = None, root: P
     if previous is None:
         why = "this kernel has no kernel.task_delayacct switch: delay accounting is always on"
         return {"state": "already_on", "previous": None, "why": why}
+    if previous == 1 and mark is not None and mark.is_file():
+        why = (
+            "kernel.task_delayacct was 1, left on by an earlier lab run in this lab root that was killed "
+            "before it could set it back to 0; this run sets it back to 0 after"
+        )
+        return {"state": "turned_on", "previous": 0, "why": why, "mark": str(mark)}
     if previous == 1:
         return {"state": "already_on", "previous": 1, "why": "kernel.task_delayacct was already 1"}
+    if mark is not None:
+        try:
+            mark.write_text("kernel.task_delayacct was 0 and a lab run set it to 1\n")
+        except OSError as exc:
+            return {
+                "state": "off",
+                "previous": 0,
+                "why": f"{NO_DELAYACCT}: {mark} could not be written ({exc})",
+            }
     try:
         asroot.write_file(
             str(Path(root) / DELAYACCT), b"1", become_allowed, "turning on kernel.task_delayacct"
@@ -172,7 +197,7 @@ def delay_accounting_on(become_allowed: bool, system: str | None = None, root: P
     if delayacct_state(root) != 1:
         return {"state": "off", "previous": 0, "why": f"{NO_DELAYACCT}: the write did not take"}
     why = "kernel.task_delayacct was 0; the lab set it to 1 for this run and sets it back to 0 after"
-    return {"state": "turned_on", "previous": 0, "why": why}
+    return {"state": "turned_on", "previous": 0, "why": why, **({"mark": str(mark)} if mark else {})}
 
 
 def delay_accounting_restore(record: dict, become_allowed: bool, root: Path = Path("/")) -> dict:
@@ -180,6 +205,8 @@ def delay_accounting_restore(record: dict, become_allowed: bool, root: Path = Pa
     ``restored`` (True, or the reason it could not be)."""
     if record.get("state") != "turned_on":
         return record
+    record = dict(record)
+    mark = record.pop("mark", None)
     try:
         asroot.write_file(
             str(Path(root) / DELAYACCT), b"0", become_allowed, "restoring kernel.task_delayacct"
@@ -187,4 +214,6 @@ def delay_accounting_restore(record: dict, become_allowed: bool, root: Path = Pa
         restored: object = delayacct_state(root) == 0 or "the write did not take"
     except (OSError, PermissionError) as exc:
         restored = f"could not set it back to 0: {exc}"
+    if restored is True and mark:
+        Path(mark).unlink(missing_ok=True)
     return {**record, "restored": restored}
