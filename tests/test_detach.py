@@ -13,6 +13,7 @@ import pytest
 
 from disklab_host import detach, lab
 from disklab_host.common import result as result_line
+from disklab_host.common import timesplit
 
 
 def _wait_for(path, timeout_s=120.0):
@@ -85,12 +86,24 @@ def test_a_failing_detached_runner_records_its_exit_status_and_stderr(tmp_path):
 
 
 def test_a_runner_killed_outright_still_gets_its_exit_record_and_is_reaped(tmp_path):
-    """SIGKILL (what the OOM killer sends) leaves the runner no time to write a thing: its supervisor does."""
+    """SIGKILL (what the OOM killer sends) leaves the runner no time to write a thing: its supervisor does,
+    and sets kernel.task_delayacct back where the runner had turned it on for its run."""
+    switch = timesplit.delayacct_state()
     run_dir, started = _start(tmp_path, _cfg(tmp_path, "D3", write_buffering_calls=5_000_000))
     runner = _runner_pid(run_dir)
+    mark = tmp_path / "root" / timesplit.DELAYACCT_MARK
+    if switch == 0 and os.geteuid() == 0:  # the runner turns it on before its first step
+        deadline = time.monotonic() + 60
+        while not mark.exists():
+            assert time.monotonic() < deadline, "the runner left no mark of turning delay accounting on"
+            time.sleep(0.02)
+        assert timesplit.delayacct_state() == 1
     os.kill(runner, signal.SIGKILL)
     record = _wait_for(run_dir / detach.EXIT_NAME)
     assert (record["rc"], record["signal"], record["pid"]) == (-signal.SIGKILL, signal.SIGKILL, runner)
     with pytest.raises(ProcessLookupError):  # reaped by its supervisor, not left a zombie
         os.kill(runner, 0)
     assert not (run_dir / "results.json").exists()
+    assert timesplit.delayacct_state() == switch and not mark.exists()
+    if switch == 0 and os.geteuid() == 0:
+        assert "its supervisor set it back to 0" in record["stderr"]

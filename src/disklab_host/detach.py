@@ -50,11 +50,15 @@ def _redirect(fd: int, path: Path, flags: int) -> None:
     os.close(new)
 
 
-def start(run_dir: Path, body: Callable[[], int], results: Path) -> int:
+def start(
+    run_dir: Path, body: Callable[[], int], results: Path, after: Callable[[], None] | None = None
+) -> int:
     """Run ``body`` (the runner) under a detached supervisor; return 0 in the caller once it started.
 
     When ``results`` exists already (a finished attempt of this run), nothing
     is started: exit.json then says so, with rc 0, as Ansible's ``creates`` did.
+    ``after`` runs in the supervisor once the runner has ended, however it ended, before exit.json is
+    written: what a runner killed outright could not undo itself (its errors go to runner.err).
     """
     exit_path = run_dir / EXIT_NAME
     if results.exists():
@@ -80,6 +84,11 @@ def start(run_dir: Path, body: Callable[[], int], results: Path) -> int:
             _run_body(body)
         _, status = os.waitpid(runner, 0)
         rc = os.waitstatus_to_exitcode(status)  # -N: ended by signal N
+        if after is not None:
+            try:
+                after()
+            except Exception:
+                traceback.print_exc()
         atomic_write_json(exit_path, {"rc": rc, "pid": runner, "signal": -rc if rc < 0 else None,
                                       "stdout": _tail(run_dir / OUT_NAME),
                                       "stderr": _tail(run_dir / ERR_NAME)})  # fmt: skip

@@ -233,8 +233,18 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(args.config, args.config_json.rstrip("\n") + "\n")
     if args.detach:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        return detach.start(args.out.parent, lambda: _attached(args), args.out)
+        return detach.start(args.out.parent, lambda: _attached(args), args.out, lambda: _after_runner(args))
     return _attached(args)
+
+
+def _after_runner(args: argparse.Namespace) -> None:
+    """The supervisor's part once the runner has ended: kernel.task_delayacct set back where a runner killed
+    outright (SIGKILL, the OOM killer) left it on, as its mark in the lab root says."""
+    cfg = load_config(args.config)
+    lab_root = Path(cfg.get("lab_root") or Path(cfg["workbench"]).parent)
+    note = timesplit.put_back_left_on(lab_root / timesplit.DELAYACCT_MARK, bool(cfg.get("become_allowed")))
+    if note:
+        print(f"disklab lab: {note}", file=sys.stderr, flush=True)
 
 
 def _attached(args: argparse.Namespace) -> int:

@@ -141,6 +141,21 @@ def split(before: dict, after: dict, wall_s: float, system: str, tick_s: float) 
     return out
 
 
+def put_back_left_on(mark: Path, become_allowed: bool, root: Path = Path("/")) -> str | None:
+    """After a runner ended: where its mark is still there (it was killed before it could set the switch
+    back), set kernel.task_delayacct back to 0 and remove the mark; what was done, or None."""
+    if not mark.is_file():
+        return None
+    if delayacct_state(root) != 1:
+        mark.unlink(missing_ok=True)
+        return None
+    back = delay_accounting_restore({"state": "turned_on", "mark": str(mark)}, become_allowed, root)
+    if back["restored"] is True:
+        return "the runner ended before it set kernel.task_delayacct back; its supervisor set it back to 0"
+    said = back["restored"]
+    return f"the runner ended before it set kernel.task_delayacct back, and its supervisor could not: {said}"
+
+
 def not_recorded(reason: str) -> dict:
     """The time-split field of an interval that has none (switched off, or an older run)."""
     return unavailable(f"no time split: {reason}")
