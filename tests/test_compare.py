@@ -118,7 +118,7 @@ def test_single_samples_are_inconclusive_and_one_sided_figures_are_listed(runs):
     assert not [f for f in cmp["figures"] if "summary" in f["path"] or "step_wall" in f["path"]]
     assert cmp["counts"] == {
         "changed": 1, "no_change": 0, "inconclusive": 3, "disturbed": 0, "judged": 4,
-        "large_undecided": 0, "cannot_decide": 2, "verdicts_changed": 0,
+        "large_undecided": 0, "cannot_decide": 2, "within_drift": 0, "verdicts_changed": 0,
     }  # fmt: skip
 
 
@@ -221,15 +221,57 @@ def test_a_thousand_samples_are_judged_on_ten_rounds_of_consecutive_calls(runs):
     assert f["verdict"] == NO_CHANGE and f["p"] == pytest.approx(1.0)
 
 
-def test_a_large_shift_over_many_samples_is_changed(runs):
-    """The user's case: median 331.7 µs -> 228.9 µs over 1000 samples, one 52.8 ms outlier in the old run."""
+def _earlier(runs, medians_ns: list[float]) -> list[dict]:
+    """Earlier runs of the host, one per median, each with 1000 fdatasync latencies around it."""
+    out = []
+    for i, median in enumerate(medians_ns):
+        doc = copy.deepcopy(runs[0])
+        doc["run_id"] = f"20261020T0{i}0000Z"
+        doc["experiments"]["fsync_bench"]["modes"].append(
+            {"mode": "fdatasync", "samples_ns": _latencies_ns(100 + i, 1000, median)}
+        )
+        out.append(doc)
+    return out
+
+
+def test_a_large_shift_over_many_samples_is_changed_past_the_hosts_measured_drift(runs):
+    """The user's case: median 331.7 µs -> 228.9 µs over 1000 samples, one 52.8 ms outlier in the old run.
+    Three earlier runs of the host within 2 % of the old one measure its drift: the shift is past it."""
     old = _latencies_ns(2, 1000, 331_700, outliers_ns=(52_800_000,))
     new = _latencies_ns(3, 1000, 228_900)
-    f = _figure(compare_runs(*_runs_with(runs, old, new)), FDATASYNC)
+    earlier = _earlier(runs, [326_000, 335_000, 330_000])
+    cmp = compare_runs(*_runs_with(runs, old, new), earlier=earlier)
+    f = _figure(cmp, FDATASYNC)
     assert f["new"]["min"] < f["old"]["max"] and f["old"]["min"] < f["new"]["max"]  # ranges overlap
     assert f["p"] == pytest.approx(2 / math.comb(20, 10))  # every new round below every old one
+    assert f["drift"]["source"] == "history" and f["drift"]["runs"] == 4 and f["drift"]["share"] < 0.25
     assert f["verdict"] == CHANGED and f["direction"] == "down" and f["words"] == "faster"
-    assert f["label"] == "fsync_bench · fdatasync · latency"
+    assert f["label"] == "fsync_bench · fdatasync · latency" and cmp["drift_runs"] == 4
+
+
+def test_the_same_shift_between_two_runs_alone_is_within_the_assumed_drift(runs):
+    """Without earlier runs the host's drift is not known: the default (±50 % for a durable sync, what quiet
+    runs of the test VM moved) stands, and 0.69× is inside it: inconclusive, and more samples cannot help."""
+    old = _latencies_ns(2, 1000, 331_700)
+    new = _latencies_ns(3, 1000, 228_900)
+    cmp = compare_runs(*_runs_with(runs, old, new))
+    f = _figure(cmp, FDATASYNC)
+    assert f["q"] <= verdicts.FDR and f["ratio"] < 1 / 1.25  # the runs differ, beyond T
+    assert f["verdict"] == INCONCLUSIVE and f["within_drift"] and f["needed_n"] is None
+    assert f["drift"] == {"share": verdicts.RUN_DRIFT["durable_sync"], "source": "default", "runs": 0}
+    assert "more runs can" in f["why"] and "assumed" in f["why"]
+    assert cmp["counts"]["within_drift"] >= 1
+    text = render_compare_text(cmp)
+    assert "inconclusive, within drift" in text and "Run-to-run drift D:" in text
+    # earlier runs that drift as much as this shift keep it inconclusive: their drift is measured wide
+    wide = compare_runs(*_runs_with(runs, old, new), earlier=_earlier(runs, [240_000, 330_000, 260_000]))
+    g = _figure(wide, FDATASYNC)
+    assert g["drift"]["source"] == "history" and g["verdict"] == INCONCLUSIVE and g["within_drift"]
+    # an earlier run of another profile measures nothing about these runs
+    other = _earlier(runs, [326_000, 335_000, 330_000])
+    for doc in other:
+        doc["profile"] = "full"
+    assert _figure(compare_runs(*_runs_with(runs, old, new), earlier=other), FDATASYNC)["drift"]["runs"] == 0
 
 
 def test_a_significant_shift_below_the_minimum_effect_is_no_change(runs):
@@ -352,7 +394,7 @@ def test_the_report_section_names_the_verdict_the_test_n_and_the_interval(runs):
 
     old = _latencies_ns(2, 1000, 331_700, outliers_ns=(52_800_000,))
     new = _latencies_ns(3, 1000, 228_900)
-    cmp = compare_runs(*_runs_with(runs, old, new))
+    cmp = compare_runs(*_runs_with(runs, old, new), earlier=_earlier(runs, [326_000, 335_000, 330_000]))
     shown = [g for g in cmp["figures"] if compare.shown(g)]
     text = (
         report.environment()

@@ -166,6 +166,69 @@ def test_many_figures_share_one_false_discovery_budget():
     assert "q = " in few["why"] and "> 0.05" in few["why"]
 
 
+# --- run-to-run drift: two runs of one host ----------------------------------------------------------
+
+
+def test_students_t_quantile_matches_its_table():
+    """Against the printed table (two-sided 95 %: the 0.975 quantile) and the normal limit."""
+    for df, table in ((1, 12.706), (2, 4.303), (3, 3.182), (5, 2.571), (10, 2.228), (30, 2.042)):
+        assert ranktests.t_quantile(0.975, df) == pytest.approx(table, abs=5e-4)
+    assert ranktests.t_quantile(0.975, 10_000) == pytest.approx(ranktests.normal_quantile(0.975), abs=1e-3)
+    assert ranktests.t_cdf(0.0, 4) == pytest.approx(0.5) and ranktests.t_quantile(0.05, 3) < 0
+
+
+def test_the_drift_of_a_hosts_runs_is_a_prediction_bound_for_two_single_runs():
+    medians = [100.0, 110.0, 95.0, 105.0]
+    logs = [math.log(m) for m in medians]
+    want = ranktests.t_quantile(0.975, 3) * statistics.stdev(logs) * math.sqrt(2)
+    d = verdicts.drift_from_runs(medians)
+    assert d.source == "history" and d.runs == 4 and d.share == pytest.approx(math.expm1(want))
+    assert verdicts.drift_from_runs(medians[:2]) is None  # two runs cannot measure it
+    assert verdicts.drift_from_runs([1.0, 0.0, 2.0]) is None  # no ratio of a value at or below 0
+    assert (
+        len(verdicts.drift_from_runs([1.0] * 50).words()) and verdicts.drift_from_runs([1.0] * 50).runs == 20
+    )
+
+
+@pytest.mark.parametrize(
+    ("drift", "verdict", "within"),
+    [(None, CHANGED, False), (0.1, CHANGED, False), (0.5, INCONCLUSIVE, True), (0.29, CHANGED, False)],
+)
+def test_two_runs_of_one_host_are_changed_only_beyond_its_drift(drift, verdict, within):
+    """Ten tight rounds a side, 1.3× apart (p = 1e-5): past T = ±25 %. Between two runs of a host whose
+    runs drift ±50 % that is no change to call, and more rounds would not make it one."""
+    pair = verdicts.Pair(
+        Side(_around(200.0, 10)),
+        Side(_around(260.0, 10)),
+        "durable_sync",
+        "batches",
+        drift=None if drift is None else verdicts.Drift(drift, "history", 5),
+    )
+    (j,) = verdicts.judge_many([pair])
+    assert j["q"] < 0.001 and j["verdict"] == verdict and j["within_drift"] is within
+    if within:
+        assert (
+            j["needed_n"] is None and "more runs can" in j["why"] and "from 5 runs of this host" in j["why"]
+        )
+        assert verdicts.brief(j).startswith(
+            "inconclusive: the runs differ (1.30×"
+        ) and "±50 %" in verdicts.brief(j)
+        assert verdicts.sentence(j).startswith(
+            "inconclusive: 1.30×"
+        ) and "more runs can" in verdicts.sentence(j)
+    if verdict == CHANGED and drift:
+        assert j["drift"] == {"share": drift, "source": "history", "runs": 5}
+    # a disturbed side whose apparent change is within the drift is not called disturbed either
+    busy = verdicts.Pair(
+        Side(_around(200.0, 10), [None] * 10),
+        Side(_around(260.0, 10), _busy(10, 10)),
+        "durable_sync",
+        "batches",
+        drift=verdicts.default_drift("durable_sync"),
+    )
+    assert verdicts.judge_many([busy])[0]["verdict"] == INCONCLUSIVE
+
+
 def _busy(n: int, k: int) -> list[str | None]:
     return ["the device served 900 MiB/s of other I/O"] * k + [None] * (n - k)
 

@@ -605,7 +605,9 @@ def cmd_compare(args) -> int:
     try:
         owner = args.targets[0] if len(args.targets) == 1 else None  # a HOST's runs must name it
         effects = verdicts.parse_min_effects(args.min_effect or [])
-        cmp = compare.compare_runs(*(stored.read(p, "results", host=owner) for p in (old, new)), effects)
+        docs = [stored.read(p, "results", host=owner) for p in (old, new)]
+        earlier = _earlier_runs(runs[: runs.index(old)], owner) if owner else None
+        cmp = compare.compare_runs(*docs, effects, earlier)
     except (stored.StoredFileError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     if args.json:
@@ -621,6 +623,18 @@ def cmd_compare(args) -> int:
         )
         return 1
     return 0
+
+
+def _earlier_runs(paths: list[Path], host: str) -> list[dict]:
+    """The host's stored runs before the compared one (the latest of them, oldest first), for its
+    run-to-run drift; one that cannot be read is left out, as history leaves it out."""
+    from disklab import stored, verdicts
+
+    out = []
+    for path in paths[-(verdicts.HISTORY_MAX_RUNS - 1) :]:
+        with contextlib.suppress(stored.StoredFileError):
+            out.append(stored.read(path, "results", host=host))
+    return out
 
 
 def _host_dir(args, command: str, host: str) -> Path:

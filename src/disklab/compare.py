@@ -45,6 +45,7 @@ from disklab.figures import (  # noqa: F401  (re-exported: compare's figures are
     unit_of,
 )
 from disklab_host.common.formats import output
+from disklab_host.common.stats import percentile
 
 __all__ = [  # compare's own, and the figures it re-exports (compare's figures are figures.py's)
     "LATENCY_UNITS", "figure_labels", "find_samples", "sample_stats", "unit_of",
@@ -63,7 +64,8 @@ RULE = (
     "each figure's test units (its samples, or each round's median) compared on a log scale: the "
     "two-sided Mann–Whitney U test (exact up to 40 pooled units, else the normal approximation), the "
     "Hodges–Lehmann ratio (new/old) with its 95 % interval, Benjamini–Hochberg over the figures at "
-    f"q = {verdicts.FDR:g}; changed when q <= {verdicts.FDR:g} and the ratio is beyond ±T, no change "
+    f"q = {verdicts.FDR:g}; changed when q <= {verdicts.FDR:g} and the ratio is beyond ±T and the "
+    "host's run-to-run drift ±D, no change "
     "when the interval lies inside ±T, inconclusive otherwise; disturbed when the change rests on "
     "samples taken while the host was busy (docs/statistics.md)"
 )
@@ -81,6 +83,31 @@ NOT_FACTS = {
     "noise_context.swap.free_bytes",
     "noise_context.delay_accounting.restored",
 }
+
+
+# The audit's quiet-host checks (load average, busy processes, pressure ...) describe the moment of the
+# audit, not the host: compared apart, as conditions (condition_changes).
+CONDITIONS = "facts.quiet"
+
+
+def condition_changes(old: dict, new: dict) -> list[dict]:
+    """The audit's quiet-host checks whose finding differs between the runs, by check name:
+    ``[{"check", "old", "new", "advice"}]`` (``advice``: the new run's, or None)."""
+
+    def checks(doc: dict) -> dict:
+        quiet = (doc.get("facts") or {}).get("quiet") or {}
+        found = quiet.get("checks") if isinstance(quiet, dict) else None
+        return {c.get("check"): c for c in found or [] if isinstance(c, dict)}
+
+    a, b = checks(old), checks(new)
+    out = []
+    for name in [n for n in b if n in a] + [n for n in a if n not in b]:
+        co, cn = a.get(name) or {}, b.get(name) or {}
+        if (co.get("state"), co.get("found")) != (cn.get("state"), cn.get("found")):
+            out.append(
+                {"check": name, "old": co.get("found"), "new": cn.get("found"), "advice": cn.get("advice")}
+            )
+    return out
 
 
 def _flatten_facts(obj: object, path: str, out: dict[str, object]) -> None:
@@ -109,7 +136,10 @@ def fact_changes(old: dict, new: dict) -> list[dict]:
             if key in doc:
                 _flatten_facts(doc[key], key, flat)
     changes = []
-    for path in sorted((set(flat_old) | set(flat_new)) - NOT_FACTS):
+    paths = {
+        p for p in set(flat_old) | set(flat_new) if p != CONDITIONS and not p.startswith(CONDITIONS + ".")
+    }
+    for path in sorted(paths - NOT_FACTS):
         a = flat_old.get(path, _NOT_RECORDED)
         b = flat_new.get(path, _NOT_RECORDED)
         if a != b:
@@ -138,7 +168,28 @@ def _figure_entry(fo: figs.Figure, fn: figs.Figure, judged: dict) -> dict:
     }
 
 
-def compare_figures(old: dict, new: dict, min_effects: dict[str, float] | None = None) -> dict:
+def comparable(doc: dict, old: dict) -> bool:
+    """Whether an earlier run measured its figures as ``old`` did: the same host, profile and sizes (the
+    runs whose medians give the host's run-to-run drift)."""
+    return all(doc.get(k) == old.get(k) for k in ("host", "profile", "sizes"))
+
+
+def drift_of(key: str, old_fig: figs.Figure, earlier: list[dict] | None) -> verdicts.Drift:
+    """The run-to-run drift of figure ``key`` on this host: from the medians of its units in the
+    ``earlier`` runs (by_key dicts, oldest first) and in the old run, where enough runs have it
+    (:func:`disklab.verdicts.drift_from_runs`); else the default of its kind."""
+    medians = []
+    for found in earlier or []:
+        f = found.get(key)
+        if f is not None and f.kind == figs.SAMPLES and f.proven and f.units:
+            medians.append(percentile(sorted(f.units), 50))
+    medians.append(percentile(sorted(old_fig.units), 50))
+    return verdicts.drift_from_runs(medians) or verdicts.default_drift(old_fig.measure)
+
+
+def compare_figures(
+    old: dict, new: dict, min_effects: dict[str, float] | None = None, earlier: list[dict] | None = None
+) -> dict:
     """Every figure of :func:`disklab.figures.extract` that both runs have, paired by key and judged.
 
     A key names the experiment, and for a load figure its file, method, populate
@@ -152,7 +203,10 @@ def compare_figures(old: dict, new: dict, min_effects: dict[str, float] | None =
 
     ``figures`` holds the samples figures whose cache state is proven (or has
     none), judged together by :func:`disklab.verdicts.judge_many` (``min_effects``
-    overrides T per kind); ``unproven`` the load figures of samples that failed
+    overrides T per kind), each against the host's run-to-run drift: measured from
+    ``earlier`` (the host's runs before ``old``, oldest first; those whose profile
+    or sizes differ from ``old``'s are left out) where enough of them have the
+    figure, else assumed (:func:`drift_of`); ``unproven`` the load figures of samples that failed
     their cache proof (cold_unverified, cold_unproven, warm_unverified), left out
     of the judgement; ``values`` single stored numbers (no samples, so nothing to
     judge by); ``verdicts`` categorical figures (the power-cut verdicts),
@@ -160,6 +214,7 @@ def compare_figures(old: dict, new: dict, min_effects: dict[str, float] | None =
     """
     a = figs.by_key(figs.extract(old))
     b = figs.by_key(figs.extract(new))
+    before = [figs.by_key(figs.extract(d)) for d in earlier or [] if comparable(d, old)]
     out: dict[str, list] = {
         k: [] for k in ("figures", "only_old", "only_new", "unproven", "values", "verdicts")
     }
@@ -204,7 +259,10 @@ def compare_figures(old: dict, new: dict, min_effects: dict[str, float] | None =
                 }
             )
     judged = verdicts.judge_many(
-        [verdicts.Pair(fo.side(), fn.side(), fn.measure, fn.unit_kind) for fo, fn in pairs],
+        [
+            verdicts.Pair(fo.side(), fn.side(), fn.measure, fn.unit_kind, drift=drift_of(fn.key, fo, before))
+            for fo, fn in pairs
+        ],
         min_effects=min_effects,
     )
     out["figures"] = [_figure_entry(fo, fn, j) for (fo, fn), j in zip(pairs, judged, strict=True)]
@@ -309,6 +367,7 @@ def counts(figures: list[dict], verdict_changes: int = 0) -> dict:
         f["verdict"] == INCONCLUSIVE and f["smallest_p"] is not None and f["smallest_p"] > 1 - verdicts.LEVEL
         for f in figures
     )
+    out["within_drift"] = sum(bool(f.get("within_drift")) for f in figures)
     out["verdicts_changed"] = verdict_changes
     return out
 
@@ -319,8 +378,11 @@ def large_undecided(f: dict) -> bool:
     return f["verdict"] == INCONCLUSIVE and r is not None and abs(math.log(r)) >= math.log1p(f["min_effect"])
 
 
-def compare_runs(old: dict, new: dict, min_effects: dict[str, float] | None = None) -> dict:
-    """Compare two results documents of the same schema version (old first).
+def compare_runs(
+    old: dict, new: dict, min_effects: dict[str, float] | None = None, earlier: list[dict] | None = None
+) -> dict:
+    """Compare two results documents of the same schema version (old first); ``earlier``: the host's runs
+    before ``old`` (oldest first), whose medians give its run-to-run drift (:func:`compare_figures`).
 
     Returns::
 
@@ -358,7 +420,7 @@ def compare_runs(old: dict, new: dict, min_effects: dict[str, float] | None = No
             f"old and new must have the same schema_version (read both with disklab.stored), "
             f"got {old['schema_version']} and {new['schema_version']}"
         )
-    found = compare_figures(old, new, min_effects)
+    found = compare_figures(old, new, min_effects, earlier)
     figures = found["figures"]
     return {
         "old_run_id": old.get("run_id"),
@@ -372,7 +434,9 @@ def compare_runs(old: dict, new: dict, min_effects: dict[str, float] | None = No
         "min_effects": {k: verdicts.min_effect(k, min_effects) for k in verdicts.MIN_EFFECT},
         "expected_false_calls": verdicts.expected_false_calls(len(figures)),
         "context": {"old": run_context(old), "new": run_context(new)},
+        "drift_runs": 1 + sum(comparable(d, old) for d in earlier or []),
         "fact_changes": fact_changes(old, new),
+        "condition_changes": condition_changes(old, new),
         "section_changes": section_changes(old, new),
         "lab_code_changes": lab_code_changes(old, new),
         "figures": figures,
@@ -461,6 +525,8 @@ def _verdict_cell(f: dict) -> str:
         return f"no change (±{f['min_effect'] * 100:g} %)"
     if f["verdict"] == DISTURBED:
         return f"disturbed ({f['words']})" if f["words"] else "disturbed"
+    if f.get("within_drift"):
+        return "inconclusive, within drift"
     return "inconclusive"
 
 
@@ -518,6 +584,32 @@ def _detail(f: dict, recorded: dict) -> list[str]:
     return out
 
 
+def _inconclusive_parts(c: dict) -> str:
+    parts = []
+    if c["cannot_decide"]:
+        parts.append(f"{c['cannot_decide']} at sizes that cannot reach p < 0.05, such as 3 a side")
+    if c.get("within_drift"):
+        parts.append(f"{c['within_drift']} that differ, but within the host's run-to-run drift")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _drift_text(cmp: dict) -> str:
+    """Where the comparison's run-to-run drift came from, in a sentence."""
+    runs = cmp.get("drift_runs", 1)
+    measured = sum((f.get("drift") or {}).get("source") == "history" for f in cmp["figures"])
+    assumed = ", ".join(f"{MEASURE_WORDS[k]} ±{v * 100:g} %" for k, v in verdicts.RUN_DRIFT.items())
+    head = "a change between two runs of one host must also pass how far its runs move when nothing changed"
+    if measured:
+        return (
+            f"{head}; measured for {measured} of {len(cmp['figures'])} figures from this host's "
+            f"{runs} comparable runs up to the old one, assumed for the rest ({assumed})."
+        )
+    return (
+        f"{head}; this comparison has {runs} comparable run(s) up to the old one, fewer than "
+        f"{verdicts.HISTORY_MIN_RUNS} to measure it, so it is assumed: {assumed} (docs/statistics.md)."
+    )
+
+
 def render_compare_text(cmp: dict, show_all: bool = False) -> str:
     """Plain-text rendering of :func:`compare_runs` for the terminal.
 
@@ -533,6 +625,11 @@ def render_compare_text(cmp: dict, show_all: bool = False) -> str:
     lines.append(f"Facts that changed: {len(cmp['fact_changes'])}")
     for c in cmp["fact_changes"]:
         lines.append(f"  {c['path']}: {_fact_text(c['old'])} -> {_fact_text(c['new'])}")
+    if cmp.get("condition_changes"):
+        lines.append("Conditions at each run's audit (how quiet the host was then, not a fact of the host):")
+    for c in cmp.get("condition_changes") or []:
+        advice = f" ({c['advice']})" if c["advice"] else ""
+        lines.append(f"  {c['check']}: {c['old']} -> {c['new']}{advice}")
     lines += ["", _lab_code_text(cmp["lab_code_changes"])]
     if cmp["section_changes"]:
         lines += ["", "Experiments whose status changed:"]
@@ -543,15 +640,12 @@ def render_compare_text(cmp: dict, show_all: bool = False) -> str:
         "",
         f"Figures: {c['judged']} judged: {c['changed']} changed, {c['disturbed']} disturbed, "
         f"{c['no_change']} no change beyond their minimum effect, {c['inconclusive']} inconclusive"
-        + (
-            f" ({c['cannot_decide']} at sizes that cannot reach p < 0.05, such as 3 a side)"
-            if c["cannot_decide"]
-            else ""
-        ),
+        + _inconclusive_parts(c),
         f"  Test: {cmp['rule']}.",
         "  Minimum effect T: "
         + ", ".join(f"{MEASURE_WORDS[k]} ±{v * 100:g} %" for k, v in cmp["min_effects"].items())
         + " (--min-effect KIND=SHARE sets one).",
+        f"  Run-to-run drift D: {_drift_text(cmp)}",
         f"  {cmp['expected_false_calls']}.",
     ]
     recorded = noise_recorded(cmp)

@@ -314,10 +314,13 @@ def _point(doc: dict, by_key: dict[str, figures.Figure], f: figures.Figure) -> d
     }
 
 
-def _since_previous(chosen: list[figures.Figure], by_run: list[dict]) -> dict[tuple[int, str], dict]:
+def _since_previous(
+    chosen: list[figures.Figure], by_run: list[dict], docs: list[dict] | None = None
+) -> dict[tuple[int, str], dict]:
     """Each samples figure of each run against the latest earlier run that has it, by (run index, key):
-    the verdict of disklab.verdicts (the figures of one run judged as one family), as ``{"verdict",
-    "direction", "words", "ratio", "low", "high", "against_run", "brief"}``."""
+    the verdict of disklab.verdicts (the figures of one run judged as one family; the host's run-to-run
+    drift measured from the comparable runs up to the earlier one, :func:`disklab.compare.drift_of`), as
+    ``{"verdict", "direction", "words", "ratio", "low", "high", "against_run", "brief"}``."""
     out = {}
     last: dict[str, int] = {}
     for i, found in enumerate(by_run):
@@ -326,10 +329,17 @@ def _since_previous(chosen: list[figures.Figure], by_run: list[dict]) -> dict[tu
             b = found.get(f.key)
             if b is None:
                 continue
-            a = by_run[last[f.key]].get(f.key) if f.key in last else None
+            before = last.get(f.key)
+            a = by_run[before].get(f.key) if before is not None else None
             if a is not None and a.kind == b.kind == figures.SAMPLES and a.proven and b.proven:
-                pairs.append(verdicts.Pair(a.side(), b.side(), b.measure, b.unit_kind))
-                keys.append((f.key, last[f.key]))
+                earlier = [
+                    by_run[j]
+                    for j in range(before)
+                    if docs is None or compare.comparable(docs[j], docs[before])
+                ]
+                drift = compare.drift_of(f.key, a, earlier)
+                pairs.append(verdicts.Pair(a.side(), b.side(), b.measure, b.unit_kind, drift=drift))
+                keys.append((f.key, before))
             last[f.key] = i
         for (key, before), j in zip(keys, verdicts.judge_many(pairs), strict=True):
             out[(i, key)] = {k: j[k] for k in ("verdict", "direction", "words", "ratio", "low", "high")}
@@ -362,7 +372,7 @@ def build(host: str, host_dir: Path, figure: str | None = None, known_valid: set
     chosen = select(seen, system, figure) if docs else []
     by_run = [figures.by_key(found) for found in per_run]
     runs = [run_row(doc, docs[i - 1] if i else None) for i, doc in enumerate(docs)]
-    since = _since_previous(chosen, by_run)
+    since = _since_previous(chosen, by_run, docs)
     return output(
         "history",
         {

@@ -23,6 +23,8 @@ shift is a log ratio).
 * :func:`benjamini_hochberg` adjusts a family of p-values so that calling every figure with an
   adjusted value at or below q controls the false-discovery rate at q (Benjamini and Hochberg 1995),
   for independent or positively dependent tests.
+* :func:`t_quantile` (and :func:`t_cdf`): Student's t, for the spread of a figure over a host's runs
+  (:func:`disklab.verdicts.drift_from_runs`), from the regularized incomplete beta function.
 
 Raises ValueError for an empty sample or a level outside (0, 1).
 """
@@ -227,3 +229,54 @@ def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
         running = min(running, m * p_values[i] / rank)
         adjusted[i] = min(1.0, running)
     return adjusted
+
+
+def _incomplete_beta(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (modified Lentz;
+    Numerical Recipes, 3rd ed., section 6.4), on the side of x where it converges fast."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _incomplete_beta(1.0 - x, b, a)
+    log_front = a * math.log(x) + b * math.log1p(-x) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return math.exp(log_front) * h / a
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom (df > 0)."""
+    if df <= 0:
+        raise ValueError(f"df must be above 0, got {df!r}")
+    tail = 0.5 * _incomplete_beta(df / (df + t * t), df / 2, 0.5)
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The t with P(T <= t) = p for Student's t with ``df`` degrees of freedom (bisects :func:`t_cdf`)."""
+    if not 0 < p < 1:
+        raise ValueError(f"p must be within (0, 1), got {p!r}")
+    lo, hi = -1e6, 1e6
+    while hi - lo > _Z_TOL * max(1.0, abs(lo)):
+        mid = (lo + hi) / 2
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2

@@ -293,7 +293,8 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
     audit_newer = audit is not None and (not doc or store.run_key(audit_path) > store.run_key(run_files[-1]))
     since = None
     if len(run_files) >= 2 and older.get(run_files[-2]):
-        since = compare.compare_runs(older[run_files[-2]], doc)
+        earlier = [older[p] for p in run_files[:-2] if older.get(p)]  # the host's run-to-run drift
+        since = compare.compare_runs(older[run_files[-2]], doc, earlier=earlier)
     facts = (audit if audit_newer else doc or {}).get("facts")
     run_wb = run_workbench(doc)
     split = workbench_split((facts or {}).get("workbench"), run_wb)

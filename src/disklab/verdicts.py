@@ -21,7 +21,8 @@ which). Values are compared on a log scale, so the effect is a ratio, new over o
 **Three verdicts** (and a fourth for a busy host), with T the minimum effect of the figure's kind
 (:data:`MIN_EFFECT`):
 
-* :data:`CHANGED` when q <= :data:`FDR` and the ratio is beyond T (below 1/(1+T) or above 1+T);
+* :data:`CHANGED` when q <= :data:`FDR` and the ratio is beyond T (below 1/(1+T) or above 1+T), and,
+  where the two sides are two runs of one host, beyond its run-to-run drift D (:class:`Drift`);
 * :data:`NO_CHANGE` ("no change beyond ±T") when the whole interval lies inside (1/(1+T), 1+T);
 * :data:`INCONCLUSIVE` otherwise, with how many units a side would decide at this spread
   (:func:`needed_n`). At 3 a side no outcome reaches p < 0.05 (the smallest exact p is 0.10) and there
@@ -33,13 +34,22 @@ which). Values are compared on a log scale, so the effect is a ratio, new over o
 
 Samples of a run whose noise was not recorded (older runs) are neither quiet nor disturbed: the
 verdict says the noise was not recorded.
+
+**Run-to-run drift.** The test reads the spread within each run; its units (a run's samples, or its
+rounds of consecutive calls) are taken within seconds of each other. An unchanged host moves between
+runs by more than that spread suggests (a VM's storage changing pace, another guest on the hypervisor):
+two quiet runs of the project's test VM minutes apart gave fsync medians 1.25× apart, each with tight
+rounds. So two runs of one host are called changed only beyond D, the host's own run-to-run drift:
+measured from the medians of its comparable earlier runs where there are :data:`HISTORY_MIN_RUNS` or
+more (:func:`drift_from_runs`), else the default of the figure's kind (:data:`RUN_DRIFT`). A difference
+within D is inconclusive, and more samples cannot decide it: more runs can.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from disklab import ranktests
 from disklab_host.common.stats import median_interval, percentile
@@ -62,6 +72,23 @@ MIN_EFFECT = {
     "peak_rss": 0.02,  # a load's peak RSS
     "size": 0.02,  # other byte counts
 }
+# The run-to-run drift D of each kind where the host's own runs are too few to measure it: how far one run
+# of an unchanged host may land from another. Measured on the project's test VM (docs/statistics.md): quiet
+# runs minutes apart moved per-call latencies up to 1.41×, durable syncs 1.25×, ceilings 1.54×, load times
+# up to 1.65× at 3 samples a run (1.14× at the median figure); peak RSS not at all.
+RUN_DRIFT = {
+    "durable_sync": 0.50,
+    "latency": 0.50,
+    "load_time": 0.30,
+    "time": 0.30,
+    "rate": 0.50,
+    "peak_rss": 0.02,
+    "size": 0.02,
+}
+# A host's drift is measured from its earlier runs only from this many run medians (the old run's among
+# them: two runs before it); at most HISTORY_MAX_RUNS, the latest.
+HISTORY_MIN_RUNS = 3
+HISTORY_MAX_RUNS = 20
 # What "up" and "down" mean for each kind (a higher time is slower, a higher rate faster).
 WORDS = {
     "durable_sync": ("slower", "faster"),
@@ -106,9 +133,55 @@ class Side:
 
 
 @dataclass
+class Drift:
+    """How far a figure moves between two runs of an unchanged host: a ratio within 1/(1+share)..1+share.
+
+    ``source`` is ``history`` (measured from ``runs`` run medians of this host, :func:`drift_from_runs`)
+    or ``default`` (:data:`RUN_DRIFT`: the host has fewer than :data:`HISTORY_MIN_RUNS` comparable runs).
+    """
+
+    share: float
+    source: str
+    runs: int = 0
+
+    def words(self) -> str:
+        if self.source == "history":
+            return f"run-to-run drift ±{_pct(self.share)}, from {self.runs} runs of this host"
+        return (
+            f"run-to-run drift ±{_pct(self.share)} assumed (fewer than {HISTORY_MIN_RUNS} comparable runs of "
+            "this host to measure it)"
+        )
+
+
+def default_drift(measure: str) -> Drift:
+    """The drift of :data:`RUN_DRIFT` for ``measure``."""
+    return Drift(RUN_DRIFT[measure], "default")
+
+
+def drift_from_runs(medians: Sequence[float], level: float = LEVEL) -> Drift | None:
+    """The drift of a figure from the medians of several runs of one host (oldest first; the latest
+    :data:`HISTORY_MAX_RUNS`), or None below :data:`HISTORY_MIN_RUNS` runs or with a value at or below 0.
+
+    On the log scale the run medians have a standard deviation s (k - 1 degrees of freedom); two single
+    runs then differ by at most t(level, k - 1) · s · sqrt(2) at ``level``, the bound returned (a
+    prediction bound for the log ratio of a new run to one of them, unchanged host assumed).
+    """
+    values = list(medians)[-HISTORY_MAX_RUNS:]
+    logs = _logs(values)
+    if logs is None or len(logs) < HISTORY_MIN_RUNS:
+        return None
+    mean = sum(logs) / len(logs)
+    s = math.sqrt(sum((v - mean) ** 2 for v in logs) / (len(logs) - 1))
+    bound = ranktests.t_quantile(1 - (1 - level) / 2, len(logs) - 1) * s * math.sqrt(2)
+    return Drift(math.expm1(bound), "history", len(logs))
+
+
+@dataclass
 class Pair:
     """One figure of two runs to judge: ``measure`` is a key of :data:`MIN_EFFECT`; ``units`` says what
-    a value is (``samples``, or ``batches`` of consecutive calls, each its batch's median)."""
+    a value is (``samples``, or ``batches`` of consecutive calls, each its batch's median). ``drift``:
+    the two sides are two runs of one host, and a change must pass their run-to-run drift too (None:
+    two cells of one run, or two hosts, judged on the samples alone)."""
 
     old: Side
     new: Side
@@ -116,6 +189,7 @@ class Pair:
     units: str = "samples"
     # what the two sides are called where a verdict names them (two cells of one run, two hosts)
     names: tuple[str, str] = ("old run", "new run")
+    drift: Drift | None = None
 
 
 def min_effect(measure: str, overrides: dict[str, float] | None = None) -> float:
@@ -217,9 +291,14 @@ def _stats(old: Sequence[float], new: Sequence[float], level: float) -> dict | N
     }
 
 
-def _classify(st: dict, q: float, t: float, fdr: float) -> str:
+def _gate(t: float, drift: Drift | None) -> float:
+    """The log ratio a change must pass: T, or the run-to-run drift where that is wider."""
+    return max(math.log1p(t), math.log1p(drift.share) if drift else 0.0)
+
+
+def _classify(st: dict, q: float, t: float, fdr: float, drift: Drift | None = None) -> str:
     band = math.log1p(t)
-    if q <= fdr and abs(st["shift"]) >= band and st["low"] is not None:
+    if q <= fdr and abs(st["shift"]) >= _gate(t, drift) and st["low"] is not None:
         return CHANGED
     if st["low"] is not None and -band < st["low"] and st["high"] < band:
         return NO_CHANGE
@@ -310,16 +389,19 @@ def _verdict(
             if side.disturbed() and side.summary
         ],
     }
+    drift = pair.drift
     base = {
         "units": pair.units,
         "measure": pair.measure,
         "min_effect": t,
         "level": level,
         "noise": noise,
+        "drift": None if drift is None else asdict(drift),
+        "within_drift": False,
     }
-    band = math.log1p(t)
+    gate = _gate(t, drift)
     would_change = (
-        full is not None and full["p"] <= cut and abs(full["shift"]) >= band and full["low"] is not None
+        full is not None and full["p"] <= cut and abs(full["shift"]) >= gate and full["low"] is not None
     )
     if st is None:
         if full is None and pair.old.values and pair.new.values:
@@ -351,16 +433,24 @@ def _verdict(
             "needed_n": None,
             "why": why,
         }
-    verdict = _classify(st, q, t, fdr)
+    verdict = _classify(st, q, t, fdr, drift)
     if used_quiet and verdict == INCONCLUSIVE and would_change:
         verdict = DISTURBED
+    # the runs differ beyond T, significantly, but by no more than this host's runs drift
+    within_drift = (
+        verdict == INCONCLUSIVE
+        and drift is not None
+        and q <= fdr
+        and st["low"] is not None
+        and math.log1p(t) <= abs(st["shift"]) < gate
+    )
     direction = None
     if verdict == CHANGED or (verdict == DISTURBED and full):
         shift = st["shift"] if verdict == CHANGED else full["shift"]
         direction = "up" if shift > 0 else "down"
     words = WORDS[pair.measure][0 if direction == "up" else 1] if direction else None
     need = None
-    if verdict == INCONCLUSIVE:
+    if verdict == INCONCLUSIVE and not within_drift:
         # never fewer than these sizes plus one: they did not decide (the normal estimate is kind at small n)
         need = max(needed_n(st["shift"], st["sigma"], t, level, family_p), min(st["n_old"], st["n_new"]) + 1)
     return {
@@ -378,7 +468,8 @@ def _verdict(
         "n_new": st["n_new"],
         "smallest_p": st["smallest_p"],
         "needed_n": need,
-        "why": _why(verdict, st, q, t, fdr, level, need, full),
+        "within_drift": within_drift,
+        "why": _why(verdict, st, q, t, fdr, level, need, full, drift, within_drift),
     }
 
 
@@ -386,11 +477,17 @@ def _pct(share: float) -> str:
     return f"{share * 100:.0f} %" if share * 100 >= 1 else f"{share * 100:.1g} %"
 
 
-def _why(verdict, st, q, t, fdr, level, need, full) -> str:
+def _why(verdict, st, q, t, fdr, level, need, full, drift: Drift | None = None, within_drift=False) -> str:
     """The verdict's reason in a few words (what decided it, or what would)."""
     band = f"±{_pct(t)}"
+    if within_drift:
+        return (
+            f"the runs differ (q = {q:.2g}) beyond {band}, but within the {drift.words()}: more samples "
+            "cannot tell a changed host from that, more runs can"
+        )
     if verdict == CHANGED:
-        return f"q = {q:.2g} <= {fdr:g} and the ratio is beyond {band}"
+        past = f" and the {drift.words()}" if drift is not None and drift.share > t else ""
+        return f"q = {q:.2g} <= {fdr:g} and the ratio is beyond {band}{past}"
     if verdict == NO_CHANGE:
         return f"the {level * 100:g} % interval lies inside {band}"
     if verdict == DISTURBED:
@@ -482,6 +579,11 @@ def brief(j: dict) -> str:
     if j["verdict"] == DISTURBED:
         busy = f"; {j['noise']['reasons'][0]}" if j["noise"]["reasons"] else ""
         return f"disturbed: not called changed, the host was busy ({ratio_text(j['ratio'])}{busy})"
+    if j.get("within_drift"):
+        drift = Drift(**j["drift"]).words()
+        return (
+            f"inconclusive: the runs differ ({ratio_text(j['ratio'])}, {interval}; {n}), within the {drift}"
+        )
     need = f"more than {NEEDED_CAP}" if j["needed_n"] > NEEDED_CAP else f"about {j['needed_n']}"
     if j["low"] is None or j["smallest_p"] > 1 - j["level"]:
         return f"inconclusive: {n} cannot decide ({ratio_text(j['ratio'])}; {need} a side would)"
