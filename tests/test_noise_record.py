@@ -314,9 +314,30 @@ def _linux_root(tmp_path: Path, *, governor="powersave", no_turbo="0", swap_free
     return tmp_path
 
 
+def _spinner(root: Path, ticks: int) -> None:
+    """A process under the fake root's /proc that has used ``ticks`` of CPU."""
+    proc = root / "proc" / "4242"
+    proc.mkdir(parents=True, exist_ok=True)
+    (proc / "stat").write_text(
+        "4242 (spin) R " + " ".join(["0"] * 10) + f" {ticks} 0 " + " ".join(["0"] * 30)
+    )
+    (proc / "cmdline").write_bytes(b"spin\0--forever\0")
+
+
 def test_the_quiet_checks_give_advice_from_what_they_read(tmp_path):
     probe = collect.Probe(system="Linux", root=_linux_root(tmp_path))
-    got = {c["check"]: c for c in quiet.collect_quiet(probe, 0.0)["checks"]}
+    _spinner(tmp_path, 0)
+    tick_s = 1 / os.sysconf("SC_CLK_TCK")
+    got = {
+        c["check"]: c
+        for c in quiet.collect_quiet(probe, 0.5, sleep=lambda s: _spinner(tmp_path, round(s / tick_s)))[
+            "checks"
+        ]
+    }
+    assert (
+        got["busy_processes"]["state"] == "advice"
+        and "spin --forever (pid 4242" in got["busy_processes"]["found"]
+    )
     assert got["governor"]["state"] == "advice" and "powersave" in got["governor"]["found"]
     assert got["turbo"]["state"] == "advice" and got["swap"]["found"] == "4 MiB of swap in use"
     assert (
@@ -331,6 +352,15 @@ def test_the_quiet_checks_give_advice_from_what_they_read(tmp_path):
         c["check"]: c["state"] for c in quiet.collect_quiet(collect.Probe(root=quiet_root), 0.0)["checks"]
     }
     assert calm["governor"] == calm["turbo"] == calm["swap"] == calm["load"] == "ok"
+    # a high load average with no process busy now is work that has ended: the average is still decaying
+    past = {
+        c["check"]: c
+        for c in quiet.collect_quiet(collect.Probe(root=_linux_root(tmp_path / "p")), 0.0)["checks"]
+    }
+    assert past["busy_processes"]["state"] == "ok" and past["load"]["state"] == "ok"
+    assert (
+        past["load"]["found"].startswith("load average 3.50 on") and "still decaying" in past["load"]["found"]
+    )
 
 
 def test_the_quiet_checks_on_macos_read_sysctl_and_say_what_they_do_not_check():
