@@ -77,12 +77,21 @@ def test_identical_but_widely_spread_samples_do_not_prove_no_change(runs):
     )
 
 
-def test_identical_tight_samples_are_no_change(runs):
-    old, new = copy.deepcopy(runs[0]), copy.deepcopy(runs[1])
-    for doc in (old, new):
+def test_identical_tight_samples_are_no_change_where_the_hosts_runs_are_steady(runs):
+    """The same five tight samples in every run: no change beyond ±10 % where three earlier runs show the
+    host steady; between two runs alone its drift is assumed (±50 %), which no two runs can rule out."""
+    docs = [copy.deepcopy(runs[0]) for _ in range(3)] + [copy.deepcopy(runs[1])]
+    for i, doc in enumerate(docs):
         doc["experiments"]["fsync_bench"]["modes"][0]["samples_ns"] = [1000, 1001, 1002, 1003, 1004]
-    f = _figure(compare_runs(old, new), "experiments.fsync_bench.modes[mode=write].samples_ns")
+        doc["run_id"] = f"2026102{i}T090000Z" if i < 2 else doc["run_id"]
+    write = "experiments.fsync_bench.modes[mode=write].samples_ns"
+    f = _figure(compare_runs(docs[2], docs[3], earlier=docs[:2]), write)
     assert f["verdict"] == NO_CHANGE and 1 / 1.1 < f["low"] <= 1 <= f["high"] < 1.1
+    assert f["drift"]["source"] == "history" and f["drift"]["runs"] == 3
+    alone = _figure(compare_runs(docs[2], docs[3]), write)
+    assert alone["verdict"] == INCONCLUSIVE and alone["within_drift"] and alone["low"] < 1 / 1.1
+    assert 1 / 1.1 < alone["low_within"] <= alone["high_within"] < 1.1  # the runs themselves agree
+    assert "more runs, not more samples" in alone["why"]
 
 
 def test_three_samples_a_side_are_inconclusive_whatever_they_show(runs):
@@ -98,11 +107,13 @@ def test_disjoint_samples_are_changed_with_their_direction_ratio_and_interval(ru
     f = _figure(compare_runs(*runs), "experiments.fsync_bench.modes[mode=fsync].samples_ns")
     assert f["old"]["max"] < f["new"]["min"]
     assert f["measure"] == "durable_sync" and f["min_effect"] == verdicts.MIN_EFFECT["durable_sync"]
-    assert f["test"].startswith("exact Mann–Whitney U") and f["p"] == pytest.approx(2 / 252)
-    assert f["q"] <= verdicts.FDR
+    assert f["test"].startswith("exact Mann–Whitney U") and f["p_within"] == pytest.approx(2 / 252)
+    assert f["p_run"] < f["p_within"] == f["p"]  # 2.47× is far past the assumed ±50 % drift
+    assert f["q"] <= verdicts.FDR and f["drift"]["source"] == "default"
     assert f["verdict"] == CHANGED and f["direction"] == "up" and f["words"] == "slower"
     assert f["median_ratio"] == pytest.approx(530000 / 215000)
-    assert f["low"] < f["ratio"] < f["high"] and f["low"] > 1 + f["min_effect"]
+    assert f["low"] < f["ratio"] < f["high"] and f["low_within"] > 1 + f["min_effect"]
+    assert f["low"] < f["low_within"] and f["high"] > f["high_within"]  # the drift widens the interval
     swapped = _figure(compare_runs(runs[1], runs[0]), f["path"])
     assert swapped["verdict"] == CHANGED and swapped["direction"] == "down" and swapped["words"] == "faster"
 
@@ -216,7 +227,8 @@ FDATASYNC = "experiments.fsync_bench.modes[mode=fdatasync].samples_ns"
 
 def test_a_thousand_samples_are_judged_on_ten_rounds_of_consecutive_calls(runs):
     samples = _latencies_ns(1, 1000, 331_700, outliers_ns=(52_800_000,))
-    f = _figure(compare_runs(*_runs_with(runs, samples, list(samples))), FDATASYNC)
+    old, new = _runs_with(runs, samples, list(samples))
+    f = _figure(compare_runs(old, new, earlier=[copy.deepcopy(old), copy.deepcopy(old)]), FDATASYNC)
     assert (f["units"], f["n_old"], f["n_new"]) == ("batches", 10, 10)
     assert f["verdict"] == NO_CHANGE and f["p"] == pytest.approx(1.0)
 
@@ -243,7 +255,7 @@ def test_a_large_shift_over_many_samples_is_changed_past_the_hosts_measured_drif
     cmp = compare_runs(*_runs_with(runs, old, new), earlier=earlier)
     f = _figure(cmp, FDATASYNC)
     assert f["new"]["min"] < f["old"]["max"] and f["old"]["min"] < f["new"]["max"]  # ranges overlap
-    assert f["p"] == pytest.approx(2 / math.comb(20, 10))  # every new round below every old one
+    assert f["p_within"] == pytest.approx(2 / math.comb(20, 10))  # every new round below every old one
     assert f["drift"]["source"] == "history" and f["drift"]["runs"] == 4 and f["drift"]["share"] < 0.25
     assert f["verdict"] == CHANGED and f["direction"] == "down" and f["words"] == "faster"
     assert f["label"] == "fsync_bench · fdatasync · latency" and cmp["drift_runs"] == 4
@@ -256,9 +268,10 @@ def test_the_same_shift_between_two_runs_alone_is_within_the_assumed_drift(runs)
     new = _latencies_ns(3, 1000, 228_900)
     cmp = compare_runs(*_runs_with(runs, old, new))
     f = _figure(cmp, FDATASYNC)
-    assert f["q"] <= verdicts.FDR and f["ratio"] < 1 / 1.25  # the runs differ, beyond T
+    assert f["p_within"] < 0.001 and f["ratio"] < 1 / 1.25  # the runs differ, beyond T
+    assert f["p_run"] > 0.05 and f["p"] == f["p_run"] and f["q"] > verdicts.FDR  # but not past the drift
     assert f["verdict"] == INCONCLUSIVE and f["within_drift"] and f["needed_n"] is None
-    assert f["drift"] == {"share": verdicts.RUN_DRIFT["durable_sync"], "source": "default", "runs": 0}
+    assert f["drift"]["share"] == verdicts.RUN_DRIFT["durable_sync"] and f["drift"]["source"] == "default"
     assert "more runs can" in f["why"] and "assumed" in f["why"]
     assert cmp["counts"]["within_drift"] >= 1
     text = render_compare_text(cmp)
@@ -275,11 +288,13 @@ def test_the_same_shift_between_two_runs_alone_is_within_the_assumed_drift(runs)
 
 
 def test_a_significant_shift_below_the_minimum_effect_is_no_change(runs):
-    """1 % slower over 20,000 samples: significant, but under T, and its interval lies inside ±T."""
+    """1 % slower over 20,000 samples: significant, but under T, and its interval (with the drift of a
+    host whose earlier runs were steady) lies inside ±T."""
     old = _latencies_ns(4, 20_000, 300_000)
     new = _latencies_ns(5, 20_000, 303_000)
-    f = _figure(compare_runs(*_runs_with(runs, old, new)), FDATASYNC)
-    assert f["verdict"] == NO_CHANGE
+    older = _earlier(runs, [300_000, 301_000, 299_500])
+    f = _figure(compare_runs(*_runs_with(runs, old, new), earlier=older), FDATASYNC)
+    assert f["verdict"] == NO_CHANGE and f["p_within"] < 0.05
     assert 1 / 1.25 < f["low"] <= f["high"] < 1.25
 
 

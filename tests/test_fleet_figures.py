@@ -156,8 +156,23 @@ def _compare_cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 @pytest.mark.heavy
 def test_compare_json_has_load_cells_and_fails_on_a_moved_load(tmp_path, capsys, lab_doc8):
+    """Two earlier runs of the host, the moved cell within 1 % of the old run's, measure its run-to-run
+    drift: a 2× slower cold load is past it, and called."""
     lab_doc = lab_doc8
     reports = tmp_path / "reports"
+    for day, factor in ((20, 1.01), (21, 0.99)):
+        steady = copy.deepcopy(lab_doc)
+        steady["run_id"], steady["started_utc"] = f"202611{day}T100000Z", f"2026-11-{day}T10:00:00Z"
+        for sample in steady["experiments"]["load"]["samples"]:
+            if (
+                sample["method"] == "torch.load"
+                and sample["cache_state"] == "cold"
+                and sample["file"] == "big_pt"
+            ):
+                for stage in sample["stages"].values():
+                    if "time_s" in stage:  # a stage that did not run has none
+                        stage["time_s"] *= factor
+        _store(reports, steady)
     _store(reports, lab_doc)
     moved = _scaled(
         lab_doc, 2.0, method="torch.load", cache="cold", stage="all_touched", run_id="20261130T100000Z"
@@ -186,7 +201,8 @@ def test_compare_json_has_load_cells_and_fails_on_a_moved_load(tmp_path, capsys,
     assert cold["test"].startswith("exact Mann–Whitney U") and cold["q"] <= 0.05
     assert cold["old"]["n"] == cold["new"]["n"] == cold["n_old"] == 8
     assert cold["old"]["median"] == pytest.approx(1.0) and cold["ratio"] == pytest.approx(2.0)
-    assert cold["low"] > 1.1 and cold["measure"] == "load_time"
+    assert cold["low"] > 1.1 and cold["measure"] == "load_time" and cmp["drift_runs"] == 3
+    assert cold["drift"]["source"] == "history" and cold["drift"]["runs"] == 3
     # the same cell at another stage, and warm at the same stage, did not move: stage by stage, cache by cache
     assert by_path[COLD_TL.format(stage="loader_return")]["verdict"] == compare.NO_CHANGE
     warm = by_path[COLD_TL.format(stage="all_touched").replace("cache=cold", "cache=warm")]

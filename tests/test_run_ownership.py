@@ -365,13 +365,19 @@ def test_a_truncated_older_run_is_named_and_the_latest_still_renders(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_misspelled_inventory_wide_setting_is_refused(tmp_path):
+@pytest.mark.parametrize(
+    ("command", "misspelled"),
+    [("run", "disklab_workbnch"), ("audit", "disklab_workbnch"), ("audit", "host_audit_workbnch")],
+)
+def test_a_misspelled_setting_is_refused_by_run_and_by_audit(tmp_path, command, misspelled):
+    """The audit (and doctor, which runs it) refuses a misspelled name as the lab does: before, it audited
+    the default workbench and said nothing."""
     inv = write_local_inventory(tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb",
-                                disklab_workbnch=str(tmp_path / "elsewhere"))  # fmt: skip
-    proc = run_disklab("run", "-i", str(inv), reports=tmp_path / "reports")
-    assert proc.returncode == 1
-    assert "unknown setting(s) disklab_workbnch" in proc.stdout
-    assert not (tmp_path / "root").exists()  # refused before any work
+                                **{misspelled: str(tmp_path / "elsewhere")})  # fmt: skip
+    proc = run_disklab(command, "-i", str(inv), reports=tmp_path / "reports")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"unknown setting(s) {misspelled}" in proc.stdout
+    assert not (tmp_path / "root").exists() and not (tmp_path / "wb").exists()  # refused before any work
 
 
 @pytest.mark.heavy

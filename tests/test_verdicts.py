@@ -180,53 +180,80 @@ def test_students_t_quantile_matches_its_table():
 def test_the_drift_of_a_hosts_runs_is_a_prediction_bound_for_two_single_runs():
     medians = [100.0, 110.0, 95.0, 105.0]
     logs = [math.log(m) for m in medians]
-    want = ranktests.t_quantile(0.975, 3) * statistics.stdev(logs) * math.sqrt(2)
+    spread = statistics.stdev(logs) * math.sqrt(2)
     d = verdicts.drift_from_runs(medians)
-    assert d.source == "history" and d.runs == 4 and d.share == pytest.approx(math.expm1(want))
+    assert d.source == "history" and d.runs == 4 and d.df == 3 and d.spread == pytest.approx(spread)
+    assert d.share == pytest.approx(math.expm1(ranktests.t_quantile(0.975, 3) * spread))
+    assert d.p_value(ranktests.t_quantile(0.975, 3) * spread) == pytest.approx(0.05)  # at the bound: p = 0.05
     assert verdicts.drift_from_runs(medians[:2]) is None  # two runs cannot measure it
     assert verdicts.drift_from_runs([1.0, 0.0, 2.0]) is None  # no ratio of a value at or below 0
-    assert (
-        len(verdicts.drift_from_runs([1.0] * 50).words()) and verdicts.drift_from_runs([1.0] * 50).runs == 20
-    )
+    assert verdicts.drift_from_runs([1.0] * 50).runs == 20  # the latest 20
+    flat = verdicts.drift_from_runs([1.0] * 5)  # no spread at all: only no shift is no change
+    assert flat.p_value(0.0) == 1.0 and flat.p_value(1e-9) == 0.0
+    assumed = verdicts.default_drift("durable_sync")  # ±50 % read as 1.96 standard deviations, normal
+    assert assumed.df is None and assumed.spread == pytest.approx(math.log(1.5) / 1.959964, rel=1e-5)
+    assert assumed.p_value(math.log(1.5)) == pytest.approx(0.05, rel=1e-4)
+
+
+def _pair(ratio: float, drift: verdicts.Drift | None, n: int = 10, spread: float = 0.01) -> verdicts.Pair:
+    """Ten tight rounds a side (±1 %), ``ratio`` apart: within a run, any shift past 1 % is plain."""
+    return verdicts.Pair(
+        Side(_around(200.0, n, spread)), Side(_around(200.0 * ratio, n, spread)), "durable_sync", "batches",
+        drift=drift,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("drift", "verdict", "within"),
-    [(None, CHANGED, False), (0.1, CHANGED, False), (0.5, INCONCLUSIVE, True), (0.29, CHANGED, False)],
+    [
+        (None, CHANGED, False),  # within one run (or between hosts): the rounds alone decide
+        ("steady history", CHANGED, False),  # five runs of the host within ±1 %: 1.3× is far past them
+        ("assumed", INCONCLUSIVE, True),  # ±50 % assumed: run-level p = 0.2
+        ("drifting history", INCONCLUSIVE, True),  # runs of the host 150..260: 1.3× is what they do
+    ],
 )
 def test_two_runs_of_one_host_are_changed_only_beyond_its_drift(drift, verdict, within):
-    """Ten tight rounds a side, 1.3× apart (p = 1e-5): past T = ±25 %. Between two runs of a host whose
-    runs drift ±50 % that is no change to call, and more rounds would not make it one."""
-    pair = verdicts.Pair(
-        Side(_around(200.0, 10)),
-        Side(_around(260.0, 10)),
-        "durable_sync",
-        "batches",
-        drift=None if drift is None else verdicts.Drift(drift, "history", 5),
-    )
-    (j,) = verdicts.judge_many([pair])
-    assert j["q"] < 0.001 and j["verdict"] == verdict and j["within_drift"] is within
+    """Ten tight rounds a side, 1.3× apart (within-run p = 1e-5), past T = ±25 %. Between two runs of a host
+    whose runs drift that much it is no change to call, and more rounds would not make it one."""
+    d = {
+        None: None,
+        "steady history": verdicts.drift_from_runs([200, 202, 198, 201, 199]),
+        "assumed": verdicts.default_drift("durable_sync"),
+        "drifting history": verdicts.drift_from_runs([150, 260, 200]),
+    }[drift]
+    (j,) = verdicts.judge_many([_pair(1.3, d)])
+    assert j["p_within"] < 0.001 and j["verdict"] == verdict and j["within_drift"] is within
+    assert j["p"] == max(j["p_within"], j["p_run"] if j["p_run"] is not None else 0)
+    if d is not None:  # the interval carries the run-to-run spread
+        assert j["low"] <= j["low_within"] and j["high"] >= j["high_within"]
     if within:
-        assert (
-            j["needed_n"] is None and "more runs can" in j["why"] and "from 5 runs of this host" in j["why"]
-        )
-        assert verdicts.brief(j).startswith(
-            "inconclusive: the runs differ (1.30×"
-        ) and "±50 %" in verdicts.brief(j)
+        assert j["needed_n"] is None and "more runs can" in j["why"] and j["p_run"] > 0.05
+        assert verdicts.brief(j).startswith("inconclusive: the runs differ (1.30×")
         assert verdicts.sentence(j).startswith(
             "inconclusive: 1.30×"
         ) and "more runs can" in verdicts.sentence(j)
-    if verdict == CHANGED and drift:
-        assert j["drift"] == {"share": drift, "source": "history", "runs": 5}
-    # a disturbed side whose apparent change is within the drift is not called disturbed either
-    busy = verdicts.Pair(
-        Side(_around(200.0, 10), [None] * 10),
-        Side(_around(260.0, 10), _busy(10, 10)),
-        "durable_sync",
-        "batches",
-        drift=verdicts.default_drift("durable_sync"),
-    )
-    assert verdicts.judge_many([busy])[0]["verdict"] == INCONCLUSIVE
+    if verdict == CHANGED and d is not None:
+        assert "measured from 5 runs of this host" in verdicts.sentence(j)
+        assert "run-to-run drift included" in verdicts.sentence(j)
+
+
+def test_runs_that_agree_are_no_change_only_where_the_hosts_drift_allows_it():
+    """Identical tight rounds: no change beyond ±25 % where the host's runs are steady; where its drift is
+    only assumed (±50 %), the two runs cannot show it: inconclusive, and more runs, not samples, decide."""
+    steady = verdicts.judge_many([_pair(1.0, verdicts.drift_from_runs([200, 202, 198, 201, 199]))])[0]
+    assert steady["verdict"] == NO_CHANGE and 1 / 1.25 < steady["low"] <= steady["high"] < 1.25
+    assumed = verdicts.judge_many([_pair(1.0, verdicts.default_drift("durable_sync"))])[0]
+    assert assumed["verdict"] == INCONCLUSIVE and assumed["within_drift"] and assumed["needed_n"] is None
+    assert "more runs, not more samples" in assumed["why"] and "agree within ±25 %" in verdicts.brief(assumed)
+
+
+def test_many_figures_of_two_runs_share_the_budget_with_their_drift_in_it():
+    """Sixty figures of a host whose runs drift (assumed ±50 %), each 1.3× apart within tight rounds: every
+    within-run p is tiny, but none is called. A 3× move among them is."""
+    pairs = [_pair(1.3, verdicts.default_drift("durable_sync")) for _ in range(59)]
+    judged = verdicts.judge_many([_pair(3.0, verdicts.default_drift("durable_sync")), *pairs])
+    assert judged[0]["verdict"] == CHANGED and judged[0]["direction"] == "up"
+    assert all(j["verdict"] == INCONCLUSIVE and j["p_within"] < 0.001 for j in judged[1:])
 
 
 def _busy(n: int, k: int) -> list[str | None]:

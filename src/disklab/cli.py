@@ -606,7 +606,7 @@ def cmd_compare(args) -> int:
         owner = args.targets[0] if len(args.targets) == 1 else None  # a HOST's runs must name it
         effects = verdicts.parse_min_effects(args.min_effect or [])
         docs = [stored.read(p, "results", host=owner) for p in (old, new)]
-        earlier = _earlier_runs(runs[: runs.index(old)], owner) if owner else None
+        earlier = _earlier_runs(runs[: runs.index(old)], owner, docs[0]) if owner else None
         cmp = compare.compare_runs(*docs, effects, earlier)
     except (stored.StoredFileError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
@@ -625,16 +625,21 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def _earlier_runs(paths: list[Path], host: str) -> list[dict]:
-    """The host's stored runs before the compared one (the latest of them, oldest first), for its
-    run-to-run drift; one that cannot be read is left out, as history leaves it out."""
-    from disklab import stored, verdicts
+def _earlier_runs(paths: list[Path], host: str, old: dict) -> list[dict]:
+    """The host's stored runs before the compared one that are comparable with it (disklab.compare.
+    comparable), the latest of them, oldest first, for its run-to-run drift; one that cannot be read is
+    left out, as history leaves it out."""
+    from disklab import compare, stored, verdicts
 
-    out = []
-    for path in paths[-(verdicts.HISTORY_MAX_RUNS - 1) :]:
+    out: list[dict] = []
+    for path in reversed(paths):
+        if len(out) >= verdicts.HISTORY_MAX_RUNS - 1:
+            break
         with contextlib.suppress(stored.StoredFileError):
-            out.append(stored.read(path, "results", host=host))
-    return out
+            doc = stored.read(path, "results", host=host)
+            if compare.comparable(doc, old):
+                out.append(doc)
+    return out[::-1]
 
 
 def _host_dir(args, command: str, host: str) -> Path:
@@ -752,13 +757,14 @@ _PASSTHROUGH_EPILOG = (
 
 _EXIT_STATUSES = """exit status:
   0    every host succeeded, every stored file rendered
-  1    run, audit: a host failed, was unreachable or partial (a step, or a part of one, failed);
+  1    run, audit: a host failed, was unreachable or partial (a step, or a part of one, failed), or
+       its settings were refused before any work (each host failed, naming the variable);
        report: a stored file could not be rendered (named; the others are), or the predictions file was
        not used (named, with the rule or bound it broke); compare --fail-on-change: a figure called
        changed; export, history, runs: a stored run could not be read, or lies in another host's
        directory (named; the others are shown); any command: the reports directory is full or read-only
        (one line: its free space and what was kept; no stored file changes)
-  2    bad input: a refused option, inventory value or setting, named in one line
+  2    bad input: a refused option, -e value or inventory file, named in one line
   130  run, audit interrupted (Ctrl-C or SIGTERM): the lab is stopped on every host, nothing of it stored
 
 shell completion: disklab --print-completion bash > ~/.local/share/bash-completion/completions/disklab

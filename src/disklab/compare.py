@@ -168,22 +168,33 @@ def _figure_entry(fo: figs.Figure, fn: figs.Figure, judged: dict) -> dict:
     }
 
 
+# What must match for an earlier run to measure the host's run-to-run drift: a run after a kernel, torch,
+# disklab, workbench or size change would add that change to the drift and hide the next one.
+COMPARABLE = ("host", "profile", "sizes", "kernel", "fstype", "device", "torch", "disklab_version")
+
+
 def comparable(doc: dict, old: dict) -> bool:
-    """Whether an earlier run measured its figures as ``old`` did: the same host, profile and sizes (the
-    runs whose medians give the host's run-to-run drift)."""
-    return all(doc.get(k) == old.get(k) for k in ("host", "profile", "sizes"))
+    """Whether an earlier run measured its figures as ``old`` did, on the same host as it was then (the
+    runs whose medians give the host's run-to-run drift): :data:`COMPARABLE` all equal."""
+    a, b = {**run_context(doc), "sizes": doc.get("sizes")}, {**run_context(old), "sizes": old.get("sizes")}
+    return all(a.get(k) == b.get(k) for k in COMPARABLE)
+
+
+def _quiet_median(f: figs.Figure | None) -> float | None:
+    """The median of a figure's units that ran on a quiet host (all of them where no noise was recorded)."""
+    if f is None or f.kind != figs.SAMPLES or not f.proven or not f.units:
+        return None
+    quiet = [u for u, flag in zip(f.units, f.flags or [None] * len(f.units), strict=True) if not flag]
+    return percentile(sorted(quiet), 50) if quiet else None
 
 
 def drift_of(key: str, old_fig: figs.Figure, earlier: list[dict] | None) -> verdicts.Drift:
-    """The run-to-run drift of figure ``key`` on this host: from the medians of its units in the
-    ``earlier`` runs (by_key dicts, oldest first) and in the old run, where enough runs have it
-    (:func:`disklab.verdicts.drift_from_runs`); else the default of its kind."""
-    medians = []
-    for found in earlier or []:
-        f = found.get(key)
-        if f is not None and f.kind == figs.SAMPLES and f.proven and f.units:
-            medians.append(percentile(sorted(f.units), 50))
-    medians.append(percentile(sorted(old_fig.units), 50))
+    """The run-to-run drift of figure ``key`` on this host: from the medians of its quiet units in the
+    ``earlier`` comparable runs (by_key dicts, oldest first) and in the old run, where enough runs have it
+    (:func:`disklab.verdicts.drift_from_runs`); else the assumed drift of its kind."""
+    medians = [m for found in earlier or [] if (m := _quiet_median(found.get(key))) is not None]
+    if (m := _quiet_median(old_fig)) is not None:
+        medians.append(m)
     return verdicts.drift_from_runs(medians) or verdicts.default_drift(old_fig.measure)
 
 
@@ -215,6 +226,7 @@ def compare_figures(
     a = figs.by_key(figs.extract(old))
     b = figs.by_key(figs.extract(new))
     before = [figs.by_key(figs.extract(d)) for d in earlier or [] if comparable(d, old)]
+    before = before[-(verdicts.HISTORY_MAX_RUNS - 1) :]
     out: dict[str, list] = {
         k: [] for k in ("figures", "only_old", "only_new", "unproven", "values", "verdicts")
     }
@@ -434,7 +446,7 @@ def compare_runs(
         "min_effects": {k: verdicts.min_effect(k, min_effects) for k in verdicts.MIN_EFFECT},
         "expected_false_calls": verdicts.expected_false_calls(len(figures)),
         "context": {"old": run_context(old), "new": run_context(new)},
-        "drift_runs": 1 + sum(comparable(d, old) for d in earlier or []),
+        "drift_runs": min(verdicts.HISTORY_MAX_RUNS, 1 + sum(comparable(d, old) for d in earlier or [])),
         "fact_changes": fact_changes(old, new),
         "condition_changes": condition_changes(old, new),
         "section_changes": section_changes(old, new),
@@ -594,19 +606,24 @@ def _inconclusive_parts(c: dict) -> str:
 
 
 def _drift_text(cmp: dict) -> str:
-    """Where the comparison's run-to-run drift came from, in a sentence."""
-    runs = cmp.get("drift_runs", 1)
-    measured = sum((f.get("drift") or {}).get("source") == "history" for f in cmp["figures"])
+    """Where each figure's run-to-run drift came from, in a sentence."""
+    figures = cmp["figures"]
+    measured = [f for f in figures if (f.get("drift") or {}).get("source") == "history"]
     assumed = ", ".join(f"{MEASURE_WORDS[k]} ±{v * 100:g} %" for k, v in verdicts.RUN_DRIFT.items())
-    head = "a change between two runs of one host must also pass how far its runs move when nothing changed"
+    head = (
+        "between two runs of one host each figure's p and interval include how far its runs move when "
+        "nothing changed"
+    )
+    runs = cmp.get("drift_runs", 1)
+    where = f"this host's {runs} comparable run(s) up to the old one" if runs > 1 else "the old run alone"
     if measured:
         return (
-            f"{head}; measured for {measured} of {len(cmp['figures'])} figures from this host's "
-            f"{runs} comparable runs up to the old one, assumed for the rest ({assumed})."
+            f"{head}: measured for {len(measured)} of {len(figures)} figures from {where}; assumed for the "
+            f"rest ({assumed}; docs/statistics.md)."
         )
     return (
-        f"{head}; this comparison has {runs} comparable run(s) up to the old one, fewer than "
-        f"{verdicts.HISTORY_MIN_RUNS} to measure it, so it is assumed: {assumed} (docs/statistics.md)."
+        f"{head}: assumed for every figure ({assumed}; docs/statistics.md), as {where} hold fewer than "
+        f"{verdicts.HISTORY_MIN_RUNS} runs of it; `disklab compare HOST` reads the host's earlier runs."
     )
 
 

@@ -539,7 +539,8 @@ def answers(rows: list[dict]) -> list[str]:
             f"Slowest durable sync p50: {_host_link(slow, 'fsync_bench')}, "
             f"{_sync_text(slow['durable_sync'])}, "
             f"of {len(synced)} hosts with a figure (fastest: {_host_link(fast, 'fsync_bench')}, "
-            f"{_sync_text(fast['durable_sync'])}; median {median}); slowest against fastest: "
+            f"{_sync_text(fast['durable_sync'])}; median {median}); slowest against fastest, two hosts "
+            f"picked out of {len(synced)} after the run, one run each, so a description of these runs: "
             f"{markup.md(_sync_verdict(fast, slow))}."
         )
     elif synced:

@@ -39,10 +39,15 @@ verdict says the noise was not recorded.
 rounds of consecutive calls) are taken within seconds of each other. An unchanged host moves between
 runs by more than that spread suggests (a VM's storage changing pace, another guest on the hypervisor):
 two quiet runs of the project's test VM minutes apart gave fsync medians 1.25× apart, each with tight
-rounds. So two runs of one host are called changed only beyond D, the host's own run-to-run drift:
-measured from the medians of its comparable earlier runs where there are :data:`HISTORY_MIN_RUNS` or
-more (:func:`drift_from_runs`), else the default of the figure's kind (:data:`RUN_DRIFT`). A difference
-within D is inconclusive, and more samples cannot decide it: more runs can.
+rounds. So between two runs of one host (:class:`Drift`) a figure's p is the larger of the within-run
+test's and a run-level test's: the log ratio against the spread of the log ratio of two single runs of
+the unchanged host, measured from the medians of its comparable earlier runs where there are
+:data:`HISTORY_MIN_RUNS` or more (Student's t, k - 1 degrees of freedom), else implied by the figure
+kind's assumed drift (:data:`RUN_DRIFT`, a 95 % bound: normal). Its interval is widened by the same
+spread. Both tests must reject for a change (an intersection-union test: its level is each one's), and
+Benjamini–Hochberg runs over those p-values, so the false-discovery rate holds with the drift in it, as
+far as the measured or assumed drift is right. Where the run-level test is what keeps a figure
+undecided, the verdict says that more runs, not more samples, would decide.
 """
 
 from __future__ import annotations
@@ -72,18 +77,19 @@ MIN_EFFECT = {
     "peak_rss": 0.02,  # a load's peak RSS
     "size": 0.02,  # other byte counts
 }
-# The run-to-run drift D of each kind where the host's own runs are too few to measure it: how far one run
-# of an unchanged host may land from another. Measured on the project's test VM (docs/statistics.md): quiet
-# runs minutes apart moved per-call latencies up to 1.41×, durable syncs 1.25×, ceilings 1.54×, load times
-# up to 1.65× at 3 samples a run (1.14× at the median figure); peak RSS not at all.
+# The run-to-run drift D of each kind where the host's own runs are too few to measure it: a 95 % bound on
+# the ratio of two single runs of an unchanged host. Set from what three quiet quick runs of the project's
+# test VM, minutes apart, moved at most (docs/statistics.md): durable syncs 1.25×, a write alone 1.41×,
+# big_write's times and rates 1.22×, the cold parallel ceiling 1.54×, load times 1.65× (3-sample medians),
+# peak RSS not at all. Three runs of one VM are not a 95 % bound for every host: measure yours (3 runs).
 RUN_DRIFT = {
     "durable_sync": 0.50,
     "latency": 0.50,
-    "load_time": 0.30,
-    "time": 0.30,
-    "rate": 0.50,
-    "peak_rss": 0.02,
-    "size": 0.02,
+    "load_time": 0.70,
+    "time": 0.60,
+    "rate": 0.60,
+    "peak_rss": 0.01,
+    "size": 0.01,
 }
 # A host's drift is measured from its earlier runs only from this many run medians (the old run's among
 # them: two runs before it); at most HISTORY_MAX_RUNS, the latest.
@@ -99,6 +105,8 @@ WORDS = {
     "peak_rss": ("larger", "smaller"),
     "size": ("larger", "smaller"),
 }
+# needed_n gives the size a side that decides with this probability (the test's power) at the spread seen.
+POWER = 0.8
 # needed_n says "more than this" rather than a larger number.
 NEEDED_CAP = 200
 # The Hodges–Lehmann estimate's asymptotic efficiency against the mean for normal data is 3/pi
@@ -134,37 +142,57 @@ class Side:
 
 @dataclass
 class Drift:
-    """How far a figure moves between two runs of an unchanged host: a ratio within 1/(1+share)..1+share.
+    """How far a figure moves between two single runs of an unchanged host.
 
-    ``source`` is ``history`` (measured from ``runs`` run medians of this host, :func:`drift_from_runs`)
-    or ``default`` (:data:`RUN_DRIFT`: the host has fewer than :data:`HISTORY_MIN_RUNS` comparable runs).
+    ``spread`` is the standard deviation of the log ratio of two such runs; ``df`` its degrees of freedom
+    (Student's t) where it was measured, None where it is implied by an assumed bound (normal). ``share``
+    is its 95 % bound as a share: a ratio within 1/(1+share)..1+share. ``source`` is ``history``
+    (measured from ``runs`` run medians of this host, :func:`drift_from_runs`) or ``default``
+    (:data:`RUN_DRIFT`, :func:`default_drift`).
     """
 
     share: float
     source: str
     runs: int = 0
+    spread: float = 0.0
+    df: int | None = None
 
     def words(self) -> str:
         if self.source == "history":
-            return f"run-to-run drift ±{_pct(self.share)}, from {self.runs} runs of this host"
+            return f"run-to-run drift ±{_pct(self.share)}, measured from {self.runs} runs of this host"
         return (
-            f"run-to-run drift ±{_pct(self.share)} assumed (fewer than {HISTORY_MIN_RUNS} comparable runs of "
-            "this host to measure it)"
+            f"run-to-run drift ±{_pct(self.share)} assumed (not measured: fewer than {HISTORY_MIN_RUNS} "
+            "comparable runs of this host hold the figure)"
         )
+
+    def quantile(self, p: float) -> float:
+        """The p quantile of the run-level statistic (t with ``df``, else the standard normal)."""
+        return ranktests.t_quantile(p, self.df) if self.df else ranktests.normal_quantile(p)
+
+    def p_value(self, shift: float) -> float:
+        """Two-sided p of a log ratio ``shift`` against the spread of two runs of the unchanged host."""
+        if self.spread <= 0:
+            return 1.0 if shift == 0 else 0.0
+        z = abs(shift) / self.spread
+        upper = 1 - ranktests.t_cdf(z, self.df) if self.df else 0.5 * math.erfc(z / math.sqrt(2))
+        return min(1.0, 2 * upper)
 
 
 def default_drift(measure: str) -> Drift:
-    """The drift of :data:`RUN_DRIFT` for ``measure``."""
-    return Drift(RUN_DRIFT[measure], "default")
+    """The assumed drift of :data:`RUN_DRIFT` for ``measure``: its bound read as 1.96 standard deviations
+    of the log ratio of two runs."""
+    share = RUN_DRIFT[measure]
+    return Drift(share, "default", 0, math.log1p(share) / ranktests.normal_quantile(0.975), None)
 
 
 def drift_from_runs(medians: Sequence[float], level: float = LEVEL) -> Drift | None:
-    """The drift of a figure from the medians of several runs of one host (oldest first; the latest
-    :data:`HISTORY_MAX_RUNS`), or None below :data:`HISTORY_MIN_RUNS` runs or with a value at or below 0.
+    """The drift of a figure from the medians of several comparable runs of one host (oldest first; the
+    latest :data:`HISTORY_MAX_RUNS`), or None below :data:`HISTORY_MIN_RUNS` runs or with a value at or
+    below 0.
 
-    On the log scale the run medians have a standard deviation s (k - 1 degrees of freedom); two single
-    runs then differ by at most t(level, k - 1) · s · sqrt(2) at ``level``, the bound returned (a
-    prediction bound for the log ratio of a new run to one of them, unchanged host assumed).
+    On the log scale the run medians have a standard deviation s (k - 1 degrees of freedom); the log ratio
+    of two single runs then has a standard deviation s · sqrt(2), and its ``level`` bound is
+    t(level, k - 1) · s · sqrt(2) (a prediction bound, unchanged host assumed).
     """
     values = list(medians)[-HISTORY_MAX_RUNS:]
     logs = _logs(values)
@@ -172,8 +200,10 @@ def drift_from_runs(medians: Sequence[float], level: float = LEVEL) -> Drift | N
         return None
     mean = sum(logs) / len(logs)
     s = math.sqrt(sum((v - mean) ** 2 for v in logs) / (len(logs) - 1))
-    bound = ranktests.t_quantile(1 - (1 - level) / 2, len(logs) - 1) * s * math.sqrt(2)
-    return Drift(math.expm1(bound), "history", len(logs))
+    df = len(logs) - 1
+    spread = s * math.sqrt(2)
+    bound = ranktests.t_quantile(1 - (1 - level) / 2, df) * spread
+    return Drift(math.expm1(bound), "history", len(logs), spread, df)
 
 
 @dataclass
@@ -250,8 +280,9 @@ def spread_of_logs(old: list[float], new: list[float]) -> float:
 def needed_n(
     shift: float, sigma: float, t: float, level: float = LEVEL, family_p: float | None = None
 ) -> int:
-    """About how many units a side would decide a figure whose log ratio is ``shift`` at log spread
-    ``sigma``: an interval of half-width z·sigma·sqrt(2/n)·1.023 (Hodges–Lehmann) that clears the band
+    """About how many units a side would decide, four times in five (:data:`POWER`), a figure whose log
+    ratio is ``shift`` at log spread ``sigma``: an interval of half-width (z + z_power)·sigma·sqrt(2/n)·1.023
+    (Hodges–Lehmann) that clears the band
     ±log(1+T) (no change), or, beyond the band, a test that reaches ``family_p`` (changed: the p a
     figure needs to be called among its family, FDR / figures judged, at worst); never fewer than the
     exact test needs to hold an interval and reach that p. Capped at :data:`NEEDED_CAP` + 1 ("more
@@ -262,7 +293,7 @@ def needed_n(
     floor = max(ranktests.smallest_n_reaching(p), ranktests.smallest_n_with_interval(level))
     if sigma <= 0:
         return floor
-    z = ranktests.normal_quantile(1 - p / 2)
+    z = ranktests.normal_quantile(1 - p / 2) + ranktests.normal_quantile(POWER)
     room = abs(shift) if deciding_change else band - abs(shift)
     if room <= 0:
         return NEEDED_CAP + 1
@@ -291,14 +322,26 @@ def _stats(old: Sequence[float], new: Sequence[float], level: float) -> dict | N
     }
 
 
-def _gate(t: float, drift: Drift | None) -> float:
-    """The log ratio a change must pass: T, or the run-to-run drift where that is wider."""
-    return max(math.log1p(t), math.log1p(drift.share) if drift else 0.0)
+def _with_drift(st: dict | None, drift: Drift | None, level: float) -> dict | None:
+    """``st`` between two runs of one host: p the larger of the within-run and run-level p, the interval
+    widened by the run-level spread (each side in quadrature); the within-run values kept apart."""
+    if st is None:
+        return None
+    st = {**st, "p_within": st["p"], "low_within": st["low"], "high_within": st["high"], "p_run": None}
+    if drift is None:
+        return st
+    st["p_run"] = drift.p_value(st["shift"])
+    st["p"] = max(st["p"], st["p_run"])
+    if st["low"] is not None:
+        r = drift.quantile(1 - (1 - level) / 2) * drift.spread
+        st["low"] = st["shift"] - math.hypot(st["shift"] - st["low"], r)
+        st["high"] = st["shift"] + math.hypot(st["high"] - st["shift"], r)
+    return st
 
 
-def _classify(st: dict, q: float, t: float, fdr: float, drift: Drift | None = None) -> str:
+def _classify(st: dict, q: float, t: float, fdr: float) -> str:
     band = math.log1p(t)
-    if q <= fdr and abs(st["shift"]) >= _gate(t, drift) and st["low"] is not None:
+    if q <= fdr and abs(st["shift"]) >= band and st["low"] is not None:
         return CHANGED
     if st["low"] is not None and -band < st["low"] and st["high"] < band:
         return NO_CHANGE
@@ -336,8 +379,12 @@ def judge_many(
     chosen, full = [], []
     for pair in pairs:
         any_disturbed = bool(pair.old.disturbed() or pair.new.disturbed())
-        all_st = _stats(pair.old.values, pair.new.values, level)
-        quiet_st = _stats(pair.old.quiet_values(), pair.new.quiet_values(), level) if any_disturbed else None
+        all_st = _with_drift(_stats(pair.old.values, pair.new.values, level), pair.drift, level)
+        quiet_st = (
+            _with_drift(_stats(pair.old.quiet_values(), pair.new.quiet_values(), level), pair.drift, level)
+            if any_disturbed
+            else None
+        )
         full.append(all_st)
         chosen.append(quiet_st if any_disturbed else all_st)
     judged = [i for i, st in enumerate(chosen) if st is not None]
@@ -399,9 +446,9 @@ def _verdict(
         "drift": None if drift is None else asdict(drift),
         "within_drift": False,
     }
-    gate = _gate(t, drift)
+    band = math.log1p(t)
     would_change = (
-        full is not None and full["p"] <= cut and abs(full["shift"]) >= gate and full["low"] is not None
+        full is not None and full["p"] <= cut and abs(full["shift"]) >= band and full["low"] is not None
     )
     if st is None:
         if full is None and pair.old.values and pair.new.values:
@@ -431,18 +478,27 @@ def _verdict(
             "n_new": len(pair.new.quiet_values()),
             "smallest_p": None,
             "needed_n": None,
+            "p_within": None,
+            "p_run": None,
+            "low_within": None,
+            "high_within": None,
             "why": why,
         }
-    verdict = _classify(st, q, t, fdr, drift)
+    verdict = _classify(st, q, t, fdr)
     if used_quiet and verdict == INCONCLUSIVE and would_change:
         verdict = DISTURBED
-    # the runs differ beyond T, significantly, but by no more than this host's runs drift
+    # undecided by the run-level part: beyond T, the run-level p is what is too large; within T, the
+    # within-run interval lies inside ±T but the run-to-run spread widens it past
     within_drift = (
         verdict == INCONCLUSIVE
         and drift is not None
-        and q <= fdr
-        and st["low"] is not None
-        and math.log1p(t) <= abs(st["shift"]) < gate
+        and st["low_within"] is not None
+        and st["smallest_p"] <= 1 - level
+        and (
+            st["p_run"] > st["p_within"]
+            if abs(st["shift"]) >= band
+            else -band < st["low_within"] and st["high_within"] < band
+        )
     )
     direction = None
     if verdict == CHANGED or (verdict == DISTURBED and full):
@@ -468,6 +524,10 @@ def _verdict(
         "n_new": st["n_new"],
         "smallest_p": st["smallest_p"],
         "needed_n": need,
+        "p_within": st["p_within"],
+        "p_run": st["p_run"],
+        "low_within": None if st["low_within"] is None else math.exp(st["low_within"]),
+        "high_within": None if st["high_within"] is None else math.exp(st["high_within"]),
         "within_drift": within_drift,
         "why": _why(verdict, st, q, t, fdr, level, need, full, drift, within_drift),
     }
@@ -480,16 +540,22 @@ def _pct(share: float) -> str:
 def _why(verdict, st, q, t, fdr, level, need, full, drift: Drift | None = None, within_drift=False) -> str:
     """The verdict's reason in a few words (what decided it, or what would)."""
     band = f"±{_pct(t)}"
+    if within_drift and abs(st["shift"]) >= math.log1p(t):
+        return (
+            f"the runs differ (within-run p = {st['p_within']:.2g}) beyond {band}, but by no more than the "
+            f"{drift.words()} allows (run-level p = {st['p_run']:.2g}): more samples cannot tell a changed "
+            "host from that, more runs can"
+        )
     if within_drift:
         return (
-            f"the runs differ (q = {q:.2g}) beyond {band}, but within the {drift.words()}: more samples "
-            "cannot tell a changed host from that, more runs can"
+            f"the runs agree within {band}, but the {drift.words()} widens the interval past it: more "
+            "runs, not more samples, would show no change"
         )
+    drifted = f", the {drift.words()} included" if drift is not None else ""
     if verdict == CHANGED:
-        past = f" and the {drift.words()}" if drift is not None and drift.share > t else ""
-        return f"q = {q:.2g} <= {fdr:g} and the ratio is beyond {band}{past}"
+        return f"q = {q:.2g} <= {fdr:g} and the ratio is beyond {band}{drifted}"
     if verdict == NO_CHANGE:
-        return f"the {level * 100:g} % interval lies inside {band}"
+        return f"the {level * 100:g} % interval lies inside {band}{drifted}"
     if verdict == DISTURBED:
         return (
             f"all units together would be called changed ({math.exp(full['shift']):.2f}×), but the "
@@ -527,7 +593,8 @@ def interval_text(j: dict) -> str:
     level = f"{j['level'] * 100:g} %"
     if j.get("low") is None:
         return f"no {level} interval at n = {min(j['n_old'], j['n_new'])} a side"
-    return f"{level} interval {ratio_text(j['low'])}..{ratio_text(j['high'])}"
+    drifted = ", run-to-run drift included" if j.get("drift") else ""
+    return f"{level} interval {ratio_text(j['low'])}..{ratio_text(j['high'])}{drifted}"
 
 
 def sentence(j: dict) -> str:
@@ -556,7 +623,8 @@ def sentence(j: dict) -> str:
     tail = "" if j["verdict"] in (CHANGED, NO_CHANGE) else f"; {j['why']}"
     judged = "; judged on the undisturbed units" if j["noise"]["judged_on"] == "undisturbed" else ""
     busy = "".join(f"; {r}" for r in j["noise"]["reasons"])
-    return f"{head} ({interval_text(j)}; {j['test']}; {n}{q}; {t}{judged}{tail}{busy})"
+    drift = f"; {Drift(**j['drift']).words()}" if j.get("drift") and not tail else ""
+    return f"{head} ({interval_text(j)}; {j['test']}; {n}{q}; {t}{drift}{judged}{tail}{busy})"
 
 
 def _short_test(j: dict) -> str:
@@ -581,9 +649,9 @@ def brief(j: dict) -> str:
         return f"disturbed: not called changed, the host was busy ({ratio_text(j['ratio'])}{busy})"
     if j.get("within_drift"):
         drift = Drift(**j["drift"]).words()
-        return (
-            f"inconclusive: the runs differ ({ratio_text(j['ratio'])}, {interval}; {n}), within the {drift}"
-        )
+        if abs(math.log(j["ratio"])) >= math.log1p(j["min_effect"]):
+            return f"inconclusive: the runs differ ({ratio_text(j['ratio'])}; {n}), within the {drift}"
+        return f"inconclusive: the runs agree within ±{_pct(j['min_effect'])}, but the {drift} is wider"
     need = f"more than {NEEDED_CAP}" if j["needed_n"] > NEEDED_CAP else f"about {j['needed_n']}"
     if j["low"] is None or j["smallest_p"] > 1 - j["level"]:
         return f"inconclusive: {n} cannot decide ({ratio_text(j['ratio'])}; {need} a side would)"
@@ -631,5 +699,6 @@ def expected_false_calls(n_judged: int, fdr: float = FDR) -> str:
         f"Benjamini–Hochberg at q = {fdr:g} over {n_judged} judged figure{'s' if n_judged != 1 else ''}: "
         f"of the figures called changed, at most {fdr * 100:g} % are expected to be false calls, and "
         f"where nothing changed the chance of any call is at most {fdr * 100:g} % (each figure tested "
-        f"alone at p < {fdr:g} would expect {n_judged * fdr:.1f} false calls)"
+        f"alone at p < {fdr:g} would expect {n_judged * fdr:.1f} false calls); between two runs of one "
+        "host this holds as far as each figure's run-to-run drift, measured or assumed, is right"
     )
