@@ -361,8 +361,8 @@ def test_a_missing_or_wrong_vault_password_is_one_line_naming_the_file_and_nothi
     proc = _disklab(fleet, "audit", "-i", "inventory.yml")
     assert proc.returncode == 1
     assert (
-        "disklab audits: no host ran: group_vars/fleet/vault.yml (the hosts of group fleet) is "
-        "vault-encrypted and no vault password was given: add --vault-password-file FILE, --vault-id ID or "
+        "disklab audits: no host ran: group_vars/fleet/vault.yml (the hosts of group fleet): "
+        "vault-encrypted, and no vault password was given: add --vault-password-file FILE, --vault-id ID or "
         "--ask-vault-pass"
     ) in proc.stderr.splitlines()
     (tmp_path / "wrong").write_text("not the password\n")

@@ -419,6 +419,24 @@ def test_the_bounds_on_size_nesting_and_alias_loops_are_each_named(tmp_path):
         assert str(caught.value) == expected
 
 
+def test_a_fifo_or_a_device_as_the_predictions_file_is_refused_without_reading_it(tmp_path):
+    """A FIFO blocked `disklab report` (and every run, which renders at its end) forever; /dev/zero never
+    ended. Each is refused at once, in one line, and the render stamp names it without reading it."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    path = reports / "predictions.yml"
+    for make, kind in (
+        (os.mkfifo, "a FIFO (named pipe)"),
+        (lambda p: p.symlink_to("/dev/zero"), "a character device"),
+    ):
+        make(path)
+        assert predictions.stamp(reports) == f"predictions unreadable: not a regular file but {kind}"
+        with pytest.raises(predictions.PredictionsError) as caught:
+            predictions.load(reports)
+        assert str(caught.value) == f"{path}: refused before reading: not a regular file but {kind}"
+        path.unlink()
+
+
 def test_a_value_shown_in_a_refusal_is_cut_short(tmp_path):
     reports = tmp_path / "reports"
     _write(reports, {"all": {FSYNC: {"value": list(range(5000)), "unit": "us"}}})

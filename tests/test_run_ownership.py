@@ -380,6 +380,17 @@ def test_a_misspelled_setting_is_refused_by_run_and_by_audit(tmp_path, command, 
     assert not (tmp_path / "root").exists() and not (tmp_path / "wb").exists()  # refused before any work
 
 
+@pytest.mark.slow
+def test_steps_given_as_name_equals_a_comma_list_reach_the_host_as_a_list(tmp_path):
+    """-e lab_run_steps=fsync_bench,crash is a string to Ansible; the argument spec's type list splits it at
+    its commas, and so must what the host gets (the preflight refused steps 'f', 's', 'y', ...)."""
+    inv = write_local_inventory(tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb")
+    proc = run_disklab("run", "-i", str(inv), "--check", "-e", "lab_run_steps=fsync_bench,crash",
+                       reports=tmp_path / "reports")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "localhost: check ok" in proc.stdout
+
+
 @pytest.mark.heavy
 def test_a_plain_playbook_owns_its_run_after_its_begin_task_ends(tmp_path):
     # Ansible runs each task in a forked worker (also named ansible-playbook) that exits when the task

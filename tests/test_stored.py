@@ -385,6 +385,18 @@ def test_a_run_moved_into_another_hosts_directory_is_named_by_every_reader_and_n
     assert audit_named in rep.stderr
     assert _sums(reports) == before  # nothing moved, rewritten or lost
 
+    # a run copied within its own host's runs/ under another name is not a second run
+    copy = reports / "alpha" / "runs" / "20261201T090000Z.json"
+    copy.write_bytes((reports / "alpha" / "runs" / "20261201T100000Z.json").read_bytes())
+    said = f"{copy}: results file of run '20261201T100000Z', stored under the name '20261201T090000Z'"
+    hist = run_disklab("history", "alpha", "--json", reports=reports)
+    assert hist.returncode == 1 and said in hist.stderr
+    assert [r["run_id"] for r in json.loads(hist.stdout)["runs"]] == ["20261201T100000Z"]
+    runs = run_disklab("runs", "--json", "alpha", reports=reports)
+    assert runs.returncode == 1 and said in runs.stderr
+    assert [r["run_id"] for r in json.loads(runs.stdout)["runs"]] == ["20261201T100000Z"]
+    copy.unlink()
+
     # the store refuses a fetched file that names another host, and keeps it as it came
     staging = store.incoming_dir(reports, "20261205T100000Z")
     staging.mkdir(parents=True)

@@ -164,6 +164,17 @@ def test_a_vaulted_extra_vars_file_is_passed_unread(tmp_path):
     vaulted.write_text("$ANSIBLE_VAULT;1.1;AES256\n6162\n")
     opts = passthrough.build(_args(extra=[f"@{vaulted}"]), [])
     assert opts.connect == ["-e", f"@{vaulted.resolve()}"] and opts.variables == opts.extravars == {}
+    # run without its password, Ansible stops before any host: the one line names that -e file
+    from disklab import diagnose
+
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("all: {hosts: {h: {}}}\n")
+    said = diagnose.no_host_ran("ERROR! Attempting to decrypt but no vault secrets found", inventory,
+                                [f"@{vaulted.resolve()}", "@" + str(inventory)])  # fmt: skip
+    assert said == (
+        f"-e @{vaulted.resolve()}: vault-encrypted, and no vault password was given: add "
+        "--vault-password-file FILE, --vault-id ID or --ask-vault-pass"
+    )
 
 
 # Every form of -e (issue 40, item 4), each as one ansible-playbook command line gives it, in order.

@@ -19,6 +19,8 @@ nodes of work and the file's own size in memory.
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,16 +93,40 @@ class _BoundedLoader(yaml.SafeLoader):
         return node
 
 
+_KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
+
+
+def open_regular(path: Path):
+    """``path`` opened for reading in binary, refused (BoundError) unless it is a regular file: a FIFO or a
+    device would block the read, or never end it. Opened without blocking and checked on the open file,
+    so nothing can swap it between the check and the read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise BoundError(f"not a regular file but {_KINDS.get(stat.S_IFMT(mode), 'a special file')}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_text(path: Path, bounds: Bounds) -> str:
-    """The file's text, read only when it is at most ``bounds.max_bytes`` (checked before reading, and
-    again on what was read, should it have grown). Raises BoundError past the bound, and OSError or
-    UnicodeDecodeError as reading does."""
+    """The file's text, read only when it is a regular file of at most ``bounds.max_bytes`` (checked
+    before reading, and again on what was read, should it have grown). Raises BoundError past the bound
+    or for a file that is not a regular one, and OSError or UnicodeDecodeError as reading does."""
     limit = bounds.max_bytes
-    size = Path(path).stat().st_size
-    if size <= limit:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-        size = len(data)
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(limit + 1) if size <= limit else b""
+    size = max(size, len(data))
     if size > limit:
         raise BoundError(f"{size:,} bytes; the bound is {limit:,} bytes ({limit / 2**20:g} MiB)")
     return data.decode("utf-8")

@@ -304,7 +304,9 @@ def _run_locked(passed, playbook, kind, inventory, reports, run_id, extravars, l
     if not status:
         from disklab import diagnose
 
-        said = diagnose.no_host_ran(run.output_tail, inventory)
+        words = passed.connect
+        extra = [w for i, w in enumerate(words) if i and words[i - 1] == "-e" and w.startswith("@")]
+        said = diagnose.no_host_ran(run.output_tail, inventory, extra)
         why = (
             f"--limit {_names(limit)} matches no host of {inventory}"
             if limit

@@ -25,21 +25,29 @@ def vaulted_files(inventory: Path) -> list[Path]:
     return found
 
 
-def no_host_ran(output: str, inventory: Path) -> str | None:
-    """One line for the Ansible error in ``output`` that stopped the play before any host, or None."""
+def no_host_ran(output: str, inventory: Path, extra_files: list[str] | None = None) -> str | None:
+    """One line for the Ansible error in ``output`` that stopped the play before any host, or None.
+
+    ``extra_files``: the ``-e @FILE`` words given, whose vault-encrypted files are named too."""
     if "no vault secrets found" in output or "Decryption failed" in output:
-        files = vaulted_files(inventory)
-        where = (
-            ", ".join(_owner(p, Path(inventory).resolve().parent) for p in files)
-            or "the inventory's variables"
-        )
+        files = [_owner(p, Path(inventory).resolve().parent) for p in vaulted_files(inventory)]
+        files += [f"-e {word}" for word in extra_files or [] if _vaulted(Path(word[1:]))]
+        where = ", ".join(files) or "a vault-encrypted file of the inventory's variables or an -e @FILE"
         if "Decryption failed" in output:
             return f"{where}: the vault password given does not open it (Ansible: Decryption failed)"
         return (
-            f"{where} is vault-encrypted and no vault password was given: add --vault-password-file FILE, "
+            f"{where}: vault-encrypted, and no vault password was given: add --vault-password-file FILE, "
             "--vault-id ID or --ask-vault-pass"
         )
     return None
+
+
+def _vaulted(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(_VAULT_MARK)).decode("ascii", "replace") == _VAULT_MARK
+    except OSError:
+        return False
 
 
 def _owner(path: Path, base: Path) -> str:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 import reprlib
 from pathlib import Path
@@ -95,13 +96,15 @@ def stamp(reports: Path) -> str:
     digest of its bytes, ``absent``, or ``unreadable`` with the error."""
     digest = hashlib.sha256()
     try:
-        with open(path_of(reports), "rb") as f:  # in chunks: refusing a file past its size is load's job
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-        return "predictions " + digest.hexdigest()
+        # a regular file only (a FIFO would block here), and no more of it than load would read: a file past
+        # its bound is refused there, and its size is in the stamp
+        with boundedyaml.open_regular(path_of(reports)) as f:
+            digest.update(f.read(BOUNDS.max_bytes + 1))
+            size = os.fstat(f.fileno()).st_size
+        return f"predictions {size} {digest.hexdigest()}"
     except FileNotFoundError:
         return "predictions absent"
-    except OSError as exc:
+    except (OSError, boundedyaml.BoundError) as exc:
         return f"predictions unreadable: {exc}"
 
 

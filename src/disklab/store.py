@@ -62,6 +62,18 @@ def discard_incoming(reports: Path, run_id: str) -> None:
         (reports / ".incoming").rmdir()
 
 
+def _why_nothing_fetched(host: str, outcome, outcomes: dict) -> str:
+    """Why an ok host has no results: its own, or, where another host failed at the task this one stopped
+    at (the refusals before any work end the play for every host), that host's refusal."""
+    for other, o in outcomes.items():
+        if other != host and o.status in ("failed", "unreachable") and o.task and o.task == outcome.task:
+            return (
+                f"not run: the play stopped for every host, before any work, when host {other!r} failed at "
+                f"{o.task!r}: {o.message or 'no message'}"
+            )
+    return "no results file was fetched from this host"
+
+
 def store_fetched(
     reports: Path, run_id: str, kind: str, outcomes: dict[str, HostOutcome], *, fetched: bool = True
 ) -> dict[str, str]:
@@ -122,7 +134,7 @@ def store_fetched(
             continue
         stored_here = host in kept_facts or (host_dir / kind / f"{run_id}.json").exists()
         if fetched and outcome.status == "ok" and not stored_here:
-            outcome.status, outcome.message = "failed", "no results file was fetched from this host"
+            outcome.status, outcome.message = "failed", _why_nothing_fetched(host, outcome, outcomes)
         if outcome.status != "ok":
             stored.write(
                 host_dir / "failures" / f"{run_id}.json",

@@ -433,6 +433,8 @@ def validity_key(data: bytes, kind: str) -> str:
 
 # Kinds whose files name their host (``host``): such a file is that host's, wherever it lies.
 NAMES_HOST = ("results", "audit")
+# The directories of a host's stored files, each named <run_id>.json (disklab.store).
+STORED_DIRS = ("runs", "audits")
 
 
 def read(
@@ -445,7 +447,8 @@ def read(
     that pass is added to it. Stored runs never change, so re-rendering them need not validate again.
     With ``host`` (the host whose directory, or staged file name, ``path`` is: disklab.store), a file of
     a kind in :data:`NAMES_HOST` that names another host is refused, naming both: a run moved or copied
-    from another host's ``runs/`` is not this host's.
+    from another host's ``runs/`` is not this host's; and one in its ``runs/`` or ``audits/`` whose name is
+    not its run id is refused too: a copy under another name is not a second run.
     """
     path = Path(path)
     try:
@@ -469,6 +472,12 @@ def read(
         raise StoredFileError(
             f"{path}: {kind} file of host {doc.get('host')!r}, found among the files of host {host!r}: a "
             f"file moved or copied from another host's directory is not this host's (left out, as it is)"
+        )
+    run_id = doc.get("run_id")
+    if host is not None and kind in NAMES_HOST and path.parent.name in STORED_DIRS and run_id != path.stem:
+        raise StoredFileError(
+            f"{path}: {kind} file of run {run_id!r}, stored under the name {path.stem!r}: a copy under "
+            "another name is not another run (left out, as it is)"
         )
     return doc
 
