@@ -159,7 +159,11 @@ def test_an_older_directory_that_held_both_hosts_is_sorted_out_by_the_host_each_
         "results",
         _results(host="web1", run_id="20261203T100000Z"),
     )  # fmt: skip  (the same directory here)
-    stored.write(reports / "DGX" / "runs" / "20261201T100000Z.json", "results", _results(host="DGX"))
+    stored.write(
+        reports / "DGX" / "runs" / "20261201T100000Z.json",
+        "results",
+        _results(host="DGX", run_id="20261201T100000Z"),
+    )
     assert sorted(os.listdir(reports)) == ["DGX", "Web1"]  # web1's went into Web1/, as the older rule did
     before = sorted(_sums(reports).values())
     proc = run_disklab("report", reports=reports)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -89,7 +90,9 @@ def test_a_full_or_read_only_reports_directory_is_one_line_at_each_place_and_not
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
         dead.wait()
         ownership.write_owner(incoming, staged_id, "runs", inv, [dead.pid])
-        shutil.copy(OLD_RUN, incoming / "oldhost.json")
+        # the results it fetched, of its own run id (a host's results name the run that made them)
+        fetched = {**json.loads(OLD_RUN.read_text()), "run_id": staged_id}
+        (incoming / "oldhost.json").write_text(json.dumps(fetched))
         before = checksums(reports)
         assert len(before) == 3, before  # the audit, its run record, the old run
         host_files = sorted((tmp_path / "root").rglob("*"))
@@ -146,9 +149,10 @@ def test_a_full_or_read_only_reports_directory_is_one_line_at_each_place_and_not
             f"run {staged_id} (started" in again.stderr
             and "stored what it had fetched: oldhost ok" in again.stderr
         )
-        assert stored.read(reports / "oldhost" / "runs" / f"{staged_id}.json", "results") == stored.read(
-            OLD_RUN, "results"
-        )
+        assert stored.read(reports / "oldhost" / "runs" / f"{staged_id}.json", "results") == {
+            **stored.read(OLD_RUN, "results"),
+            "run_id": staged_id,
+        }
         after = checksums(reports)
         assert {k: after[k] for k in before} == before
 

@@ -354,6 +354,7 @@ def test_check_mode_on_a_fresh_host_changes_nothing_and_a_failure_names_its_kept
 def test_a_truncated_older_run_is_named_and_the_latest_still_renders(tmp_path):
     reports = tmp_path / "reports"
     good = _results_doc(fsync_bench={"status": "not_run", "reason": "test", "step_wall_s": 0})
+    good["run_id"] = "20261201T120000Z"  # a stored run's file is named by its run id
     stored.write(reports / "h1" / "runs" / "20261201T120000Z.json", "results", good)
     older = reports / "h1" / "runs" / "20261201T110000Z.json"
     older.write_text('{"file_kind": "results", "schema_version": 2, "run_id": "2026')
@@ -384,7 +385,9 @@ def test_a_misspelled_setting_is_refused_by_run_and_by_audit(tmp_path, command, 
 def test_steps_given_as_name_equals_a_comma_list_reach_the_host_as_a_list(tmp_path):
     """-e lab_run_steps=fsync_bench,crash is a string to Ansible; the argument spec's type list splits it at
     its commas, and so must what the host gets (the preflight refused steps 'f', 's', 'y', ...)."""
-    inv = write_local_inventory(tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb")
+    inv = write_local_inventory(
+        tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb", lab_run_workbench_create=True
+    )
     proc = run_disklab("run", "-i", str(inv), "--check", "-e", "lab_run_steps=fsync_bench,crash",
                        reports=tmp_path / "reports")  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -407,3 +407,11 @@ def test_a_run_moved_into_another_hosts_directory_is_named_by_every_reader_and_n
     failure = stored.read(reports / "beta" / "failures" / "20261205T100000Z.json", "failure")
     assert "results file of host 'alpha', found among the files of host 'beta'" in failure["message"]
     assert not (reports / "beta" / "runs" / "20261205T100000Z.json").exists()
+    # and one that holds another run's results: stored under this run's id, it would be a copy
+    staging = store.incoming_dir(reports, "20261206T100000Z")
+    staging.mkdir(parents=True)
+    (staging / "beta.json").write_text(json.dumps(_results(host="beta", run_id="20261201T100000Z")))
+    status = store.store_fetched(reports, "20261206T100000Z", "runs", {"beta": HostOutcome(host="beta")})
+    assert status == {"beta": "failed"} and (staging / "beta.json").exists()
+    failure = stored.read(reports / "beta" / "failures" / "20261206T100000Z.json", "failure")
+    assert "results of run '20261201T100000Z', fetched for run '20261206T100000Z'" in failure["message"]

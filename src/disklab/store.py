@@ -108,6 +108,11 @@ def store_fetched(
         try:
             if as_kind == "runs":
                 doc = stored.read(path, "results", host=host)
+                if doc.get("run_id") != run_id:  # stored under its own id, as every reader checks
+                    raise stored.StoredFileError(
+                        f"{path}: results of run {doc.get('run_id')!r}, fetched for run {run_id!r}: kept as "
+                        "it came, not stored"
+                    )
                 stored.write(dest, "results", doc)
                 failed = {  # a step that failed, or one with a part that failed (partial)
                     n: s.get("error") or "; ".join(s.get("failed_parts") or [])
