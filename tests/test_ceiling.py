@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from disklab import figures, report, schemas
+from disklab import figures, plotting, report, schemas
 from disklab.sections import ceiling as section_mod
 from disklab.sections import evidence
 from disklab_host import registry
@@ -51,8 +51,13 @@ def test_ceiling_reads_cold_and_warm_and_leaves_nothing(measured):
         assert run["io"]["process"]["read_bytes"] == 0  # served by the page cache
     assert section["cold_mib_s"]["n"] == ceiling.REPEATS and section["warm_mib_s"]["n"] == ceiling.REPEATS
     assert [p.name for p in workdir.iterdir()] == ["cold_copies"]
-    x = section_mod.build(section, {"experiments": {"ceiling": section}, "facts": {}}, workdir)
+    drawn = []
+    with pytest.MonkeyPatch.context() as mp:  # the picture is drawn from the run table's own reads
+        mp.setattr(plotting, "draw_once", lambda path, data, draw, *code: drawn.append(data))
+        x = section_mod.build(section, {"experiments": {"ceiling": section}, "facts": {}}, workdir)
     assert x["ok"] and x["cold"]["median"] == section["cold_mib_s"]["median"] and len(x["runs"]) == 9
+    assert x["plot"] == f"{workdir.name}/ceiling_runs.png"
+    assert sorted(map(tuple, drawn[0])) == sorted((r["kind"], r["mib_s"], r["good"]) for r in x["runs"])
 
 
 def test_the_parallel_ceiling_reads_the_whole_file_direct_in_streams_and_proves_it_cold(measured):
@@ -227,7 +232,8 @@ def test_the_report_names_the_parallel_settings_and_what_the_proof_means(measure
     assert "a queue depth of 4" in md and "With O_DIRECT the page cache is bypassed" in md
     assert "Parallel over one stream, cold: 2.5×: what a loader that reads in parallel with direct I/O" in md
     assert md.count("| parallel |") == ceiling.REPEATS  # each parallel run, with its residency after
-    assert "cache below this OS unless it also beats this.\n\n| run |" in md
+    assert "cache below this OS unless it also beats this.\n\n![Each read of this host's ceilings" in md
+    assert "with the median of those counted](" in md and ".png)\n\n| run |" in md
 
 
 def test_the_parallel_ceiling_is_a_figure_of_its_own_for_compare_export_and_history(measured):

@@ -68,7 +68,7 @@ def test_identical_but_widely_spread_samples_do_not_prove_no_change(runs):
     assert f["verdict"] == INCONCLUSIVE and f["direction"] is None
     assert f["ratio"] == 1.0 and f["median_ratio"] == 1.0 and f["p"] == pytest.approx(1.0)
     assert f["low"] < 1 / 1.1 and f["high"] > 1.1  # the 95 % interval crosses ±T
-    assert "the interval crosses ±10 %" in f["why"] and f["needed_n"] > 5
+    assert "the 90 % interval crosses ±10 %" in f["why"] and f["needed_n"] > 5
     assert f["unit"] == "ns" and f["measure"] == "latency" and (f["n_old"], f["n_new"]) == (5, 5)
     assert (
         f["old"]
@@ -434,3 +434,19 @@ def test_the_runs_own_workbench_and_noise_context_are_compared_as_facts(runs):
     assert changes["workbench.fstype"] == ("ext4", "xfs")
     assert changes["noise_context.governor.governors"] == (["powersave"], ["performance"])
     assert "workbench.collected_utc" not in changes and "noise_context.swap.free_bytes" not in changes
+
+
+def test_how_a_run_found_the_delay_accounting_switch_is_a_changed_fact_only_with_its_state(runs):
+    """Two runs that both recorded blocked I/O differ only in why (one found the switch left on by a
+    killed run): no changed fact. A run that could not record it is one, with its why."""
+    old, new = copy.deepcopy(runs[0]), copy.deepcopy(runs[1])
+    old["noise_context"] = {"delay_accounting": {"state": "turned_on", "why": "was 0; the lab set it to 1"}}
+    new["noise_context"] = {
+        "delay_accounting": {"state": "turned_on", "why": "was 1, left on by a killed run"}
+    }
+    paths = {c["path"] for c in compare_runs(old, new)["fact_changes"]}
+    assert not {p for p in paths if p.startswith("noise_context")}
+    new["noise_context"] = {"delay_accounting": {"state": "off", "why": "not root"}}
+    changes = {c["path"]: (c["old"], c["new"]) for c in compare_runs(old, new)["fact_changes"]}
+    assert changes["noise_context.delay_accounting.state"] == ("turned_on", "off")
+    assert changes["noise_context.delay_accounting.why"][1] == "not root"

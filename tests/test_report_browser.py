@@ -241,6 +241,8 @@ def test_a_host_report_and_the_index_show_their_sections_tables_and_plots(tmp_pa
     assert shown["tables"] >= 4 and shown["first_table_rows"] > 5 and shown["first_table_width"] > 200
     plots = {img["src"]: img for img in shown["images"]}
     assert "plots/fsync_bench_latency.png" in plots, shown["images"]
+    # the page-cache layers, as pictures beside their tables (the other sections' pictures: below)
+    assert {"plots/write_buffering_layers.png", "plots/big_write_layers.png"} <= set(plots), sorted(plots)
     for img in shown["images"]:  # every plot loaded (a broken image has naturalWidth 0) and fits the window
         assert img["complete"] and img["natural_width"] > 0, img
         assert 0 < img["shown_width"] <= WINDOW[0], img
@@ -254,6 +256,8 @@ def test_a_host_report_and_the_index_show_their_sections_tables_and_plots(tmp_pa
     index = browser.load(next(link["url"] for link in shown["links"] if link["href"] == "../index.html"))
     browser.screenshot(tmp_path / "index-html.png")
     assert index["title"] == "disklab fleet index" and index["first_section"] == "The fleet's answers"
+    assert [img["src"] for img in index["images"]][:1] == ["fleet-plots/durable_sync_p50.png"]
+    assert all(img["complete"] and img["natural_width"] > 0 for img in index["images"]), index["images"]
     assert index["tables"] >= 2 and index["first_table_rows"] == 2  # the header and linuxbox
     to_report = [link["url"] for link in index["links"] if link["href"] == "linuxbox/report.html"]
     assert to_report and set(to_report) == {host_page.as_uri()}  # from the answers and the runs table
@@ -307,7 +311,14 @@ def test_every_in_page_link_leads_to_its_heading_and_no_tag_shows_as_text(tmp_pa
     pages = [md.with_suffix(".html").resolve() for md in two_hosts_every_section(reports, full_doc)]
     followed, other_pages = 0, set()
     for page in pages:
-        browser.load(page.as_uri())
+        shown = browser.load(page.as_uri())
+        assert all(img["complete"] and img["natural_width"] > 0 for img in shown["images"]), shown["images"]
+        srcs = {img["src"] for img in shown["images"]}
+        if page.parent.name == "linuxbox":  # every step's pictures beside their tables
+            pictures = {"powercut_verdicts", "load_peak_rss", "crash_bytes", "crash_layers", "load_stages"}
+            assert {f"plots/{name}.png" for name in pictures} <= srcs, srcs
+        if page.name == "fleet.html":  # the power-cut verdicts, recipe by host
+            assert "fleet-plots/powercut_verdicts.png" in srcs, srcs
         seen = browser.evaluate(LINKS_AND_TEXT)
         assert not TAG_TEXT.search(seen["shown"]), (page, TAG_TEXT.search(seen["shown"]))
         for href in seen["links"]:

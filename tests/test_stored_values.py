@@ -285,7 +285,8 @@ def test_the_fleet_plots_leave_out_what_a_log_axis_cannot_place_and_say_so(tmp_p
 
     plots = fleet.plots(tmp_path, [row("a", math.inf, 0.0), row("b", 0.0, math.nan)])
     note = "2 of 2 hosts' durable sync p50 are 0 or less, or not finite, and not shown"
-    assert plots["sync"] == {"path": None, "note": note}
+    assert plots["sync"] == {"path": None, "note": note, "alt": "Durable sync p50, one point per host"}
+    assert plots["powercut"]["path"] is None  # these rows hold no power-cut verdict: no grid
     assert plots["load_cold"]["path"] is None and plots["load_cold"]["note"].startswith("2 of 2 ")
     plots = fleet.plots(tmp_path, [row("a", math.inf, 0.0), row("b", 40.0, 1.5)])
     assert plots["sync"]["path"] == f"{fleet.PLOT_DIR}/{fleet.SYNC_PLOT}"

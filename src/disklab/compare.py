@@ -65,9 +65,9 @@ RULE = (
     "two-sided Mann–Whitney U test (exact up to 40 pooled units, else the normal approximation), the "
     "Hodges–Lehmann ratio (new/old) with its 95 % interval, Benjamini–Hochberg over the figures at "
     f"q = {verdicts.FDR:g}; changed when q <= {verdicts.FDR:g} and the ratio is beyond ±T and the "
-    "host's run-to-run drift ±D, no change "
-    "when the interval lies inside ±T, inconclusive otherwise; disturbed when the change rests on "
-    "samples taken while the host was busy (docs/statistics.md)"
+    "host's run-to-run drift ±D, no change when the ratio's 90 % interval lies inside ±T (two one-sided "
+    "tests at 5 % each), inconclusive otherwise; disturbed when the change rests on samples taken while "
+    "the host was busy (docs/statistics.md)"
 )
 # Run-level settings and facts compared alongside the audit's facts: a profile change makes figures
 # incomparable; ``workbench`` is the run's own workbench (the filesystem the steps wrote to, results 4
@@ -83,6 +83,9 @@ NOT_FACTS = {
     "noise_context.swap.free_bytes",
     "noise_context.delay_accounting.restored",
 }
+# Leaves that only explain another leaf: shown when the leaf they explain changed (how a run found the
+# delay-accounting switch is said in ``why``; whether it recorded blocked I/O is ``state``).
+EXPLAINS = {"noise_context.delay_accounting.why": "noise_context.delay_accounting.state"}
 
 
 # The audit's quiet-host checks (load average, busy processes, pressure ...) describe the moment of the
@@ -142,6 +145,9 @@ def fact_changes(old: dict, new: dict) -> list[dict]:
     for path in sorted(paths - NOT_FACTS):
         a = flat_old.get(path, _NOT_RECORDED)
         b = flat_new.get(path, _NOT_RECORDED)
+        explained = EXPLAINS.get(path)
+        if explained and flat_old.get(explained) == flat_new.get(explained):
+            continue
         if a != b:
             changes.append({"path": path, "old": a, "new": b})
     return changes
@@ -545,6 +551,9 @@ def _verdict_cell(f: dict) -> str:
 def _ratio_cell(f: dict) -> str:
     if f["ratio"] is None:
         return "n/a"
+    if f["verdict"] == verdicts.NO_CHANGE and f.get("eq_low") is not None:
+        low, high = verdicts.ratio_text(f["eq_low"]), verdicts.ratio_text(f["eq_high"])
+        return f"{verdicts.ratio_text(f['ratio'])} ({low}..{high}, {f['eq_level'] * 100:g} %)"
     if f["low"] is None:
         return f"{verdicts.ratio_text(f['ratio'])} (no interval)"
     low, high = verdicts.ratio_text(f["low"]), verdicts.ratio_text(f["high"])
@@ -677,7 +686,14 @@ def render_compare_text(cmp: dict, show_all: bool = False) -> str:
         lines.append("  none found in both runs")
     elif figures:
         lines.append("")
-        head_row = ["figure", "median old -> new", "ratio (95 % interval)", "verdict", "n a side", "test"]
+        head_row = [
+            "figure",
+            "median old -> new",
+            "ratio (95 % interval; 90 % for no change)",
+            "verdict",
+            "n a side",
+            "test",
+        ]
         rows = _table([_row(f) for f in figures], head_row)
         lines += rows[:2]
         for f, row in zip(figures, rows[2:], strict=True):

@@ -15,7 +15,8 @@ method; the host's own ceilings (``experiments.ceiling.cold_mib_s``, ``warm_mib_
 has no first_response figure: its cells say "not measured in this run"; a cell whose samples all failed
 their cache proof says it was measured and that none was proven (a loader reading with O_DIRECT has no
 provable warm state, nor has a network filesystem that drops the page cache at open). Two plots (load
-at all_touched, durable sync p50), one point per host, under ``reports/fleet-plots/``. With more than
+at all_touched, durable sync p50), one point per host, and a grid of the power-cut verdicts, host by
+host, under ``reports/fleet-plots/``. With more than
 :data:`MAX_COLUMNS` hosts the tables turn round (hosts as rows), so they stay
 readable.
 """
@@ -30,6 +31,8 @@ FLEET_PAGE = "fleet.md"
 TEMPLATE = "fleet.md.j2"
 PLOT_DIR = "fleet-plots"
 LOAD_PLOT, SYNC_PLOT = "load_all_touched.png", "durable_sync_p50.png"
+POWERCUT_PLOT = "powercut_verdicts.png"
+POWERCUT_TITLE = "Each save recipe over every crash state, host by host: safe, rolled back, unsafe"
 STAGE = "all_touched"  # the stage of the load plot
 # The readiness stages tabled side by side, each cold and warm: every byte read once, and the first response.
 STAGES = ("all_touched", "first_response")
@@ -39,7 +42,8 @@ STAGE_WORDS = {
     "first_response": "one forward pass of a fixed prompt had its next-token id on the host",
 }
 MAX_COLUMNS = 16
-# Past this many hosts the sync plot drops the host names (sorted points instead of bars).
+# Past this many hosts the sync plot drops the host names (sorted points without names), and the
+# power-cut grid is not drawn (its table says it all).
 MAX_BARS = 40
 NOT_MEASURED = "not measured in this run"
 # The order of the load methods in the tables (the host report's), then the rest by name.
@@ -366,16 +370,6 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
     return hosts, out
 
 
-def _log_x(ax) -> None:
-    """A log x axis labelled in plain numbers at 1, 2 and 5 of each decade (0.1, 0.2, 0.5, 1), not 10^n."""
-    from matplotlib.ticker import FuncFormatter, LogLocator
-
-    ax.set_xscale("log")
-    ax.xaxis.set_minor_locator(LogLocator(subs=(2, 5)))
-    ax.xaxis.set_major_formatter(FuncFormatter(plotting.plain_number))
-    ax.xaxis.set_minor_formatter(FuncFormatter(plotting.plain_number))
-
-
 def _left_margin_in(fig, labels: list[str]) -> float:
     """The left margin that holds the widest y tick label, in inches (host names vary in length)."""
     return plotting.text_width_in(fig, labels) + 0.25 if labels else 0.75
@@ -397,7 +391,7 @@ def _plot_load(cols: list, keys: list):
             if pts:
                 xs, ys = zip(*pts, strict=True)
                 ax.plot(xs, ys, "o", color=f"C{i % 10}" if legend else "C0", alpha=0.7, label=_plain(host))
-        _log_x(ax)
+        plotting.log_x(ax)
         ax.set_xlabel("seconds from the load call (log scale)")
         ax.set_title(f"{cache}, {STAGE}: median per host")
         ax.grid(axis="x", alpha=0.3)
@@ -416,32 +410,54 @@ def _plain(text: str) -> str:
 
 
 def _plot_sync(syncs: list):
-    """Durable sync p50 per host (log µs); past MAX_BARS hosts, sorted points without names."""
+    """Durable sync p50 per host as a point on a log µs axis, named; past MAX_BARS hosts, sorted points
+    without names."""
     named = len(syncs) <= MAX_BARS
     labels = [_plain(f"{h} ({call})") for h, _, call in syncs] if named else []
     fig = plotting.figure(7, 0.35 * len(syncs) + 1.2 if named else 4)
     ax = fig.subplots()
     if named:
-        ax.barh(range(len(syncs)), [s[1] for s in syncs], color="C0")
+        # points, not bars: a bar's length on a log axis starts at an arbitrary edge and means nothing
+        ax.plot([s[1] for s in syncs], range(len(syncs)), "o", color="C0")
         ax.set_yticks(range(len(syncs)), labels)
-        ax.invert_yaxis()
+        ax.set_ylim(len(syncs) - 0.5, -0.5)
+        ax.grid(axis="y", alpha=0.3)
     else:
         ax.plot(sorted(s[1] for s in syncs), range(len(syncs)), ".", color="C0")
         ax.set_ylabel(f"hosts, fastest first ({len(syncs)})")
-    _log_x(ax)
+    plotting.log_x(ax)
     ax.set_xlabel("4 KiB write + durable sync, p50 (µs, log scale)")
     ax.grid(axis="x", alpha=0.3)
     plotting.margins(fig, left=_left_margin_in(fig, labels), right=0.25, bottom=0.6, top=0.15)
     return fig
 
 
+def _powercut_grid(cols: list) -> list | None:
+    """The power-cut table as a grid's rows (recipe · model), columns (hosts) and cells (verdict, words);
+    None where no host has a verdict, or past :data:`MAX_BARS` hosts."""
+    # a row cached by an older renderer may lack the column: no verdicts, as on the fleet page
+    keys = list(dict.fromkeys((x["recipe"], x["model"]) for _, c, _ in cols for x in c.get("powercut") or []))
+    if not keys or len(cols) > MAX_BARS:
+        return None
+
+    def cell(c: dict, key: tuple) -> list[str]:
+        x = next((x for x in c.get("powercut") or [] if (x["recipe"], x["model"]) == key), None)
+        if x is None:
+            return ["", "not measured"]
+        return [x["verdict"], f"{x['verdict'].replace('_', ' ')}\n{x['states']} states"]
+
+    rows = [_plain(f"{r} · {m}") for r, m in keys]
+    return [rows, [_plain(h) for h, _, _ in cols], [[cell(c, k) for _, c, _ in cols] for k in keys]]
+
+
 def plots(reports: Path, index_rows: list[dict]) -> dict[str, dict]:
-    """The two fleet plots under ``reports/fleet-plots/``: ``{table name: {"path", "note"}}``.
+    """The fleet plots under ``reports/fleet-plots/``: ``{table name: {"path", "note", "alt"}}``.
 
     ``path`` is relative to reports, or None without a plot; ``note`` (else None) says how many figures
     the plot leaves out because a log axis cannot place them (0 or below: a zero time, say), so a
     stored zero never raises from matplotlib and never vanishes unsaid.
-    The load plot sits with the cold load table (it shows cold and warm), the sync plot with its table.
+    The load plot sits with the cold load table (it shows cold and warm), the sync plot and the power-cut
+    grid (up to :data:`MAX_BARS` hosts) with theirs.
     A plot whose data and drawing code are unchanged since it was drawn (its ``.NAME.sha256`` beside
     it) is not drawn again, so `disklab report` with nothing new costs no matplotlib time.
     """
@@ -465,21 +481,26 @@ def plots(reports: Path, index_rows: list[dict]) -> dict[str, dict]:
             for h, c, _ in cols
         ),
     ]
+    grid = _powercut_grid(cols)
     out: dict[str, dict] = {
         "load_cold": {
             "path": None,
             "note": plotting.left_out(len(medians) - placed, len(medians), "host medians (load cells)"),
+            "alt": "Load time to all_touched, cold and warm, one point per host",
         },
         "sync": {
             "path": None,
             "note": plotting.left_out(len(measured) - len(syncs), len(measured), "hosts' durable sync p50"),
+            "alt": "Durable sync p50, one point per host",
         },
+        "powercut": {"path": None, "note": None, "alt": "Each save recipe's verdict on each host"},
     }
     for table, name, data, draw in (
         ("load_cold", LOAD_PLOT, load_data, lambda: _plot_load(cols, keys)),
         ("sync", SYNC_PLOT, syncs, lambda: _plot_sync(syncs)),
+        ("powercut", POWERCUT_PLOT, grid, lambda: plotting.verdict_grid(*grid, POWERCUT_TITLE)),
     ):
-        if not (placed if table == "load_cold" else syncs):
+        if not {"load_cold": placed, "sync": syncs, "powercut": grid}[table]:
             continue
         plotting.draw_once(reports / PLOT_DIR / name, data, draw, __file__)
         out[table]["path"] = f"{PLOT_DIR}/{name}"

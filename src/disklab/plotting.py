@@ -114,6 +114,54 @@ def plain_number(value: float, _pos: object = None) -> str:
     return f"{value:,.0f}" if value >= 1 else f"{value:g}"
 
 
+# Each readiness stage's marker, wherever a plot draws stages.
+STAGE_MARKERS = {"loader_return": "o", "module_populated": "s", "device_placed": "^", "first_response": "*",
+                 "all_touched": "D"}  # fmt: skip
+# A power-cut verdict's colour in the verdict grids; anything else (not measured, a reason) is grey.
+VERDICT_COLORS = {"safe": "#4daf4a", "rolled_back": "#fdb863", "unsafe": "#d7301f"}
+NO_VERDICT_COLOR = "#e0e0e0"
+
+
+def verdict_grid(rows: list[str], columns: list[str], cells: list[list[tuple[str, str]]], title: str):
+    """A grid of verdicts, one coloured cell per (row, column) with its words in it: ``cells[i][j]`` is
+    ``(verdict, text)`` for row i and column j, the colour from :data:`VERDICT_COLORS`. Drawn from the
+    same numbers as the table beside it; the words say what the colour says, for a reader who cannot
+    tell the colours apart."""
+    from matplotlib.colors import to_rgb
+
+    probe = figure(1, 1, shared=False)
+    left = text_width_in(probe, rows) + 0.3
+    head = text_width_in(probe, columns)
+    col_w = max(1.6, min(head + 0.3, 3.0))
+    fig = figure(left + col_w * len(columns) + 0.2, 0.42 * len(rows) + 1.0)
+    ax = fig.subplots()
+    image = [[to_rgb(VERDICT_COLORS.get(v, NO_VERDICT_COLOR)) for v, _ in row] for row in cells]
+    ax.imshow(image, aspect="auto", interpolation="nearest")
+    for i, row in enumerate(cells):
+        for j, (_, text) in enumerate(row):
+            ax.text(j, i, text, ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(columns)), columns)
+    ax.xaxis.tick_top()
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xticks([x - 0.5 for x in range(1, len(columns))], minor=True)
+    ax.set_yticks([y - 0.5 for y in range(1, len(rows))], minor=True)
+    ax.grid(which="minor", color="white", lw=2)
+    ax.tick_params(which="minor", length=0)
+    fig.suptitle(title, x=0.02, y=0.99, ha="left", va="top", fontsize=10)
+    margins(fig, left=left, right=0.2, bottom=0.15, top=0.8)
+    return fig
+
+
+def log_x(ax) -> None:
+    """A log x axis labelled in plain numbers at 1, 2 and 5 of each decade (0.1, 0.2, 0.5, 1), not 10^n."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_locator(LogLocator(subs=(2, 5)))
+    ax.xaxis.set_major_formatter(FuncFormatter(plain_number))
+    ax.xaxis.set_minor_formatter(FuncFormatter(plain_number))
+
+
 def save(fig, path: str | Path) -> Path:
     """Write ``fig`` as PNG at :data:`DPI` through :func:`disklab.fsio.atomic_write_bytes` (one draw), at
     zlib level :data:`PNG_COMPRESS_LEVEL`."""

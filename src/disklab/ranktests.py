@@ -166,7 +166,9 @@ def _critical_k(m: int, n: int, level: float) -> int:
     if m + n <= EXACT_MAX_TOTAL:
         counts, total = u_counts(m, n), math.comb(m + n, m)
         k, below = 0, 0
-        while k < len(counts) and (below + counts[k]) / total <= tail:
+        # the tolerance keeps a tail that is exactly the level's (1/20 at 3 a side and 90 %) from being
+        # lost to floating point: 1 - 0.9 is 0.09999999999999998
+        while k < len(counts) and (below + counts[k]) / total <= tail * (1 + 1e-9):
             below += counts[k]
             k += 1
         return k

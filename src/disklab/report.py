@@ -631,6 +631,7 @@ def render_index(
         rows=rows,
         answers=fleet.answers(rows),
         fleet_page=fleet.FLEET_PAGE,
+        picture=plots["sync"],
     )
     text = tidy_markdown(text)
     written = atomic_write_text(reports / "index.md", text)

@@ -23,10 +23,13 @@ which). Values are compared on a log scale, so the effect is a ratio, new over o
 
 * :data:`CHANGED` when q <= :data:`FDR` and the ratio is beyond T (below 1/(1+T) or above 1+T), and,
   where the two sides are two runs of one host, beyond its run-to-run drift D (:class:`Drift`);
-* :data:`NO_CHANGE` ("no change beyond ±T") when the whole interval lies inside (1/(1+T), 1+T);
+* :data:`NO_CHANGE` ("no change beyond ±T") when the ratio's 90 % interval lies inside (1/(1+T), 1+T):
+  two one-sided tests at 5 % each (Schuirmann's TOST), the equivalence test at the 5 % level, whose
+  interval is the 1 - 2 * 0.05 one (:func:`equivalence_level`);
 * :data:`INCONCLUSIVE` otherwise, with how many units a side would decide at this spread
   (:func:`needed_n`). At 3 a side no outcome reaches p < 0.05 (the smallest exact p is 0.10) and there
-  is no 95 % interval, so 3 a side is always inconclusive, never "changed" and never "no change";
+  is no 95 % interval, so 3 a side is never "changed"; its 90 % interval is the range of the nine
+  pairwise ratios, so it can be "no change" when all nine lie well inside ±T (a peak RSS, say);
 * :data:`DISTURBED` when a side has units the host disturbed (:mod:`disklab.noise` marks them), the
   undisturbed units alone cannot decide, and all of them together would have been called changed:
   the apparent change rests on a busy host. When the undisturbed units decide, their verdict stands
@@ -63,6 +66,14 @@ CHANGED, NO_CHANGE, INCONCLUSIVE, DISTURBED = "changed", "no change", "inconclus
 VERDICTS = (CHANGED, NO_CHANGE, INCONCLUSIVE, DISTURBED)
 # Each interval's confidence, and the level a single test is read at.
 LEVEL = 0.95
+
+
+def equivalence_level(level: float = LEVEL) -> float:
+    """The confidence of the interval that shows no change at ``level``: 1 - 2 (1 - level), 90 % at 95 %
+    (two one-sided tests, each at 1 - level)."""
+    return 1 - 2 * (1 - level)
+
+
 # The false-discovery rate every comparison of several figures controls (Benjamini–Hochberg).
 FDR = 0.05
 # The minimum effect T of each kind of figure: a ratio within 1/(1+T)..1+T is no change worth calling.
@@ -289,8 +300,12 @@ def needed_n(
     than")."""
     band = math.log1p(t)
     deciding_change = abs(shift) >= band
-    p = (family_p if family_p is not None else 1 - level) if deciding_change else 1 - level
-    floor = max(ranktests.smallest_n_reaching(p), ranktests.smallest_n_with_interval(level))
+    if deciding_change:
+        p = family_p if family_p is not None else 1 - level
+        floor = max(ranktests.smallest_n_reaching(p), ranktests.smallest_n_with_interval(level))
+    else:  # two one-sided tests at 1 - level: the equivalence interval, two-sided at 2 (1 - level)
+        p = 2 * (1 - level)
+        floor = ranktests.smallest_n_with_interval(equivalence_level(level))
     if sigma <= 0:
         return floor
     z = ranktests.normal_quantile(1 - p / 2) + ranktests.normal_quantile(POWER)
@@ -308,6 +323,7 @@ def _stats(old: Sequence[float], new: Sequence[float], level: float) -> dict | N
         return None
     test = ranktests.mann_whitney(lo, ln)
     hl = ranktests.hodges_lehmann(lo, ln, level)
+    eq = ranktests.hodges_lehmann(lo, ln, equivalence_level(level))
     return {
         "p": test["p"],
         "method": test["method"],
@@ -315,6 +331,8 @@ def _stats(old: Sequence[float], new: Sequence[float], level: float) -> dict | N
         "shift": hl["shift"],
         "low": hl["low"],
         "high": hl["high"],
+        "eq_low": eq["low"],
+        "eq_high": eq["high"],
         "sigma": spread_of_logs(lo, ln),
         "n_old": len(lo),
         "n_new": len(ln),
@@ -323,19 +341,22 @@ def _stats(old: Sequence[float], new: Sequence[float], level: float) -> dict | N
 
 
 def _with_drift(st: dict | None, drift: Drift | None, level: float) -> dict | None:
-    """``st`` between two runs of one host: p the larger of the within-run and run-level p, the interval
-    widened by the run-level spread (each side in quadrature); the within-run values kept apart."""
+    """``st`` between two runs of one host: p the larger of the within-run and run-level p, both intervals
+    widened by the run-level spread (each side in quadrature, at each interval's level); the within-run
+    values kept apart."""
     if st is None:
         return None
-    st = {**st, "p_within": st["p"], "low_within": st["low"], "high_within": st["high"], "p_run": None}
+    st = {**st, "p_within": st["p"], "low_within": st["low"], "high_within": st["high"], "p_run": None,
+          "eq_low_within": st["eq_low"], "eq_high_within": st["eq_high"]}  # fmt: skip
     if drift is None:
         return st
     st["p_run"] = drift.p_value(st["shift"])
     st["p"] = max(st["p"], st["p_run"])
-    if st["low"] is not None:
-        r = drift.quantile(1 - (1 - level) / 2) * drift.spread
-        st["low"] = st["shift"] - math.hypot(st["shift"] - st["low"], r)
-        st["high"] = st["shift"] + math.hypot(st["high"] - st["shift"], r)
+    for lo, hi, at in (("low", "high", level), ("eq_low", "eq_high", equivalence_level(level))):
+        if st[lo] is not None:
+            r = drift.quantile(1 - (1 - at) / 2) * drift.spread
+            st[lo] = st["shift"] - math.hypot(st["shift"] - st[lo], r)
+            st[hi] = st["shift"] + math.hypot(st[hi] - st["shift"], r)
     return st
 
 
@@ -343,7 +364,7 @@ def _classify(st: dict, q: float, t: float, fdr: float) -> str:
     band = math.log1p(t)
     if q <= fdr and abs(st["shift"]) >= band and st["low"] is not None:
         return CHANGED
-    if st["low"] is not None and -band < st["low"] and st["high"] < band:
+    if st["eq_low"] is not None and -band < st["eq_low"] and st["eq_high"] < band:
         return NO_CHANGE
     return INCONCLUSIVE
 
@@ -471,6 +492,9 @@ def _verdict(
             "ratio": math.exp(full["shift"]) if full else None,
             "low": None,
             "high": None,
+            "eq_low": None,
+            "eq_high": None,
+            "eq_level": equivalence_level(level),
             "p": None,
             "q": None,
             "test": None,
@@ -492,12 +516,12 @@ def _verdict(
     within_drift = (
         verdict == INCONCLUSIVE
         and drift is not None
-        and st["low_within"] is not None
-        and st["smallest_p"] <= 1 - level
         and (
-            st["p_run"] > st["p_within"]
+            st["low_within"] is not None and st["smallest_p"] <= 1 - level and st["p_run"] > st["p_within"]
             if abs(st["shift"]) >= band
-            else -band < st["low_within"] and st["high_within"] < band
+            else st["eq_low_within"] is not None
+            and -band < st["eq_low_within"]
+            and st["eq_high_within"] < band
         )
     )
     direction = None
@@ -517,6 +541,9 @@ def _verdict(
         "ratio": math.exp(st["shift"]),
         "low": None if st["low"] is None else math.exp(st["low"]),
         "high": None if st["high"] is None else math.exp(st["high"]),
+        "eq_low": None if st["eq_low"] is None else math.exp(st["eq_low"]),
+        "eq_high": None if st["eq_high"] is None else math.exp(st["eq_high"]),
+        "eq_level": equivalence_level(level),
         "p": st["p"],
         "q": q,
         "test": method_name(st["method"]),
@@ -555,7 +582,10 @@ def _why(verdict, st, q, t, fdr, level, need, full, drift: Drift | None = None, 
     if verdict == CHANGED:
         return f"q = {q:.2g} <= {fdr:g} and the ratio is beyond {band}{drifted}"
     if verdict == NO_CHANGE:
-        return f"the {level * 100:g} % interval lies inside {band}{drifted}"
+        return (
+            f"the {equivalence_level(level) * 100:g} % interval lies inside {band}{drifted} (two one-sided "
+            f"tests at {(1 - level) * 100:g} % each)"
+        )
     if verdict == DISTURBED:
         return (
             f"all units together would be called changed ({math.exp(full['shift']):.2f}×), but the "
@@ -563,17 +593,26 @@ def _why(verdict, st, q, t, fdr, level, need, full, drift: Drift | None = None, 
         )
     n = min(st["n_old"], st["n_new"])
     more = f"more than {NEEDED_CAP}" if need > NEEDED_CAP else f"about {need}"
+    eq = f"{equivalence_level(level) * 100:g} %"
+    if abs(st["shift"]) < math.log1p(t):
+        if st["eq_low"] is None:
+            return f"n = {n} a side holds no {eq} interval; {more} a side would decide at this spread"
+        small = (
+            f"n = {n} a side cannot reach p < {1 - level:g} (its smallest exact p is "
+            f"{st['smallest_p']:.2g}), so it can show no change but never a change; "
+            if st["smallest_p"] > 1 - level
+            else ""
+        )
+        return f"{small}the {eq} interval crosses {band}{drifted}; {more} a side would decide at this spread"
     if st["low"] is None or st["smallest_p"] > 1 - level:
         return (
             f"n = {n} a side cannot reach p < {1 - level:g} (its smallest exact p is {st['smallest_p']:.2g}) "
             f"and holds no {level * 100:g} % interval; {more} a side would decide at this spread"
         )
-    if abs(st["shift"]) >= math.log1p(t):
-        return (
-            f"the ratio is beyond {band} but q = {q:.2g} > {fdr:g} (p = {st['p']:.2g}); "
-            f"{more} a side would decide at this spread"
-        )
-    return f"the interval crosses {band}; {more} a side would decide at this spread"
+    return (
+        f"the ratio is beyond {band} but q = {q:.2g} > {fdr:g} (p = {st['p']:.2g}); "
+        f"{more} a side would decide at this spread"
+    )
 
 
 def ratio_text(x: float | None) -> str:
@@ -589,12 +628,17 @@ def ratio_text(x: float | None) -> str:
 
 
 def interval_text(j: dict) -> str:
-    """``95 % interval 1.21×..1.45×`` (the ratio's), or ``no 95 % interval at n = 3 a side``."""
-    level = f"{j['level'] * 100:g} %"
-    if j.get("low") is None:
+    """``95 % interval 1.21×..1.45×`` (the ratio's), or ``no 95 % interval at n = 3 a side``; for a
+    verdict of no change, the 90 % interval that showed it (``90 % interval 0.99×..1.01×``)."""
+    eq = j["verdict"] == NO_CHANGE and j.get("eq_low") is not None
+    low, high, at = (
+        (j["eq_low"], j["eq_high"], j["eq_level"]) if eq else (j.get("low"), j.get("high"), j["level"])
+    )
+    level = f"{at * 100:g} %"
+    if low is None:
         return f"no {level} interval at n = {min(j['n_old'], j['n_new'])} a side"
     drifted = ", run-to-run drift included" if j.get("drift") else ""
-    return f"{level} interval {ratio_text(j['low'])}..{ratio_text(j['high'])}{drifted}"
+    return f"{level} interval {ratio_text(low)}..{ratio_text(high)}{drifted}"
 
 
 def sentence(j: dict) -> str:
@@ -653,7 +697,8 @@ def brief(j: dict) -> str:
             return f"inconclusive: the runs differ ({ratio_text(j['ratio'])}; {n}), within the {drift}"
         return f"inconclusive: the runs agree within ±{_pct(j['min_effect'])}, but the {drift} is wider"
     need = f"more than {NEEDED_CAP}" if j["needed_n"] > NEEDED_CAP else f"about {j['needed_n']}"
-    if j["low"] is None or j["smallest_p"] > 1 - j["level"]:
+    beyond = abs(math.log(j["ratio"])) >= math.log1p(j["min_effect"])
+    if (j["low"] is None or j["smallest_p"] > 1 - j["level"]) if beyond else j.get("eq_low") is None:
         return f"inconclusive: {n} cannot decide ({ratio_text(j['ratio'])}; {need} a side would)"
     return f"inconclusive ({ratio_text(j['ratio'])}, {interval}; {n}; {need} a side would decide)"
 

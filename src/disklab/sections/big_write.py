@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab.sections import evidence, status_note
+from disklab.sections import evidence, layers, status_note
 from disklab.units import ibytes, mib_s, pct, ratio, secs
 
 MIB = 1 << 20
@@ -204,7 +204,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
             ", and on macOS a save that calls fsync but not F_FULLFSYNC can lose what the drive's cache holds"
         )
     lines.append(safety + ".")
-    layers = evidence.layer_rows(section.get("layers", {"unavailable": "not recorded in this run"}))
+    layer_block = layers.block(section, plot_dir, "big_write_layers.png")
     plain_io = section.get("plain_fsync_io_records") or [None] * len(section.get("fsync_io_records", []))
     io = [
         {
@@ -224,6 +224,6 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "durable": dur,
         "validation": section.get("validation"),
         "explanations": lines,
-        "layers": layers,
+        "layers": layer_block,
         "io": io,
     }

@@ -9,14 +9,55 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from disklab import plotting
 from disklab.sections import evidence, status_note
+
+PLOT_NAME = "ceiling_runs.png"
+# The run kinds in the picture, top to bottom, with their words.
+KINDS = (("cold", "cold, one stream"), ("parallel", "cold, parallel"), ("warm", "warm"))
+
+
+def _plot(runs: list[dict], plot_dir: Path) -> str | None:
+    """Every read of the run table as a point on a log MiB/s axis, one row per kind: filled when it
+    counted toward the ceiling, hollow when its proof failed; a bar at each kind's median of the counted."""
+    pts = [[r["kind"], r["mib_s"], r["good"]] for r in runs if plotting.on_log_axis(r["mib_s"])]
+    kinds = [(k, words) for k, words in KINDS if any(p[0] == k for p in pts)]
+    if not kinds:
+        return None
+
+    def draw():
+        fig = plotting.figure(7, 0.5 * len(kinds) + 1.3)
+        ax = fig.subplots()
+        for y, (kind, _) in enumerate(kinds):
+            for counted in (True, False):
+                xs = [mib for k, mib, good in pts if k == kind and good is counted]
+                if xs:
+                    face = f"C{y}" if counted else "none"
+                    label = ("counted" if counted else "proof failed") if y == 0 else None
+                    ax.plot(xs, [y] * len(xs), "o", mfc=face, mec=f"C{y}", alpha=0.8, label=label)
+            good = sorted(mib for k, mib, ok in pts if k == kind and ok)
+            if good:
+                mid = len(good) // 2
+                median = good[mid] if len(good) % 2 else (good[mid - 1] + good[mid]) / 2
+                ax.plot([median, median], [y - 0.3, y + 0.3], color="0.3", lw=2)
+        ax.set_yticks(range(len(kinds)), [words for _, words in kinds])
+        ax.set_ylim(len(kinds) - 0.5, -0.5)
+        plotting.log_x(ax)
+        ax.set_xlabel("read rate (MiB/s, log scale; the bar: the median of the runs counted)")
+        ax.grid(axis="x", alpha=0.3)
+        left = plotting.text_width_in(fig, [words for _, words in kinds]) + 0.25
+        plotting.margins(fig, left=left, right=0.2, bottom=0.6, top=0.15)
+        return fig
+
+    plotting.draw_once(Path(plot_dir) / PLOT_NAME, pts, draw, __file__)
+    return f"{Path(plot_dir).name}/{PLOT_NAME}"
 
 
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """``{"ok", "status_note", "cold", "warm", "cold_why", "warm_why", "ratio", "parallel", "runs",
     "device"}``; never raises. ``parallel``: ``{"status" (ok, not_run, failed, absent), "ceiling",
     "why", "label", "settings", "streams_used", "over_single"}``; ``runs`` the parallel runs too (kind
-    ``parallel``, with ``after``, the residency just after the read)."""
+    ``parallel``, with ``after``, the residency just after the read); ``plot`` the runs as a picture."""
     if section.get("status") != "ok":
         return {"ok": False, "status_note": status_note(section)}
     runs = []
@@ -64,5 +105,6 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
             else None,
         },
         "runs": runs,
+        "plot": _plot(runs, plot_dir),
         "device": evidence.device_facts(results),
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from disklab import plotting
-from disklab.sections import evidence
+from disklab.sections import layers
 from disklab.units import ibytes, pct
 
 PLOT_NAME = "crash_bytes.png"
@@ -20,7 +20,7 @@ OUTCOME_LABELS = {
     "missing": "missing",
     "unexpected_step": "unexpected step",
 }
-PLOT_MODES = ("naive", "atomic")
+PLOT_MODES = ("naive", "atomic", "safetensors")
 
 
 def _ms(s: float | None) -> str:
@@ -219,7 +219,7 @@ def _plot(section: dict, plot_dir: Path) -> str | None:
         fig = plotting.figure(7, 4)
         ax = fig.subplots()
         markers = {"new_ok": "o", "old_ok": "s", "corrupt": "x", "missing": "v", "unexpected_step": "d"}
-        colors = {"naive": "tab:red", "atomic": "tab:blue"}
+        colors = {"naive": "tab:red", "atomic": "tab:blue", "safetensors": "tab:green"}
         for (mode, outcome), pts in groups.items():
             xs, ys = zip(*pts, strict=True)
             label = f"{mode}: {OUTCOME_LABELS[outcome]}"
@@ -228,7 +228,7 @@ def _plot(section: dict, plot_dir: Path) -> str | None:
             ax.axhline(mib, color=colors[mode], ls=":", lw=1)
         ax.set_xlabel("time from the start of the save call to the SIGKILL (ms)")
         ax.set_ylabel("bytes of the new checkpoint on disk (MiB)")
-        ax.set_title("naive and atomic saves: bytes on disk at the SIGKILL (dotted: full size)")
+        ax.set_title("bytes of each save on disk at the SIGKILL (dotted: full size)")
         ax.legend(fontsize=8)
         plotting.margins(fig, left=0.8, right=0.15, bottom=0.55, top=0.35)
         return fig
@@ -261,7 +261,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "explanations": explanations,
         "break_it": _explain_break_it(section, results),
         "plot": _plot(section, plot_dir),
-        "layers": evidence.layer_rows(section.get("layers", {"unavailable": "not recorded in this run"})),
+        "layers": layers.block(section, plot_dir, "crash_layers.png"),
         "layers_save": section["layers"]
         if isinstance(section.get("layers"), dict) and "rows" in section["layers"]
         else None,

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from disklab import markup, noise, plotting, verdicts
-from disklab.sections import evidence, load_time
+from disklab.sections import evidence, load_memory, load_time
 from disklab.sections.load_time import cell_samples as _cell_samples
 from disklab.units import ibytes, pct
 from disklab_host.cache.pagecache import WILLNEED_HINTS
@@ -546,8 +546,6 @@ def plot(section: dict, plot_dir: Path) -> str | None:
             times = [(s, _median(cell, s)) for s in STAGES if _median(cell, s) is not None]
             if times:
                 rows_by_state[state].append((y, times))
-    markers = {"loader_return": "o", "module_populated": "s", "device_placed": "^", "first_response": "*",
-               "all_touched": "D"}  # fmt: skip
 
     def draw():
         height = 0.45 * len(labels) + 1.8
@@ -561,7 +559,9 @@ def plot(section: dict, plot_dir: Path) -> str | None:
                 pts = [(t, y) for y, times in rows for s, t in times if s == stage]
                 if pts:
                     xs, ys = zip(*pts, strict=True)
-                    ax.plot(xs, ys, markers[stage], color=f"C{STAGES.index(stage)}", label=stage)
+                    ax.plot(
+                        xs, ys, plotting.STAGE_MARKERS[stage], color=f"C{STAGES.index(stage)}", label=stage
+                    )
             ax.set_title(f"{state} (median time from the load call)")
             ax.set_xlabel("time since the load call (s)")
             ax.grid(axis="x", alpha=0.3)
@@ -958,10 +958,12 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     if section.get("status") != "ok":
         return {"ok": False}
     split = load_time.rows(section, sorted(section["cells"], key=_order), _label)
+    stage_rows = rows(section)
     return {
         "ok": True,
         "proof": proof_rows(section, results),
-        "rows": rows(section),
+        "rows": stage_rows,
+        "memory_plot": load_memory.plot(stage_rows, plot_dir),
         "stages": [(st, MEANING[st]) for st in STAGES],
         "big_model": section.get("big_model"),
         "residency": residency_rows(section),

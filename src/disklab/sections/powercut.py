@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from disklab import plotting
+
+PLOT_NAME = "powercut_verdicts.png"
 OUTCOMES = ("new_ok", "old_ok", "rolled_back", "corrupt", "missing")
 MODELS = (("process_kill", "process-kill"), ("power_cut", "power-cut"))
 
@@ -35,12 +38,32 @@ def _unsafe_points(recipe: dict) -> list[dict]:
     return out
 
 
-def build(section: dict, results: dict, plot_dir: Path) -> dict:
-    """Rows of the verdict table, first unsafe points and the comparison with the lesson.
+def _cell(row: dict) -> tuple[str, str]:
+    """A grid cell: the verdict, and its words with how many of the states were unsafe."""
+    unsafe = row["counts"][OUTCOMES.index("corrupt")] + row["counts"][OUTCOMES.index("missing")]
+    return row["verdict"], f"{row['verdict'].replace('_', ' ')}\n{unsafe} of {row['states']} unsafe"
 
-    Returns {"ok", "rows", "unsafe_points", "rolled_back_points", "unplaced", "outside_files",
-    "summary"}; with a
-    section whose status is not "ok" it returns {"ok": False}. No plots.
+
+def _plot(rows: list[dict], plot_dir: Path) -> str | None:
+    """The verdict table as a grid: a recipe per row, process-kill and power-cut side by side."""
+    recipes = list(dict.fromkeys(r["recipe"] for r in rows))
+    if not recipes:
+        return None
+    by = {(r["recipe"], r["model"]): _cell(r) for r in rows}
+    labels = [label for _, label in MODELS]
+    cells = [[by.get((rec, m), ("", "not run")) for m in labels] for rec in recipes]
+    title = "Each save recipe over every crash state: safe, rolled back, unsafe"
+    data = {"recipes": recipes, "models": labels, "cells": cells}
+    path = Path(plot_dir) / PLOT_NAME
+    plotting.draw_once(path, data, lambda: plotting.verdict_grid(recipes, labels, cells, title), __file__)
+    return f"{Path(plot_dir).name}/{PLOT_NAME}"
+
+
+def build(section: dict, results: dict, plot_dir: Path) -> dict:
+    """Rows of the verdict table, its grid picture, first unsafe points and the comparison with the lesson.
+
+    Returns {"ok", "rows", "plot", "unsafe_points", "rolled_back_points", "unplaced", "outside_files",
+    "summary"}; with a section whose status is not "ok" it returns {"ok": False}.
     """
     if section.get("status") != "ok":
         return {"ok": False}
@@ -86,6 +109,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     return {
         "ok": True,
         "rows": rows,
+        "plot": _plot(rows, plot_dir),
         "unsafe_points": points,
         "rolled_back_points": rolled,
         "unplaced": unplaced,

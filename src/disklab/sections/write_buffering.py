@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab.sections import evidence, status_note
+from disklab.sections import evidence, layers, status_note
 from disklab.units import ibytes, ns, ratio, us
 
 
@@ -74,14 +74,14 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "f.write() already accepted live only in this process's memory until a flush, so a kill -9 loses "
         "them and os.fsync cannot see them; call f.flush() before os.fsync."
     )
-    layers = evidence.layer_rows(section.get("layers", {"unavailable": "not recorded in this run"}))
+    layer_block = layers.block(section, plot_dir, "write_buffering_layers.png")
     io = [evidence.io_line(r["io_record"]) for r in section["modes"]["unbuffered"]["rounds"]]
     return {
         "ok": True,
         "status_note": "ok",
         "ratio": r,
         "explanations": lines,
-        "layers": layers,
+        "layers": layer_block,
         "layers_bytes": section["layers"]["size_bytes"]
         if isinstance(section.get("layers"), dict) and "size_bytes" in section["layers"]
         else None,
