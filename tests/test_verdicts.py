@@ -111,6 +111,9 @@ def test_three_a_side_show_no_change_when_all_nine_ratios_lie_well_inside_the_ba
     wide = verdicts.judge(Side([100.0, 101.0, 99.0]), Side([99.5, 103.0, 100.2]), "peak_rss")
     assert wide["verdict"] == INCONCLUSIVE and wide["eq_high"] > 1.02
     assert "n = 3 a side cannot reach p < 0.05" in wide["why"] and "90 % interval crosses ±2 %" in wide["why"]
+    assert "90 % interval" in verdicts.brief(wide)  # the interval the question "no change?" is read on
+    far = verdicts.judge(Side([1.0, 1.01, 0.99]), Side([10.0, 10.1, 9.9]), "load_time")
+    assert "no 95 % interval at n = 3 a side" in verdicts.sentence(far)  # beyond ±T: the question is change
 
 
 @pytest.mark.parametrize(

@@ -551,7 +551,7 @@ def _verdict_cell(f: dict) -> str:
 def _ratio_cell(f: dict) -> str:
     if f["ratio"] is None:
         return "n/a"
-    if f["verdict"] == verdicts.NO_CHANGE and f.get("eq_low") is not None:
+    if verdicts.shows_equivalence(f):
         low, high = verdicts.ratio_text(f["eq_low"]), verdicts.ratio_text(f["eq_high"])
         return f"{verdicts.ratio_text(f['ratio'])} ({low}..{high}, {f['eq_level'] * 100:g} %)"
     if f["low"] is None:
@@ -689,7 +689,7 @@ def render_compare_text(cmp: dict, show_all: bool = False) -> str:
         head_row = [
             "figure",
             "median old -> new",
-            "ratio (95 % interval; 90 % for no change)",
+            "ratio (95 % interval; 90 % within ±T)",
             "verdict",
             "n a side",
             "test",

@@ -627,10 +627,19 @@ def ratio_text(x: float | None) -> str:
     return f"{x:.3f}×" if 0.95 <= x <= 1.05 else f"{x:.2f}×"
 
 
+def shows_equivalence(j: dict) -> bool:
+    """True when a verdict's question is "no change?": no change, or inconclusive with the ratio inside ±T;
+    its interval is then the 90 % one of the two one-sided tests (where these sizes hold one)."""
+    if j.get("eq_low") is None or j["ratio"] is None:
+        return False
+    inside = abs(math.log(j["ratio"])) < math.log1p(j["min_effect"])
+    return j["verdict"] == NO_CHANGE or (j["verdict"] == INCONCLUSIVE and inside)
+
+
 def interval_text(j: dict) -> str:
-    """``95 % interval 1.21×..1.45×`` (the ratio's), or ``no 95 % interval at n = 3 a side``; for a
-    verdict of no change, the 90 % interval that showed it (``90 % interval 0.99×..1.01×``)."""
-    eq = j["verdict"] == NO_CHANGE and j.get("eq_low") is not None
+    """``95 % interval 1.21×..1.45×`` (the ratio's), or ``no 95 % interval at n = 3 a side``; where the
+    question is no change (:func:`shows_equivalence`), the 90 % interval (``90 % interval 0.99×..1.01×``)."""
+    eq = shows_equivalence(j)
     low, high, at = (
         (j["eq_low"], j["eq_high"], j["eq_level"]) if eq else (j.get("low"), j.get("high"), j["level"])
     )
