@@ -495,12 +495,12 @@ def plots(reports: Path, index_rows: list[dict]) -> dict[str, dict]:
         },
         "powercut": {"path": None, "note": None, "alt": "Each save recipe's verdict on each host"},
     }
-    for table, name, data, draw in (
-        ("load_cold", LOAD_PLOT, load_data, lambda: _plot_load(cols, keys)),
-        ("sync", SYNC_PLOT, syncs, lambda: _plot_sync(syncs)),
-        ("powercut", POWERCUT_PLOT, grid, lambda: plotting.verdict_grid(*grid, POWERCUT_TITLE)),
+    for table, name, drawable, data, draw in (
+        ("load_cold", LOAD_PLOT, placed, load_data, lambda: _plot_load(cols, keys)),
+        ("sync", SYNC_PLOT, syncs, syncs, lambda: _plot_sync(syncs)),
+        ("powercut", POWERCUT_PLOT, grid, grid, lambda: plotting.verdict_grid(*grid, POWERCUT_TITLE)),
     ):
-        if not {"load_cold": placed, "sync": syncs, "powercut": grid}[table]:
+        if not drawable:
             continue
         plotting.draw_once(reports / PLOT_DIR / name, data, draw, __file__)
         out[table]["path"] = f"{PLOT_DIR}/{name}"

@@ -323,6 +323,15 @@ def _since_previous(
     ``{"verdict", "direction", "words", "ratio", "low", "high", "against_run", "brief"}``."""
     out = {}
     last: dict[str, int] = {}
+    comparable_before: dict[int, list[dict]] = {}  # the comparable runs before run j, found once per j
+
+    def earlier_than(j: int) -> list[dict]:
+        if j not in comparable_before:
+            comparable_before[j] = [
+                by_run[k] for k in range(j) if docs is None or compare.comparable(docs[k], docs[j])
+            ]
+        return comparable_before[j]
+
     for i, found in enumerate(by_run):
         pairs, keys = [], []
         for f in chosen:
@@ -332,12 +341,7 @@ def _since_previous(
             before = last.get(f.key)
             a = by_run[before].get(f.key) if before is not None else None
             if a is not None and a.kind == b.kind == figures.SAMPLES and a.proven and b.proven:
-                earlier = [
-                    by_run[j]
-                    for j in range(before)
-                    if docs is None or compare.comparable(docs[j], docs[before])
-                ]
-                drift = compare.drift_of(f.key, a, earlier)
+                drift = compare.drift_of(f.key, a, earlier_than(before))
                 pairs.append(verdicts.Pair(a.side(), b.side(), b.measure, b.unit_kind, drift=drift))
                 keys.append((f.key, before))
             last[f.key] = i

@@ -66,14 +66,6 @@ CHANGED, NO_CHANGE, INCONCLUSIVE, DISTURBED = "changed", "no change", "inconclus
 VERDICTS = (CHANGED, NO_CHANGE, INCONCLUSIVE, DISTURBED)
 # Each interval's confidence, and the level a single test is read at.
 LEVEL = 0.95
-
-
-def equivalence_level(level: float = LEVEL) -> float:
-    """The confidence of the interval that shows no change at ``level``: 1 - 2 (1 - level), 90 % at 95 %
-    (two one-sided tests, each at 1 - level)."""
-    return 1 - 2 * (1 - level)
-
-
 # The false-discovery rate every comparison of several figures controls (Benjamini–Hochberg).
 FDR = 0.05
 # The minimum effect T of each kind of figure: a ratio within 1/(1+T)..1+T is no change worth calling.
@@ -123,6 +115,12 @@ NEEDED_CAP = 200
 # The Hodges–Lehmann estimate's asymptotic efficiency against the mean for normal data is 3/pi
 # (about 0.955), so its interval is about 1/sqrt(0.955) wider than the t interval (needed_n uses it).
 _HL_WIDTH = 1 / math.sqrt(3 / math.pi)
+
+
+def equivalence_level(level: float = LEVEL) -> float:
+    """The confidence of the interval that shows no change at ``level``: 1 - 2 (1 - level), 90 % at 95 %
+    (two one-sided tests, each at 1 - level)."""
+    return 1 - 2 * (1 - level)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from disklab import plotting
 from disklab.sections import evidence, status_note
+from disklab_host.common.stats import percentile
 
 PLOT_NAME = "ceiling_runs.png"
 # The run kinds in the picture, top to bottom, with their words.
@@ -37,8 +38,7 @@ def _plot(runs: list[dict], plot_dir: Path) -> str | None:
                     ax.plot(xs, [y] * len(xs), "o", mfc=face, mec=f"C{y}", alpha=0.8, label=label)
             good = sorted(mib for k, mib, ok in pts if k == kind and ok)
             if good:
-                mid = len(good) // 2
-                median = good[mid] if len(good) % 2 else (good[mid - 1] + good[mid]) / 2
+                median = percentile(good, 50)
                 ax.plot([median, median], [y - 0.3, y + 0.3], color="0.3", lw=2)
         ax.set_yticks(range(len(kinds)), [words for _, words in kinds])
         ax.set_ylim(len(kinds) - 0.5, -0.5)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from disklab import plotting
 from disklab.sections import evidence
-from disklab.sections.evidence import LAYER_LABELS
 
 # The page-cache parts of a point's bar, in order, with their colours.
 PARTS = (("dirty", "dirty (a power cut loses it)", "#d7301f"),
@@ -33,7 +32,7 @@ def _points(record: object) -> list[list] | None:
         if not isinstance(p, dict) or "dirty_pages" not in p:
             return None
         clean = max(p["cached_pages"] - p["dirty_pages"] - p["writeback_pages"], 0)
-        label = LAYER_LABELS.get(r["point"], r["point"]).replace("`", "")
+        label = evidence.LAYER_LABELS.get(r["point"], r["point"]).replace("`", "")
         out.append(
             [label, r["st_size_bytes"], p["dirty_pages"] * page, p["writeback_pages"] * page, clean * page]
         )

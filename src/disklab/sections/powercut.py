@@ -25,6 +25,7 @@ def _row(recipe: dict, key: str, label: str) -> dict:
         "expected": recipe["lesson_expects"].get(key),
         "counts": [m["counts"][o] for o in OUTCOMES],
         "states": m["states"],
+        "unsafe": unsafe,
         "unsafe_fraction": unsafe / m["states"] if m["states"] else None,
     }
 
@@ -40,8 +41,7 @@ def _unsafe_points(recipe: dict) -> list[dict]:
 
 def _cell(row: dict) -> tuple[str, str]:
     """A grid cell: the verdict, and its words with how many of the states were unsafe."""
-    unsafe = row["counts"][OUTCOMES.index("corrupt")] + row["counts"][OUTCOMES.index("missing")]
-    return row["verdict"], f"{row['verdict'].replace('_', ' ')}\n{unsafe} of {row['states']} unsafe"
+    return row["verdict"], f"{row['verdict'].replace('_', ' ')}\n{row['unsafe']} of {row['states']} unsafe"
 
 
 def _plot(rows: list[dict], plot_dir: Path) -> str | None:
