@@ -4,7 +4,7 @@ VENV := .venv
 TEST_VENV := .venv-test
 PIP_FLAGS := --quiet --disable-pip-version-check
 
-.PHONY: lab test test-fast lint bench report clean collection ee
+.PHONY: lab test test-fast lint bench report clean collection ee steps
 
 # Controller venv: ansible-core, ansible-runner, jinja2, pyyaml, jsonschema, matplotlib, rich, markdown-it-py,
 # mdit-py-plugins, shtab, psutil, disklab.
@@ -46,6 +46,11 @@ FAST_TESTS := not slow and not fleet and not root and not heavy
 test-fast: $(TEST_VENV)/.installed
 	$(TEST_VENV)/bin/ruff check src tests bench roles plugins
 	$(TEST_VENV)/bin/pytest -q -m "$(FAST_TESTS)" --durations=10
+
+# The step lists Ansible reads (the step tags, lab_run's steps and sizes), written from the registry
+# (disklab.stepfiles); it then names each hand-written file a step still lacks. tests/test_stepfiles.py checks.
+steps: $(TEST_VENV)/.installed
+	$(TEST_VENV)/bin/python -m disklab.stepfiles $(CURDIR)
 
 # fio is the reference the bench compares disklab with; the fleet part needs the test fleet's tools, several
 # of them in /usr/sbin or /sbin, which a non-root PATH lacks: the check and the bench itself run with them.

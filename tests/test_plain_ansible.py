@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,27 +33,74 @@ def _tags(tasks: list[dict]) -> dict[str, set[str]]:
 
 
 def test_every_step_is_a_tag_of_the_tasks_that_run_it():
-    """`--tags crash` must reach the venv, the audit, the lab and the fetch: the same step list everywhere."""
+    """`--tags crash` must reach the venv, the audit, the lab and the fetch: exactly the registry's steps
+    (`make steps` writes them; tests/test_stepfiles.py names a file that differs)."""
     site = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
     play = _tags(site[1]["tasks"])
     for name, phase in (
-        ("Provision the lab venv", "provision"),
-        ("Audit the host", "audit"),
-        ("Run the experiments and fetch the results", "fetch"),
+        ("Provision the lab venv", {"lab_venv_provision", "provision"}),
+        ("Audit the host", {"host_audit", "audit"}),
+        ("Run the experiments and fetch the results", {"lab_run_fetch", "fetch"}),
     ):
-        assert play[name] >= STEP_TAGS | {phase, "measure"}, name
+        assert play[name] == STEP_TAGS | phase | {"measure"}, name
     role = yaml.safe_load((REPO / "roles" / "lab_run" / "tasks" / "main.yml").read_text())
+    fetch_task = "Fetch the results JSON to the controller"
     for name, tags in _tags(role).items():
-        assert tags >= STEP_TAGS | {"measure"}, name
-    assert "fetch" in _tags(role)["Fetch the results JSON to the controller"]
+        assert tags == STEP_TAGS | {"measure"} | (
+            {"lab_run_fetch", "fetch"} if name == fetch_task else set()
+        ), name
     defaults = yaml.safe_load((REPO / "roles" / "lab_run" / "defaults" / "main.yml").read_text())
     assert defaults["lab_run_steps"] == list(registry.STEP_NAMES)
     first = _tags(
         site[0]["tasks"]
     )  # validation, run id: always; the note that the run fetches: with the fetch
     fetch_note = "Note that this run fetches results (for the store task at the end)"
-    assert first.pop(fetch_note) >= STEP_TAGS | {"fetch", "measure"}
+    assert first.pop(fetch_note) == play["Run the experiments and fetch the results"]
     assert all("always" in tags for name, tags in first.items())
+
+
+# Tags that reach more than one role, kept as they are (redhat-cop's rule prefixes a role's own tags): what a
+# user's `--tags crash,load` or `--tags measure` selects, and the fetch of both playbooks. A role's own tag is
+# prefixed with its name; the name it had before stays on the same tasks, so old commands still work.
+CROSS_ROLE_TAGS = {"always", "measure", "fetch", *registry.STEP_NAMES}
+# Each role's own tag, and the name that selected the same tasks before (fetch is also audit.yml's, above).
+ROLE_TAGS = {"lab_venv": ("lab_venv_provision", "provision"), "host_audit": ("host_audit", "audit"),
+             "lab_run": ("lab_run_fetch", "fetch")}  # fmt: skip
+OLD_NAMES = {old: new for new, old in ROLE_TAGS.values() if old not in CROSS_ROLE_TAGS}
+ROLES = {p.name for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir()}
+
+
+def _all_tags(node) -> list[set[str]]:
+    """Every tags list in a parsed YAML file (a task's, a block's, an include's apply), as sets."""
+    if isinstance(node, list):
+        return [tags for item in node for tags in _all_tags(item)]
+    if not isinstance(node, dict):
+        return []
+    own = [set(node["tags"])] if isinstance(node.get("tags"), list) else []
+    return own + [tags for value in node.values() for tags in _all_tags(value)]
+
+
+def test_a_roles_own_tags_are_prefixed_with_its_name_and_old_names_still_select_the_same_tasks():
+    files = [*REPO.glob("playbooks/**/*.yml"), *REPO.glob("roles/*/tasks/*.yml")]
+    seen = set()
+    for path in files:
+        where = path.relative_to(REPO)
+        role = where.parts[1] if where.parts[0] == "roles" else None
+        for tags in _all_tags(yaml.safe_load(path.read_text())):
+            for tag in tags - CROSS_ROLE_TAGS - set(OLD_NAMES):
+                owner = next((r for r in ROLES if tag == r or tag.startswith(f"{r}_")), None)
+                seen.add(tag)
+                assert owner, f"{where}: tag {tag!r} is no role's (prefix it with its role's name)"
+                assert role in (None, owner), f"{where}: tag {tag!r} of role {owner} in role {role}"
+            for old, new in OLD_NAMES.items():
+                assert (old in tags) == (new in tags), (
+                    f"{where}: {sorted(tags)} should hold both {old} and {new}"
+                )
+    assert seen == {new for new, old in ROLE_TAGS.values()}, seen
+    for role in ROLES:  # within a role: the cross-role tags, or the role's own
+        for path in (REPO / "roles" / role / "tasks").glob("*.yml"):
+            for tags in _all_tags(yaml.safe_load(path.read_text())):
+                assert all(t in CROSS_ROLE_TAGS or t.startswith(f"{role}_") for t in tags), (path, tags)
 
 
 def test_the_audit_describes_the_workbench_the_lab_writes_to():
@@ -188,3 +236,18 @@ def test_plain_check_mode_refuses_a_too_small_workbench_as_the_real_run_does(tmp
     ]
     assert f"the workbench '{wb}'" in said[0] and "MiB free" in said[0]
     assert said[0].strip() == said[1].strip(), (said, dry.stdout[-3000:])
+
+
+@pytest.mark.parametrize("role", sorted(ROLE_TAGS))
+def test_each_role_has_a_readme_with_its_purpose_settings_tags_and_an_example(role):
+    """redhat-cop: a README per role. Its purpose first, then its settings, its tags (the prefixed name
+    first) and an example."""
+    text = (REPO / "roles" / role / "README.md").read_text()
+    assert text.startswith(f"# {role}\n\n") and text.split("\n")[2].strip(), "no purpose under the title"
+    sections = dict(re.findall(r"^## (\w[^\n]*)\n(.*?)(?=^## |\Z)", text, re.M | re.S))
+    assert {"Settings", "Tags", "Example"} <= set(sections), sorted(sections)
+    assert f"`{role}_" in sections["Settings"]
+    assert "```yaml" in sections["Example"] or "```yaml" in sections["Settings"]
+    new, old = ROLE_TAGS[role]
+    tags = sections["Tags"]
+    assert f"`{new}`" in tags and f"`{old}`" in tags and tags.index(f"`{new}`") < tags.index(f"`{old}`")

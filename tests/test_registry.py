@@ -19,12 +19,13 @@ ROLE = REPO / "roles" / "lab_run"
 HOST = REPO / "src" / "disklab_host"
 
 
-def role_disagreements(steps=registry.STEPS) -> list[str]:
-    """Where roles/lab_run's defaults and argument specs differ from the registry (empty when they agree)."""
+def role_disagreements(steps=registry.STEPS, role: Path = ROLE) -> list[str]:
+    """Where lab_run's defaults and argument specs (under ``role``) differ from the registry, read as Ansible
+    reads them (empty when they agree). tests/test_stepfiles.py checks the text `make steps` writes."""
     names = [s.name for s in steps]
     sizes = {z.name: z for s in steps for z in s.sizes}
     problems = []
-    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     entries = list(specs.values())
     if any(e["options"] is not entries[0]["options"] for e in entries):
         problems.append("the entry points do not share one option list (the YAML anchor)")
@@ -43,7 +44,7 @@ def role_disagreements(steps=registry.STEPS) -> list[str]:
         got = options.get(f"lab_run_{name}", {})
         if got and (got.get("type") != "int" or got.get("description") != want):
             problems.append(f"argument_specs lab_run_{name} should be type int, description {want!r}")
-    text = (ROLE / "defaults" / "main.yml").read_text()
+    text = (role / "defaults" / "main.yml").read_text()
     defaults = yaml.safe_load(text)
     if defaults["lab_run_steps"] != names:
         problems.append(f"defaults lab_run_steps {defaults['lab_run_steps']} != {names}")
@@ -185,8 +186,9 @@ def test_no_import_circle_and_no_sys_path_edits_in_the_package():
         visit(node)
 
 
-def test_a_new_step_added_as_docs_contributing_says(tmp_path, monkeypatch):
-    """The dummy step: a module with run(), one registry entry with one size; nothing else in Python."""
+def test_a_new_step_runs_through_preflight_and_the_runner(tmp_path, monkeypatch):
+    """The dummy step: a module with run(), one registry entry with one size; nothing else in Python.
+    tests/test_stepfiles.py adds it by the files docs/contributing.md lists."""
     (tmp_path / "dummy_step.py").write_text(
         "def run(cfg, workdir):\n"
         "    (workdir / 'out.bin').write_bytes(b'x' * cfg['sizes']['dummy_bytes'])\n"
