@@ -5,8 +5,9 @@ sizes (name, quick value, full value, unit, one line of meaning, and the rules
 a value must follow), whether it needs torch, the platforms it runs on, the
 helper subpackages whose code it uses (for the code digest in every results
 file) and how much disk it needs at once. The runner's order, the profiles,
-preflight, the role's settings (checked by tests/test_registry.py) and the
-report's section order all come from :data:`STEPS`.
+preflight and the report's section order all come from :data:`STEPS`; the YAML that
+Ansible reads (the step tags, lab_run's steps and sizes) is written from it by
+``make steps`` (disklab.stepfiles), and tests/test_stepfiles.py names what differs.
 
 Profiles: ``quick`` fits a 2-core machine in minutes; ``full`` uses the lesson's
 sizes (the lesson, Build It section). Standard library only: the preflight
