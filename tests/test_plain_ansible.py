@@ -251,3 +251,26 @@ def test_each_role_has_a_readme_with_its_purpose_settings_tags_and_an_example(ro
     new, old = ROLE_TAGS[role]
     tags = sections["Tags"]
     assert f"`{new}`" in tags and f"`{old}`" in tags and tags.index(f"`{new}`") < tags.index(f"`{old}`")
+
+
+def _task_names(cwd: Path, inv: Path, playbook: str, *select: str) -> list[str]:
+    proc = _plain(cwd, "-i", str(inv), str(REPO / "playbooks" / playbook), "--list-tasks", *select)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    return [line.split("\tTAGS:")[0].strip() for line in proc.stdout.splitlines() if "\tTAGS:" in line]
+
+
+@pytest.mark.slow
+def test_a_roles_old_tag_and_its_prefixed_name_select_the_same_tasks(tmp_path):
+    """The same commands keep working: `--tags provision` selects what `--tags lab_venv_provision` does,
+    as ansible-playbook itself lists them."""
+    inv = write_local_inventory(tmp_path / "inv.yml", tmp_path / "root", tmp_path / "wb")
+    always = {p: _task_names(tmp_path, inv, p, "--tags", "always") for p in ("site.yml", "audit.yml")}
+    runs = [("site.yml", "--tags", new, old) for new, old in ROLE_TAGS.values()]
+    runs += [
+        ("site.yml", "--skip-tags", "lab_run_fetch", "fetch"),
+        ("audit.yml", "--tags", "host_audit", "audit"),
+    ]
+    for playbook, flag, new, old in runs:
+        selected = _task_names(tmp_path, inv, playbook, flag, new)
+        assert selected == _task_names(tmp_path, inv, playbook, flag, old), (playbook, flag, new)
+        assert set(selected) > set(always[playbook]), (playbook, flag, new, selected)
