@@ -36,7 +36,7 @@ import pytest
 
 from conftest import PROVISION_IN_NAMESPACE, TINY_SIZES, run_disklab
 from disklab import stored
-from disklab.sections import load as load_section
+from disklab.sections.load import netfs as load_netfs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
 import fleet as fleetmod  # noqa: E402
@@ -232,7 +232,7 @@ def test_the_report_renders_whole_and_says_whether_mmap_lost_from_its_own_number
     assert "## This host's ceilings: one file read cold (one stream, and in parallel) and warm" in report
     assert "| cold ceiling, one stream (8 MiB buffered reads) |" in report
     assert "### Mapped against eager loading on this network filesystem" in report
-    verdict = load_section.network_mmap(lab["experiments"]["load"], lab)
+    verdict = load_netfs.network_mmap(lab["experiments"]["load"], lab)
     assert verdict["fstype"] == NETFS_FS and len(verdict["lines"]) == 2
     for line in verdict["lines"]:
         assert line.startswith("cold, all_touched: "), line  # both pairs had a proven cold figure

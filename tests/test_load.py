@@ -15,7 +15,8 @@ import torch
 from safetensors.torch import save_file
 
 from disklab import schemas
-from disklab.sections import load as section_mod
+from disklab.sections.load import residency as load_residency
+from disklab.sections.load import sentences as load_sentences
 from disklab_host import registry
 from disklab_host.cache import pagecache as cache
 from disklab_host.common.facts import peak_rss_bytes
@@ -106,7 +107,7 @@ def test_section_matches_schema(section):
 def test_every_stage_records_the_hosts_noise_and_where_its_time_went(section):
     """Each ok stage of each sample carries its noise record and time split for real (results 6): the
     split covers the stage's own time, its CPU parts are the process's, and the noise spans the clock."""
-    from disklab.sections import load_time
+    from disklab.sections.load import time_split as load_time
 
     cpu_of_long_stages = []
     for s in section["samples"]:
@@ -235,11 +236,11 @@ def test_mapped_then_resident_at_the_first_response(section):
         assert st["module_populated"]["resident_fraction"] < 0.5  # assign read nothing
         io = st["first_response"]["io"]  # the forward pass waited on the device for those pages
         assert io["faults"]["major"] > st["module_populated"]["io"]["faults"]["major"]
-    rows = {(r["method"], r["cache_state"]): r for r in section_mod.residency_rows(section)}
+    rows = {(r["method"], r["cache_state"]): r for r in load_residency.residency_rows(section)}
     mmap = rows[("torch.load-mmap", "cold")]
     assert mmap["mapped"] and mmap["return_fraction"] < 0.5 < 0.99 < mmap["first_fraction"]
     assert not rows[("torch.load", "cold")]["mapped"]
-    lines = section_mod.explanations(section)
+    lines = load_sentences.explanations(section)
     said = next(ln for ln in lines if ln.startswith("cold, torch.load-mmap → module (assign), big_pt: "))
     assert "at first_response" in said and "the mapping moved these reads into it, not away" in said
 

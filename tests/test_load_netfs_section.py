@@ -8,6 +8,8 @@ exactly. tests/test_fleet_netfs.py checks the same block on a real sshfs workben
 from __future__ import annotations
 
 from disklab.sections import load as section_mod
+from disklab.sections.load import netfs as load_netfs
+from disklab.sections.load import residency as load_residency
 from disklab_host.cache import pagecache
 from disklab_host.steps import load
 from test_load_section import SIX, check_section, cold_section, load_template, make_section
@@ -29,14 +31,14 @@ def _render(section: dict, results: dict, tmp_path) -> str:
 
 def test_no_verdict_when_the_audit_does_not_flag_a_network_filesystem():
     section = make_section()
-    assert section_mod.network_mmap(section, _results(section, "ext4", "not_set")) is None
-    assert section_mod.network_mmap(section, {"experiments": {"load": section}}) is None  # no facts
+    assert load_netfs.network_mmap(section, _results(section, "ext4", "not_set")) is None
+    assert load_netfs.network_mmap(section, {"experiments": {"load": section}}) is None  # no facts
 
 
 def test_mapped_loading_that_lost_says_by_how_much_and_by_which_test():
     # six samples a side, cold at all_touched: torch.load 1.0 s, torch.load-mmap 1.8 s, load_file 2.0 s
     section = make_section(scales=SIX)
-    got = section_mod.network_mmap(section, _results(section))
+    got = load_netfs.network_mmap(section, _results(section))
     assert got["fstype"] == "fuse.sshfs"
     assert [line.split(" (")[0] for line in got["lines"]] == [
         "cold, all_touched: torch.load-mmap lost: it took 1.8× torch.load's time",
@@ -54,7 +56,7 @@ def test_a_loss_within_the_minimum_effect_and_a_win_are_told_apart():
             "load_file": [0.25 * k for k in SIX],
         }
     )
-    lines = section_mod.network_mmap(section, _results(section))["lines"]
+    lines = load_netfs.network_mmap(section, _results(section))["lines"]
     assert lines[0].startswith("cold, all_touched: torch.load-mmap did not lose: it took 1.0× torch.load's")
     assert "no change beyond ±10 %" in lines[0]
     assert lines[1].startswith("cold, all_touched: load_file did not lose: it took 0.5× torch.load's time")
@@ -63,7 +65,7 @@ def test_a_loss_within_the_minimum_effect_and_a_win_are_told_apart():
 
 def test_the_quick_profiles_three_runs_give_the_ratio_but_call_no_loss():
     section = make_section()  # three samples a side
-    line = section_mod.network_mmap(section, _results(section))["lines"][0]
+    line = load_netfs.network_mmap(section, _results(section))["lines"][0]
     assert line.startswith(
         "cold, all_touched: torch.load-mmap took 1.8× torch.load's time (1.800 s against 1.000 s, medians), "
         "but whether it lost could not be decided (inconclusive: n = 3 a side cannot decide"
@@ -76,7 +78,7 @@ def test_a_missing_proven_cold_figure_is_said_not_guessed():
     section["cells"] = [
         c for c in section["cells"] if not (c["method"] == "torch.load-mmap" and c["cache_state"] == "cold")
     ]
-    lines = section_mod.network_mmap(section, _results(section))["lines"]
+    lines = load_netfs.network_mmap(section, _results(section))["lines"]
     assert (
         lines[0]
         == "torch.load-mmap: no proven cold figure of torch.load-mmap at all_touched, so no comparison."
@@ -141,7 +143,7 @@ def test_without_a_device_counter_a_whole_cold_load_is_read_against_the_ceilings
     }  # fmt: skip
     results = _results(section)
     results["experiments"]["ceiling"] = ceiling
-    got = section_mod.proof_rows(section, results)
+    got = load_residency.proof_rows(section, results)
     assert got["share_by_file"] is True
     rows = {r["what"]: r for r in got["rows"] if r["cache_state"] == "cold"}
     whole = next(r for w, r in rows.items() if w.startswith("torch.load,"))

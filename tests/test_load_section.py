@@ -18,6 +18,8 @@ import pytest
 from disklab import markup, report, schemas
 from disklab.sections import evidence
 from disklab.sections import load as section_mod
+from disklab.sections.load import residency as load_residency
+from disklab.sections.load import sentences as load_sentences
 from disklab.units import FILTERS
 from disklab_host.loadlab import proof
 from disklab_host.steps import load
@@ -484,7 +486,6 @@ EIGHT = (0.94, 0.96, 0.98, 0.99, 1.01, 1.02, 1.04, 1.06)
 )
 def test_willneed_verdict_rests_on_the_statistics_module(willneed, plain, verdict):
     """Six samples a side: each verdict is the module's (exact Mann–Whitney, Hodges–Lehmann, ±10 %)."""
-    from disklab.sections import load as load_section
 
     section = cold_section(
         {
@@ -493,16 +494,14 @@ def test_willneed_verdict_rests_on_the_statistics_module(willneed, plain, verdic
             "load_file+willneed": [0.5 * willneed * k for k in SIX],
         }
     )
-    lines = load_section.explanations(section)
+    lines = load_sentences.explanations(section)
     assert any(verdict in line for line in lines), lines
 
 
 def test_three_samples_a_side_leave_the_willneed_gap_undecided():
-    from disklab.sections import load as load_section
-
     section = cold_section({"torch.load": [0.4, 0.5, 0.6], "load_file": [0.9, 0.95, 1.0],
                             "load_file+willneed": [0.4, 0.41, 0.42]})  # fmt: skip
-    line = next(x for x in load_section.explanations(section) if "load_file+willneed took" in x)
+    line = next(x for x in load_sentences.explanations(section) if "load_file+willneed took" in x)
     assert "whether there was a cold mmap gap here could not be decided" in line
     assert "n = 3 a side cannot decide" in line
 
@@ -608,7 +607,7 @@ def _ceiling(median: float, lo: float, hi: float, parallel: tuple | None = None)
 def test_each_cold_figure_carries_its_proof_and_its_share_of_the_cold_ceiling():
     section = make_section(unverified=True)
     results = {"experiments": {"load": section, "ceiling": _ceiling(512.0, 500.0, 520.0)}}
-    proof_rows = section_mod.proof_rows(section, results)
+    proof_rows = load_residency.proof_rows(section, results)
     row = next(
         r for r in proof_rows["rows"] if r["what"] == "torch.load, big_pt" and r["cache_state"] == "cold"
     )
@@ -619,16 +618,16 @@ def test_each_cold_figure_carries_its_proof_and_its_share_of_the_cold_ceiling():
     flagged = [r for r in proof_rows["rows"] if r["cache_state"] == "cold_unverified"]
     assert flagged and all(r["failed"] == ["residency"] for r in flagged)
     assert all(r["cache_state"] != "warm" for r in proof_rows["rows"])  # cold figures only
-    below = section_mod.proof_rows(section, {"experiments": {"ceiling": _ceiling(100.0, 90.0, 110.0)}})
+    below = load_residency.proof_rows(section, {"experiments": {"ceiling": _ceiling(100.0, 90.0, 110.0)}})
     assert any(r["below"] for r in below["rows"]) and below["below_any"]
-    none = section_mod.proof_rows(section, {"experiments": {}})
+    none = load_residency.proof_rows(section, {"experiments": {}})
     assert none["ceiling"]["cold"] is None and all(r["share"] == "n/a" for r in none["rows"])
 
 
 def test_a_load_that_beat_one_stream_but_not_the_parallel_read_left_bandwidth_unused(tmp_path):
     section = make_section()
     results = {"experiments": {"ceiling": _ceiling(200.0, 190.0, 210.0, (512.0, 500.0, 520.0))}}
-    rows = section_mod.proof_rows(section, results)
+    rows = load_residency.proof_rows(section, results)
     row = next(r for r in rows["rows"] if r["what"] == "torch.load, big_pt" and r["cache_state"] == "cold")
     assert row["share"] == "128.0 %" and row["share_parallel"] == "50.0 %"
     # faster than one stream, slower than the parallel read: not a cache below (old rule: one ceiling);
@@ -652,7 +651,7 @@ def test_a_load_that_beat_one_stream_but_not_the_parallel_read_left_bandwidth_un
     assert evidence.ceiling_reading(600.0, at).startswith("at or above the parallel read")
     assert "slower than both" in evidence.ceiling_reading(100.0, at)
     assert evidence.ceiling_reading(100.0, {**at, "parallel": None}) is None
-    alone = section_mod.proof_rows(section, {"experiments": {"ceiling": _ceiling(200.0, 190.0, 210.0)}})
+    alone = load_residency.proof_rows(section, {"experiments": {"ceiling": _ceiling(200.0, 190.0, 210.0)}})
     assert alone["ceiling"]["parallel_why"] == "this run's ceiling step predates the parallel ceiling"
     assert all(r["share_parallel"] == "n/a" for r in alone["rows"]) and alone["unused"] == []
 
@@ -849,9 +848,9 @@ def test_a_proof_part_that_failed_says_in_how_many_samples():
     mib = 1 << 20
     failed = {"status": "fail", "device_read_bytes": 0, "touched_bytes": mib}
     parts = [failed, failed, {"status": "pass", "device_read_bytes": mib, "touched_bytes": mib}]
-    text = section_mod._part_text("device_reads", parts)
+    text = load_residency.part_text("device_reads", parts)
     assert text == "device reads ✗ failed in 2 of 3, min 0 B for 1.00 MiB touched", text
     assert (
-        section_mod._part_text("device_reads", parts[2:])
+        load_residency.part_text("device_reads", parts[2:])
         == "device reads ✓ 1/1, min 1.00 MiB for 1.00 MiB touched"
     )

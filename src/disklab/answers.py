@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from disklab import anchors, figures, verdicts
 from disklab.markup import code, md
-from disklab.sections import evidence, load_time
+from disklab.sections import evidence
+from disklab.sections.load import time_split
 from disklab.units import ibytes, ns, pct, ratio, secs, us
 
 # At most this many lines: the answers have to fit the top of the page.
@@ -280,9 +281,9 @@ def _split_quote(sec: dict, cold: figures.Figure) -> str | None:
     mapped = [w for w in whats if w.startswith("torch.load-mmap") and "big" in w]
     eager = [w for w in whats if w.startswith("torch.load ") and "big" in w]
     if mapped and eager:
-        said = [q for w in (mapped[0], eager[0]) if (q := load_time.quote(rows, w, "cold"))]
+        said = [q for w in (mapped[0], eager[0]) if (q := time_split.quote(rows, w, "cold"))]
     else:
-        said = [q for c in ("cold", "warm") if (q := load_time.quote(rows, _plain_cell(cold), c))]
+        said = [q for c in ("cold", "warm") if (q := time_split.quote(rows, _plain_cell(cold), c))]
     return "; ".join(said) if said else None
 
 

@@ -276,7 +276,7 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         measured_source = measured_doc(source)  # read against the workbench of the run that made them
         s = source["experiments"][name]
         x = build_section(name, s, measured_source, host_dir / "plots")
-        # the load section marks its own busy samples, cell by cell (sections/load_time.py)
+        # the load section marks its own busy samples, cell by cell (sections/load/time_split.py)
         run = run_of(source, latest=path == doc_path, experiment=None if name == "load" else name)
         sections.append(
             {

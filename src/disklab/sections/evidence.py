@@ -1,7 +1,7 @@
 """What several report sections read beside their own numbers: the host's ceiling, the device's
 write-cache mode, the I/O record of an interval and the counted page-cache layers.
 
-Not a section (no step has this name): sections/load.py, fsync_bench.py, write_buffering.py,
+Not a section (no step has this name): sections/load/, fsync_bench.py, write_buffering.py,
 big_write.py and crash.py import it, so each fact is read from the results in one place.
 """
 

@@ -185,3 +185,14 @@ def plot(split_rows: list[dict], plot_dir: Path) -> str | None:
     data = {"labels": labels, "by_state": by_state}
     plotting.draw_once(Path(plot_dir) / PLOT_NAME, data, draw, __file__)
     return f"{Path(plot_dir).name}/{PLOT_NAME}"
+
+
+def quotes(split: list[dict]) -> list[str]:
+    """Cold against warm, in where the time went: the mapped loads' and torch.load's split at all_touched
+    (:func:`quote`), for each method of the big file that has both."""
+    out = []
+    for what in dict.fromkeys(r["what"] for r in split):
+        cold, warm = (quote(split, what, c) for c in ("cold", "warm"))
+        if cold and warm:
+            out.append(f"{cold}; {warm}.")
+    return out

@@ -1,6 +1,6 @@
 """Peak memory by load method and readiness stage: the load table's peak RSS column as a picture.
 
-Drawn from the rows of the load section's stage table (:func:`disklab.sections.load.rows`), so the
+Drawn from the rows of the load section's stage table (:func:`disklab.sections.load.cells.rows`), so the
 picture and the table show the same medians: one row per load, one marker per readiness stage, cold and
 warm side by side, on a linear MiB axis that starts at 0 (a load's peak RSS includes the interpreter and
 its imports, so the gap between methods is read against the whole).
