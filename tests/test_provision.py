@@ -442,7 +442,7 @@ def test_the_role_declares_each_default_and_passes_each_setting():
     for flag, setting in [
         ("--venv=", "lab_venv_root"), ("--torch-index=", "lab_venv_torch_index"),
         ("--pin=", "lab_venv_packages"), ("--pip-arg=", "lab_venv_pip_args"),
-        ("--require-cuda", "lab_venv_require_cuda"),
+        ("--require-cuda", "lab_venv_require_cuda"), ("--lock=", "lab_venv_lock"),
     ]:  # fmt: skip
         assert flag in args and setting in args, flag
     tasks = (role / "tasks" / "main.yml").read_text()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from disklab_host import lock as locklib
 from disklab_host import provision as pv
 from disklab_host import venvprobe
 from disklab_host.audit import collect as audit
@@ -56,7 +57,11 @@ def probes(counter: Path) -> int:
 
 
 def want() -> dict:
-    return pv.wanted_record(PINS, pv.CPU_INDEX, [])
+    """The record of a venv provision made on HOST with the CPU build: from its hash lock."""
+    lock, _ = locklib.choose(
+        "auto", HOST.system, HOST.machine, HOST.python_version, pv.CPU_INDEX, pv.parse_pins(PINS)
+    )
+    return pv.wanted_record(PINS, pv.CPU_INDEX, [], lock=lock)
 
 
 def provisioned(tmp_path: Path) -> tuple[Path, Path]:
