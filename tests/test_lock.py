@@ -62,16 +62,18 @@ def test_every_lock_the_generator_makes_is_in_the_repo_from_the_roles_pins_with_
     assert "nvidia-cublas" not in locklib.load("macos-arm64-py3.12").packages
 
 
-def test_the_generator_asks_uv_for_hashes_for_each_platform_and_the_cpu_build_from_its_source(tmp_path):
-    argv = lockgen.uv_argv("uv", "linux-x86_64-cpu", "3.11", tmp_path / "in", lockgen.hostlock.CPU_INDEX)
+def test_the_generator_asks_uv_for_hashes_for_each_platform_and_the_cpu_build_from_its_sources(tmp_path):
+    reqs = tmp_path / "in"
+    argv = lockgen.uv_argv("uv", "linux-x86_64-cpu", "3.11", reqs, [locklib.CPU_INDEX])
     assert argv[argv.index("--python-platform") + 1] == "x86_64-manylinux_2_28"
     assert "--generate-hashes" in argv and argv[-2:] == ["--extra-index-url", locklib.CPU_INDEX]
-    assert lockgen.uv_argv("uv", "linux-x86_64-cpu", "3.11", tmp_path / "in", str(tmp_path))[-2:] == [
-        "--find-links", str(tmp_path)
-    ]  # fmt: skip
-    spark = lockgen.uv_argv("uv", "linux-aarch64-cuda", "3.12", tmp_path / "in", str(tmp_path))
-    assert "--find-links" not in spark and "aarch64-manylinux_2_28" in spark
-    assert locklib.parse(lockgen.header("macos-arm64", "3.12", PINS)).pins == PARSED
+    mirror = lockgen.uv_argv("uv", "linux-x86_64-cpu", "3.11", reqs, [str(tmp_path)], "file:///mirror")
+    assert mirror[-6:] == ["--find-links", str(tmp_path), "--index-url", "file:///mirror",
+                           "--index-strategy", "unsafe-best-match"]  # fmt: skip
+    spark = lockgen.uv_argv("uv", "linux-aarch64-cuda", "3.12", reqs, [str(tmp_path)], "file:///mirror")
+    assert "--find-links" not in spark and "--index-url" not in spark and "aarch64-manylinux_2_28" in spark
+    head = lockgen.header("linux-x86_64-cpu", "3.11", PINS, [str(tmp_path), "PyPI"])
+    assert locklib.parse(head).pins == PARSED and f"# Resolved from: {tmp_path}, PyPI" in head
 
 
 def test_make_locks_is_one_command_from_the_test_venv():
@@ -152,6 +154,30 @@ def test_a_venv_made_before_locks_is_rebuilt_from_its_lock_and_an_unlocked_one_k
         "sha256": lock.sha256,
     }
     assert pv.wanted_record(PINS, "https://mirror.example/whl", [])["lock"] is None
+
+
+def test_a_kept_venv_that_no_longer_holds_its_locks_versions_is_rebuilt(tmp_path, monkeypatch):
+    """A locked venv whose filelock moved after provisioning (a pip install by hand) is rebuilt: it must
+    hold every package of its lock, not only the pins."""
+    host = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
+    lock = locklib.load(CPU_LOCK)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    moved = {**lock.packages, "filelock": "99.0"}
+    found = {"result": {"dists": moved, "torch": "2.13.0+cpu", "safetensors": "0.8.0", "numpy": "2.4.6"}}
+    monkeypatch.setattr(
+        pv, "probe_or_recorded", lambda venv, record: ({**found, "from": "probed_now"}, "probed")
+    )
+    want = pv.wanted_record(PINS, pv.CPU_INDEX, [], lock=lock)
+    (venv / pv.RECORD_NAME).write_text(json.dumps(want))
+    out = pv.provision(venv, PINS, "cpu", check=True, facts=host)
+    assert (
+        out["action"] == "would_rebuild"
+        and f"filelock 99.0 (pinned {lock.packages['filelock']})" in out["reason"]
+    )
+    found["result"]["dists"] = lock.packages
+    assert pv.provision(venv, PINS, "cpu", check=True, facts=host)["action"] == "would_keep"
 
 
 # --- pip's refusal --------------------------------------------------------------------------------

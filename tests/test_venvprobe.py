@@ -24,7 +24,7 @@ RESULT = {
     "python": "3.11.2",
     "python_executable": "/lab/venv/bin/python",
     "io_default_buffer_size_bytes": 8192,
-    "dists": {"torch": "2.13.0+cpu", "safetensors": "0.8.0", "numpy": "2.4.6"},
+    "dists": locklib.load("linux-x86_64-cpu-py3.11").packages,  # a venv provision made from the CPU lock
     "torch": "2.13.0+cpu",
     "safetensors": "0.8.0",
     "numpy": "2.4.6",

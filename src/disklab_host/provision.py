@@ -677,7 +677,11 @@ def provision(
             f"lab_venv_lock is required but {lock_why}; set lab_venv_lock: auto to install the pins alone"
         )
     want = wanted_record(pins, index, pip_args, loader_names, lock)
-    action, reason, found = plan(venv, want, parsed)
+    # a kept venv must hold every package of its lock at the lock's version (unless a loader, installed
+    # without a lock, may have moved one)
+    action, reason, found = plan(
+        venv, want, {**lock.packages, **parsed} if lock and not loader_names else parsed
+    )
     out = {"torch_index": _source_index(lock, index), "python": str(venv_python(venv)), "venv": str(venv),
            "lock": locklib.entry(lock, lock_why)}  # fmt: skip
     if check:
