@@ -682,13 +682,14 @@ def provision(
     action, reason, found = plan(
         venv, want, {**lock.packages, **parsed} if lock and not loader_names else parsed
     )
-    out = {"torch_index": _source_index(lock, index), "python": str(venv_python(venv)), "venv": str(venv),
+    source = lock.extra_index if lock else index  # torch's index (None: PyPI's; the CUDA locks are PyPI's)
+    out = {"torch_index": source or "pypi", "python": str(venv_python(venv)), "venv": str(venv),
            "lock": locklib.entry(lock, lock_why)}  # fmt: skip
     if check:
         kept = action in ("keep", "extend") and found
         versions = _versions(found) if kept else None
         if versions and require_cuda:
-            _refuse_without_cuda(versions, venv, index)
+            _refuse_without_cuda(versions, venv, source)
         recorded = (read_record(venv) or {}).get(loaderlib.RECORD_KEY) if kept and loader_names else None
         retry = _pip_failed_names(recorded)
         if retry:
@@ -737,7 +738,7 @@ def provision(
         reason += f"; tried pip again for the loader(s) it could not install before: {', '.join(now)}"
     versions = _versions(found)
     if require_cuda:
-        _refuse_without_cuda(versions, venv, index)
+        _refuse_without_cuda(versions, venv, source)
     action = {"keep": "kept", "extend": "extended", "create": "created", "rebuild": "rebuilt"}[action]
     changed = action != "kept" or any(results[n]["status"] == "ok" for n in retried)
     return {"ok": True, "changed": changed, "action": action, "reason": reason, **out,
@@ -770,12 +771,6 @@ def extend(venv: Path, want: dict, pins: dict[str, str], pip_args: list[str]) ->
     }
     atomic_write_json(venv / RECORD_NAME, {**record, **entry})
     return results, retried, found
-
-
-def _source_index(lock: locklib.Lock | None, index: str | None) -> str:
-    """Where torch came from: the lock's index where a lock applies (PyPI's for its CUDA builds), else
-    the index provision chose; ``pypi`` for PyPI's default."""
-    return (lock.extra_index if lock else index) or "pypi"
 
 
 def _refuse_without_cuda(versions: dict, venv: Path, index: str | None) -> None:
