@@ -171,7 +171,7 @@ def choose(
             f"the lock {name} was made from {have}, lab_venv_packages pins {want}; make "
             "the locks again with `make locks`"
         )
-    return lock, f"installed from the lock {name} ({len(lock.packages)} packages, each checked by its hash)"
+    return lock, f"the lock {name}: {len(lock.packages)} packages, each file checked by its sha256"
 
 
 def entry(lock: Lock | None, why: str) -> dict:
