@@ -4,7 +4,7 @@ VENV := .venv
 TEST_VENV := .venv-test
 PIP_FLAGS := --quiet --disable-pip-version-check
 
-.PHONY: lab test test-fast lint bench report clean collection ee steps
+.PHONY: lab test test-fast lint bench report clean collection ee steps locks
 
 # Controller venv: ansible-core, ansible-runner, jinja2, pyyaml, jsonschema, matplotlib, rich, markdown-it-py,
 # mdit-py-plugins, shtab, psutil, disklab.
@@ -62,6 +62,15 @@ bench: $(TEST_VENV)/.installed
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends fio xfsprogs btrfs-progs e2fsprogs \
 	    openssh-server openssh-client strace iproute2 util-linux; fi
 	PATH="$(BENCH_PATH)" $(TEST_VENV)/bin/python bench/run.py $(BENCH_ARGS)
+
+# The lab venv's hash locks, one per platform and CPython (src/disklab_host/locks/), from the pins in
+# roles/lab_venv/defaults/main.yml, with uv; after a pin changes, run this and commit the locks.
+# LOCK_ARGS: --only NAME (one lock); --cpu-source DIR|URL (repeatable) and --cpu-index-url URL where
+# PyTorch's CPU index or PyPI is out of reach of the lab hosts (the CPU lock in the repo was made with
+# --cpu-source /opt/wheels --cpu-source file:///opt/pypi-more/simple --cpu-index-url file:///opt/pypi/simple,
+# the wheels this project's controller and test fleet reach).
+locks: $(TEST_VENV)/.installed
+	$(TEST_VENV)/bin/python -m disklab.locks $(LOCK_ARGS)
 
 # The collection disklab.lab as a tarball in .ee/ (ansible-galaxy collection install .ee/disklab-lab.tar.gz), and
 # the build context of an execution environment with it (.ee/context; podman build -t disklab-ee .ee/context).

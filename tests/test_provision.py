@@ -397,6 +397,7 @@ def test_a_real_venv_from_a_python_without_pip_is_created_kept_and_rebuilt(tmp_p
     out = result_line.parse(first.stdout)
     assert (out["ok"], out["changed"], out["action"]) == (True, True, "created"), out
     assert out["torch_index"] == pv.CPU_INDEX and out["python"] == str(venv / "bin" / "python")
+    assert out["lock"]["locked"] and out["lock"]["name"] == "linux-x86_64-cpu-py3.11"  # /usr/bin/python3 here
     v = out["versions"]
     assert v["torch"].split("+")[0] == "2.13.0" and v["safetensors"] == "0.8.0" and v["numpy"] == "2.4.6"
     assert v["torch_cuda"] is None and v["cuda_available"] is False and v["mps_available"] is False
@@ -414,17 +415,23 @@ def test_a_real_venv_from_a_python_without_pip_is_created_kept_and_rebuilt(tmp_p
     assert (again["changed"], again["action"]) == (False, "kept"), again
     assert again["versions"] == v
 
-    would = result_line.parse(_cli(venv, "--torch-index", "pypi", nc, "--check", python=base_py).stdout)
+    # PyPI's Linux torch is the CUDA build, whose lock pulls the nvidia wheels (GiBs); here pip's find-links
+    # has the CPU wheel at the pin, so these two runs install the pins alone (lab_venv_lock: never)
+    unlocked = [nc, "--lock=never"]
+    would = result_line.parse(
+        _cli(venv, "--torch-index", "pypi", *unlocked, "--check", python=base_py).stdout
+    )
     assert (would["changed"], would["action"]) == (True, "would_rebuild")
     assert f"torch_index {pv.CPU_INDEX!r} -> None" in would["reason"]
     assert json.loads((venv / pv.RECORD_NAME).read_text()) == record  # --check changed nothing
 
-    rebuilt = _cli(venv, "--torch-index", "pypi", nc, python=base_py)
+    rebuilt = _cli(venv, "--torch-index", "pypi", *unlocked, python=base_py)
     assert rebuilt.returncode == 0, rebuilt.stderr
     out = result_line.parse(rebuilt.stdout)
     assert (out["changed"], out["action"], out["torch_index"]) == (True, "rebuilt", "pypi"), out
     assert json.loads((venv / pv.RECORD_NAME).read_text())["torch_index"] is None
     assert out["versions"]["torch"].split("+")[0] == "2.13.0"
+    assert out["lock"] == {"locked": False, "name": None, "sha256": None, "why": "lab_venv_lock is never"}
 
 
 # --- the role that runs it -------------------------------------------------------------------------
@@ -442,7 +449,7 @@ def test_the_role_declares_each_default_and_passes_each_setting():
     for flag, setting in [
         ("--venv=", "lab_venv_root"), ("--torch-index=", "lab_venv_torch_index"),
         ("--pin=", "lab_venv_packages"), ("--pip-arg=", "lab_venv_pip_args"),
-        ("--require-cuda", "lab_venv_require_cuda"),
+        ("--require-cuda", "lab_venv_require_cuda"), ("--lock=", "lab_venv_lock"),
     ]:  # fmt: skip
         assert flag in args and setting in args, flag
     tasks = (role / "tasks" / "main.yml").read_text()

@@ -179,6 +179,8 @@ def _facts_at_version_2(facts: dict, loop: object, cpu_only: object) -> dict:
     gpu_why = old["gpu"]["cpu_only_torch_on_gpu_host"]["why"]
     old["gpu"]["cpu_only_torch_on_gpu_host"] = {"set": cpu_only, "why": gpu_why}
     old.pop("quiet", None)  # facts version 6 added it
+    for key in ("packages", "lock"):  # facts version 7 added them
+        old["versions"].pop(key, None)
     return old
 
 
@@ -197,8 +199,10 @@ def test_version_2_flags_become_three_states_and_the_workbench_its_paths():
     wb = doc["workbench"]
     assert wb["requested_path"] == wb["audited_path"] == FACTS["workbench"]["requested_path"]
     assert wb["exists"] is True and wb["created"] is False and wb["note"] is None and "path" not in wb
-    assert doc["schema_version"] == VERSIONS["facts"] == 6
+    assert doc["schema_version"] == VERSIONS["facts"] == 7
     assert doc["quiet"] == {"unavailable": "not checked: written before facts version 6"}
+    for key in ("packages", "lock"):
+        assert doc["versions"][key] == {"unavailable": "not recorded: written before facts version 7"}
     assert schemas.first_error("facts", doc) is None
 
 

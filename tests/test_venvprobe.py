@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from disklab_host import lock as locklib
 from disklab_host import provision as pv
 from disklab_host import venvprobe
 from disklab_host.audit import collect as audit
@@ -23,7 +24,7 @@ RESULT = {
     "python": "3.11.2",
     "python_executable": "/lab/venv/bin/python",
     "io_default_buffer_size_bytes": 8192,
-    "dists": {"torch": "2.13.0+cpu", "safetensors": "0.8.0", "numpy": "2.4.6"},
+    "dists": locklib.load("linux-x86_64-cpu-py3.11").packages,  # a venv provision made from the CPU lock
     "torch": "2.13.0+cpu",
     "safetensors": "0.8.0",
     "numpy": "2.4.6",
@@ -56,7 +57,11 @@ def probes(counter: Path) -> int:
 
 
 def want() -> dict:
-    return pv.wanted_record(PINS, pv.CPU_INDEX, [])
+    """The record of a venv provision made on HOST with the CPU build: from its hash lock."""
+    lock, _ = locklib.choose(
+        "auto", HOST.system, HOST.machine, HOST.python_version, pv.CPU_INDEX, pv.parse_pins(PINS)
+    )
+    return pv.wanted_record(PINS, pv.CPU_INDEX, [], lock=lock)
 
 
 def provisioned(tmp_path: Path) -> tuple[Path, Path]:

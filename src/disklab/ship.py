@@ -24,8 +24,10 @@ _MAIN = b"from disklab_host.__main__ import main\nraise SystemExit(main())\n"
 
 
 def host_sources() -> list[Path]:
-    """Every .py file of disklab_host, sorted by its path inside the package."""
-    return sorted(p for p in HOST_PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+    """Every .py file of disklab_host and its hash locks (locks/*.txt, disklab_host.lock), sorted by
+    their path inside the package."""
+    files = [*HOST_PACKAGE.rglob("*.py"), *HOST_PACKAGE.glob("locks/*.txt")]
+    return sorted(p for p in files if "__pycache__" not in p.parts)
 
 
 def artifact_bytes() -> bytes:

@@ -307,6 +307,14 @@ def _facts_update_to_6(doc: dict) -> None:
     doc.setdefault("quiet", {"unavailable": "not checked: written before facts version 6"})
 
 
+def _facts_update_to_7(doc: dict) -> None:
+    """The venv's packages and lock, as not recorded: older audits kept torch, safetensors and numpy only."""
+    versions = doc.get("versions")
+    if isinstance(versions, dict):
+        for key in ("packages", "lock"):
+            versions.setdefault(key, {"unavailable": "not recorded: written before facts version 7"})
+
+
 def _nothing(doc: dict) -> None:
     """An update that only stamps the kind and version (the kind had none before)."""
 
@@ -325,6 +333,7 @@ UPDATES: dict[str, dict[int, Callable[[dict], None]]] = {
         4: _facts_update_to_4,
         5: _facts_update_to_5,
         6: _facts_update_to_6,
+        7: _facts_update_to_7,
     },
     "audit": {2: _audit_update_to_2},
     "failure": {2: _run_kind_update_to_2},

@@ -17,9 +17,13 @@ pip nor packaging nor setuptools in that interpreter (Homebrew's Python 3.12+ an
 3. the venv (``plan``): kept when its record (``PATH/disklab-venv.json``) matches what is wanted and
    its Python has the pinned versions; otherwise removed and rebuilt, but only when it is a venv
    (a record or a pyvenv.cfg): any other directory is refused;
-4. ``<python> -m venv PATH`` (ensurepip), then the venv's own pip: ``pip install --no-deps
-   --index-url INDEX torch==V`` when an index applies (only torch comes from it), then ``pip install
-   <pins> <pip args>`` (torch already satisfies its pin; its dependencies come from the default index);
+4. ``<python> -m venv PATH`` (ensurepip), then the venv's own pip. With the hash lock of the host's
+   platform and Python (disklab_host.lock, ``--lock auto|required|never``: lab_venv_lock), ``pip install
+   --require-hashes --no-deps -r LOCK``: every package at the lock's version, each file checked by its
+   hash, a file with another hash refused naming the package. Without one (recorded not locked, with
+   why): ``pip install --no-deps --index-url INDEX torch==V`` when an index applies (only torch comes
+   from it), then ``pip install <pins> <pip args>`` (torch already satisfies its pin; its dependencies
+   come from the default index);
 5. the probe (disklab_host.venvprobe): python, torch, safetensors and numpy versions, every installed
    distribution's version, torch.cuda.is_available(), torch.version.cuda,
    torch.backends.mps.is_available(). It starts the venv's Python and imports torch (seconds), so it
@@ -41,12 +45,13 @@ pip nor packaging nor setuptools in that interpreter (Homebrew's Python 3.12+ an
    no record and is rebuilt next time.
 
 Prints one JSON object: ``{"ok", "changed", "action", "reason", "torch_index", "python", "versions",
-"versions_source"}`` (versions_source: ``{"from": "probed_now" | "venv_record", "probed_utc"}``; and,
-when a loader is set, ``loaders``: each one's ``{"status": "ok", "version", "pins"}`` or ``{"status":
-"not_run", "reason", "pins"}``) with action kept, extended, created or rebuilt (``--check``: would_keep,
-would_extend, would_create or would_rebuild, which change nothing; ``changed`` then says whether the real
-run would change the host). Exit status 0; 2 for a refusal and 1 for a failed command or file operation, with
-``{"ok": false, "error": ...}`` on stdout and the same line on stderr.
+"versions_source", "lock"}`` (lock: ``{"locked", "name", "sha256", "why"}``; versions_source: ``{"from":
+"probed_now" | "venv_record", "probed_utc"}``; and, when a loader is set, ``loaders``: each one's
+``{"status": "ok", "version", "pins"}`` or ``{"status": "not_run", "reason", "pins"}``) with action
+kept, extended, created or rebuilt (``--check``: would_keep, would_extend, would_create or would_rebuild,
+which change nothing; ``changed`` then says whether the real run would change the host). Exit status 0;
+2 for a refusal and 1 for a failed command or file operation, with ``{"ok": false, "error": ...}`` on
+stdout and the same line on stderr.
 """
 
 from __future__ import annotations
@@ -62,15 +67,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import lock as locklib
 from . import venvprobe
 from .common.fsio import atomic_write_json
 from .common.result import emit as emit_result
 from .loadlab import loaders as loaderlib
 
-# PyTorch's wheel indexes (https://pytorch.org/get-started/locally/). One CUDA build for the fleet:
-# cu130 has wheels for Linux x86_64 and aarch64 (DGX Spark), so every GPU host gets the same build.
-CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-CUDA_INDEX = "https://download.pytorch.org/whl/cu130"
+# PyTorch's wheel indexes (disklab_host.lock). One CUDA build for the fleet: cu130 has wheels for Linux
+# x86_64 and aarch64 (DGX Spark), so every GPU host gets the same build.
+CPU_INDEX, CUDA_INDEX = locklib.CPU_INDEX, locklib.CUDA_INDEX
 INDEX_CHOICES = ("auto", "cpu", "cuda", "pypi")
 URL_PREFIXES = ("http://", "https://", "file://")
 
@@ -102,9 +107,10 @@ class Refused(Exception):
 class Failed(Exception):
     """A venv or pip command that failed; the message gives the command and its last words (``last``)."""
 
-    def __init__(self, message: str, last: str = ""):
+    def __init__(self, message: str, last: str = "", output: str = ""):
         super().__init__(message)
         self.last = last or message
+        self.output = output
 
 
 @dataclass(frozen=True)
@@ -272,11 +278,15 @@ def _check_macos(have: tuple[int, ...] | None, torch: str) -> None:
 
 
 def wanted_record(
-    pins: list[str], index: str | None, pip_args: list[str], loader_names: list[str] | None = None
+    pins: list[str],
+    index: str | None,
+    pip_args: list[str],
+    loader_names: list[str] | None = None,
+    lock: locklib.Lock | None = None,
 ) -> dict:
     """What the venv is made from: this interpreter (path and version), the pins, the resolved torch
-    index (None: PyPI's default), the extra pip arguments and, when any is set, the production loaders
-    with their pins (``loaders``: ``{name: [pin, ...]}``)."""
+    index (None: PyPI's default), the extra pip arguments, the lock (``{"name", "sha256"}``, None without
+    one) and, when any is set, the production loaders with their pins (``loaders``: ``{name: [pins]}``)."""
     out = {
         "made_by": RECORD_KIND,
         "base_python": sys.executable,
@@ -284,6 +294,7 @@ def wanted_record(
         "pins": list(pins),
         "torch_index": index,
         "pip_args": list(pip_args),
+        "lock": {"name": lock.name, "sha256": lock.sha256} if lock else None,
     }
     if loader_names:
         out["loaders"] = {name: list(loaderlib.BY_NAME[name].pins) for name in loader_names}
@@ -547,14 +558,25 @@ def _run(argv: list[str], what: str) -> None:
         raise Failed(f"{what} failed: {' '.join(argv)}: {exc}") from None
     if cp.returncode != 0:
         last = _last_words(cp.stderr + "\n" + cp.stdout)
-        raise Failed(f"{what} failed (exit {cp.returncode}): {' '.join(argv)}: {last}", last)
+        raise Failed(
+            f"{what} failed (exit {cp.returncode}): {' '.join(argv)}: {last}", last, cp.stdout + cp.stderr
+        )
 
 
-def install(venv: Path, pins: list[str], torch_pin: str, index: str | None, pip_args: list[str]) -> None:
+def install(
+    venv: Path,
+    pins: list[str],
+    torch_pin: str,
+    index: str | None,
+    pip_args: list[str],
+    lock: locklib.Lock | None = None,
+) -> None:
     """Make the venv with this interpreter's ``-m venv`` (ensurepip) and install into it with its own pip.
 
-    With an index, torch alone comes from it first (``--no-deps``); then every pin and the extra pip
-    arguments from the default index, where torch already satisfies its pin.
+    With a lock, every package in it, each file checked by its hash (lock.commands); Refused, naming the
+    package, where the index serves a file with a hash the lock does not list. Without one: with an index,
+    torch alone comes from it first (``--no-deps``); then every pin and the extra pip arguments from the
+    default index, where torch already satisfies its pin.
     """
     venv.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -563,6 +585,16 @@ def install(venv: Path, pins: list[str], torch_pin: str, index: str | None, pip_
         hint = "on Debian and Ubuntu, `python3 -m venv` needs the python3-venv package"
         raise Failed(f"{exc} ({hint})") from None
     pip = [str(venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check"]
+    if lock is not None:
+        for argv in locklib.commands(pip, venv, lock, pip_args):
+            try:
+                _run(argv, f"installing the lock {lock.name}")
+            except Failed as exc:
+                refusal = locklib.hash_refusal(exc.output, lock.name)
+                if refusal:
+                    raise Refused(refusal) from None
+                raise
+        return
     if index is not None:
         torch_only = [*pip, "--no-deps", "--index-url", index, f"torch=={torch_pin}"]
         _run(torch_only, f"installing torch from {index}")
@@ -622,25 +654,42 @@ def provision(
     check: bool = False,
     facts: HostFacts | None = None,
     loader_names: list[str] | None = None,
+    lock_setting: str = "auto",
 ) -> dict:
     """Decide, refuse or provision; return the JSON object main() prints. Raises Refused or Failed.
 
-    ``loader_names``: the production loaders to install beside the pins (see the module doc, step 6).
+    ``loader_names``: the production loaders to install beside the pins (see the module doc, step 6);
+    ``lock_setting``: lab_venv_lock (disklab_host.lock: auto, required, never).
     """
     pip_args = list(pip_args or [])
     loader_names = check_loaders(list(loader_names or []))
+    if lock_setting not in locklib.SETTINGS:
+        raise Refused(f"lab_venv_lock must be one of {', '.join(locklib.SETTINGS)}, got {lock_setting!r}")
     facts = facts or collect_host()
     parsed = parse_pins(pins)
     index = decide_index(setting, facts)
     check_host(facts, parsed, setting, index, require_cuda)
-    want = wanted_record(pins, index, pip_args, loader_names)
-    action, reason, found = plan(venv, want, parsed)
-    out = {"torch_index": index or "pypi", "python": str(venv_python(venv)), "venv": str(venv)}
+    lock, lock_why = locklib.choose(
+        lock_setting, facts.system, facts.machine, facts.python_version, index, parsed
+    )
+    if lock is None and lock_setting == "required":
+        raise Refused(
+            f"lab_venv_lock is required but {lock_why}; set lab_venv_lock: auto to install the pins alone"
+        )
+    want = wanted_record(pins, index, pip_args, loader_names, lock)
+    # a kept venv must hold every package of its lock at the lock's version (unless a loader, installed
+    # without a lock, may have moved one)
+    action, reason, found = plan(
+        venv, want, {**lock.packages, **parsed} if lock and not loader_names else parsed
+    )
+    source = lock.extra_index if lock else index  # torch's index (None: PyPI's; the CUDA locks are PyPI's)
+    out = {"torch_index": source or "pypi", "python": str(venv_python(venv)), "venv": str(venv),
+           "lock": locklib.entry(lock, lock_why)}  # fmt: skip
     if check:
         kept = action in ("keep", "extend") and found
         versions = _versions(found) if kept else None
         if versions and require_cuda:
-            _refuse_without_cuda(versions, venv, index)
+            _refuse_without_cuda(versions, venv, source)
         recorded = (read_record(venv) or {}).get(loaderlib.RECORD_KEY) if kept and loader_names else None
         retry = _pip_failed_names(recorded)
         if retry:
@@ -657,13 +706,14 @@ def provision(
     elif action != "keep":
         if action == "rebuild":
             _remove_venv(venv)
-        install(venv, pins, parsed["torch"], index, pip_args)
+        install(venv, pins, parsed["torch"], index, pip_args, lock)
         results = {name: install_loader(venv, name, pip_args) for name in loader_names}
         found = probe(venv)
         problem = _probe_problem(found, held_pins(parsed, results))
         if problem:
             raise Failed(f"the new venv at {venv} was installed but {problem}")
         extra = {loaderlib.RECORD_KEY: results} if loader_names else {}
+        extra["lock_why"] = lock_why
         atomic_write_json(venv / RECORD_NAME, {**want, **extra, venvprobe.PROBE_KEY: _record_entry(found)})
     else:
         record = read_record(venv) or want
@@ -688,7 +738,7 @@ def provision(
         reason += f"; tried pip again for the loader(s) it could not install before: {', '.join(now)}"
     versions = _versions(found)
     if require_cuda:
-        _refuse_without_cuda(versions, venv, index)
+        _refuse_without_cuda(versions, venv, source)
     action = {"keep": "kept", "extend": "extended", "create": "created", "rebuild": "rebuilt"}[action]
     changed = action != "kept" or any(results[n]["status"] == "ok" for n in retried)
     return {"ok": True, "changed": changed, "action": action, "reason": reason, **out,
@@ -750,13 +800,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--loader", action="append", default=[], help="a production loader to install, repeatable"
     )
+    ap.add_argument("--lock", default="auto", help="auto, required or never: install from the hash lock")
     ap.add_argument("--check", action="store_true", help="report what would be done, change nothing")
     args = ap.parse_args(argv)
     venv = Path(args.venv).expanduser().absolute()
     try:
         verdict = provision(
             venv, args.pin, args.torch_index, args.pip_arg, args.require_cuda, args.check,
-            loader_names=args.loader,
+            loader_names=args.loader, lock_setting=args.lock,
         )  # fmt: skip
     except (Refused, Failed, OSError) as exc:
         emit_result({"ok": False, "error": str(exc)})

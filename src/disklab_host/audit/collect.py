@@ -245,7 +245,7 @@ def collect_versions(probe: Probe, venv_python: str | None) -> tuple[dict, dict]
     the audit's own interpreter and the rest are unavailable.
     """
     if venv_python is None:
-        out = {key: unavailable(NO_VENV) for key in VERSION_KEYS}
+        out = {key: unavailable(NO_VENV) for key in (*VERSION_KEYS, "packages", "lock")}
         out.update(python=platform.python_version(), python_executable=sys.executable)
         return out, {"from": "no_venv", "probed_utc": None, "record": None, "why": NO_VENV}
     venv = Path(venv_python).parent.parent
@@ -261,9 +261,29 @@ def collect_versions(probe: Probe, venv_python: str | None) -> tuple[dict, dict]
             lambda: json.loads(probe.run([venv_python, "-c", venvprobe.SCRIPT])),
         )
     if is_unavailable(got):
-        return {key: got for key in VERSION_KEYS}, source
+        return {key: got for key in (*VERSION_KEYS, "packages", "lock")}, source
     missing = {key: unavailable(f"the venv probe did not report {key}") for key in VERSION_KEYS}
-    return {key: got.get(key, missing[key]) for key in VERSION_KEYS}, source
+    out = {key: got.get(key, missing[key]) for key in VERSION_KEYS}
+    dists = got.get("dists")
+    out["packages"] = (
+        dict(sorted(dists.items()))
+        if isinstance(dists, dict)
+        else unavailable("the venv probe listed no dists")
+    )
+    return {**out, "lock": venv_lock(venv)}, source
+
+
+def venv_lock(venv: Path) -> dict:
+    """The hash lock the venv was installed from, as its record says (disklab_host.lock.entry)."""
+    record = venvprobe.read_record(venv)
+    if record is None:
+        return unavailable(f"no readable {venvprobe.RECORD_NAME} in {venv}")
+    if "lock" not in record:
+        why = "the venv was made before disklab installed from hash locks"
+        return {"locked": False, "name": None, "sha256": None, "why": why}
+    lock = record["lock"] or {}
+    why = str(record.get("lock_why") or "no lock recorded")
+    return {"locked": bool(lock), "name": lock.get("name"), "sha256": lock.get("sha256"), "why": why}
 
 
 # --- gpu ------------------------------------------------------------------

@@ -55,6 +55,8 @@ facts (a host's audit; host.json on the host, inside every results and audit fil
      (disklab-venv.json, trusted while its fingerprint matches) or were probed by this audit.
   6: quiet: how quiet the host is for measuring (audit/quiet.py: governor, turbo, swap, load, busy
      processes, pressure, steal, delay accounting, each ok, advice or unknown); older audits: unavailable.
+  7: versions.packages (every distribution in the lab venv at its version) and versions.lock (the hash
+     lock it was installed from, disklab_host.lock, or why none); older audits: both unavailable.
 audit (reports/<host>/audits/<run_id>.json)
   1: schema_version 1 (the results' number) and kind "audit".
   2: file_kind replaces kind; its own version.
@@ -73,7 +75,7 @@ from __future__ import annotations
 
 VERSIONS: dict[str, int] = {
     "results": 6,
-    "facts": 6,
+    "facts": 7,
     "audit": 2,
     "failure": 2,
     "run_record": 2,

@@ -1,0 +1,284 @@
+"""The lab venv's hash locks: the locks in the repo, which one a host gets, pip's refusal of a file with
+another hash, and a real venv installed from the CPU lock with --require-hashes."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from disklab import locks as lockgen
+from disklab.compare import compare_runs, render_compare_text
+from disklab_host import lock as locklib
+from disklab_host import provision as pv
+from disklab_host.audit import collect
+
+REPO = Path(__file__).resolve().parents[1]
+PINS = yaml.safe_load((REPO / "roles" / "lab_venv" / "defaults" / "main.yml").read_text())[
+    "lab_venv_packages"
+]
+PARSED = pv.parse_pins(PINS)
+CPU_LOCK = "linux-x86_64-cpu-py3.11"
+FIXTURES = REPO / "tests" / "fixtures" / "compare"
+
+# pip 23.2's words (the venv's own pip here) for a lock whose filelock hashes are not the file's.
+PIP_MISMATCH = """\
+Collecting filelock==4.3.2 (from -r /tmp/lock_bad.txt (line 4))
+  Downloading filelock-4.3.2-py3-none-any.whl (244 kB)
+ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you have updated the package \
+versions, please update the hashes. Otherwise, examine the package contents carefully; someone may have \
+tampered with them.
+    filelock==4.3.2 from https://files.pythonhosted.org/packages/d7/4f/filelock-4.3.2-py3-none-any.whl \
+(from -r /tmp/lock_bad.txt (line 4)):
+        Expected sha256 0000000000000000000000000000000000000000000000000000000000000000
+        Expected     or 1111111111111111111111111111111111111111111111111111111111111111
+             Got        02a8801bc6b2a80921bf3d7895c63084d53bae2a3c86783adce5ae2b89a1825b
+"""
+
+
+# --- the locks in the repo -------------------------------------------------------------------------
+
+
+def test_every_lock_the_generator_makes_is_in_the_repo_from_the_roles_pins_with_every_file_hashed():
+    made = locklib.names()
+    assert made == sorted(f"{p}-py{v}" for p, versions in lockgen.LOCKS.items() for v in versions)
+    assert set(lockgen.LOCKS) == set(locklib.PLATFORMS) == set(lockgen.UV_PLATFORM)
+    for name in made:
+        lock = locklib.load(name)
+        assert lock.pins == PARSED, name
+        assert {k: lock.packages[k].split("+")[0] for k in PARSED} == PARSED, name
+        assert {"filelock", "sympy", "typing-extensions"} <= set(lock.packages), name
+        blocks = [b for b in lock.text.split("\n") if b and not b.startswith((" ", "#"))]
+        assert len(blocks) == len(lock.packages) and all(b.endswith("\\") for b in blocks), name
+    assert locklib.load(CPU_LOCK).packages["torch"] == "2.13.0+cpu"
+    assert "nvidia-cublas" in locklib.load("linux-aarch64-cuda-py3.12").packages
+    assert "nvidia-cublas" not in locklib.load("macos-arm64-py3.12").packages
+
+
+def test_the_generator_asks_uv_for_hashes_for_each_platform_and_the_cpu_build_from_its_sources(tmp_path):
+    reqs = tmp_path / "in"
+    argv = lockgen.uv_argv("uv", "linux-x86_64-cpu", "3.11", reqs, [locklib.CPU_INDEX])
+    assert argv[argv.index("--python-platform") + 1] == "x86_64-manylinux_2_28"
+    assert "--generate-hashes" in argv and argv[-2:] == ["--extra-index-url", locklib.CPU_INDEX]
+    mirror = lockgen.uv_argv("uv", "linux-x86_64-cpu", "3.11", reqs, [str(tmp_path)], "file:///mirror")
+    assert mirror[-6:] == ["--find-links", str(tmp_path), "--index-url", "file:///mirror",
+                           "--index-strategy", "unsafe-best-match"]  # fmt: skip
+    spark = lockgen.uv_argv("uv", "linux-aarch64-cuda", "3.12", reqs, [str(tmp_path)], "file:///mirror")
+    assert "--find-links" not in spark and "--index-url" not in spark and "aarch64-manylinux_2_28" in spark
+    head = lockgen.header("linux-x86_64-cpu", "3.11", PINS, [str(tmp_path), "PyPI"])
+    assert locklib.parse(head).pins == PARSED and f"# Resolved from: {tmp_path}, PyPI" in head
+
+
+def test_make_locks_is_one_command_from_the_test_venv():
+    makefile = (REPO / "Makefile").read_text()
+    assert "\nlocks: $(TEST_VENV)/.installed\n\t$(TEST_VENV)/bin/python -m disklab.locks" in makefile
+    assert any(dep.startswith("uv==") for dep in _test_extras())
+
+
+def _test_extras() -> list[str]:
+    import tomllib
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+
+
+# --- which lock a host gets ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("system", "machine", "python", "index", "name"),
+    [
+        ("Linux", "x86_64", (3, 11), locklib.CPU_INDEX, CPU_LOCK),
+        ("Linux", "x86_64", (3, 12), locklib.CUDA_INDEX, "linux-x86_64-cuda-py3.12"),
+        ("Linux", "x86_64", (3, 11), None, "linux-x86_64-cuda-py3.11"),  # PyPI's Linux torch: CUDA 13.0
+        ("Linux", "aarch64", (3, 12), locklib.CUDA_INDEX, "linux-aarch64-cuda-py3.12"),
+        ("Darwin", "arm64", (3, 12), None, "macos-arm64-py3.12"),
+    ],
+)
+def test_each_platform_and_torch_build_gets_its_lock(system, machine, python, index, name):
+    lock, why = locklib.choose("auto", system, machine, python, index, PARSED)
+    assert lock is not None and lock.name == name and name in why
+    assert locklib.choose("required", system, machine, python, index, PARSED)[0] == lock
+    assert locklib.choose("never", system, machine, python, index, PARSED) == (None, "lab_venv_lock is never")
+
+
+@pytest.mark.parametrize(
+    ("system", "machine", "python", "index", "pins", "words"),
+    [
+        ("Linux", "x86_64", (3, 11), "https://m.example/whl", PARSED, "lab_venv_torch_index is the index"),
+        ("Linux", "x86_64", (3, 12), locklib.CPU_INDEX, PARSED, "no lock linux-x86_64-cpu-py3.12 for this "),
+        ("Linux", "aarch64", (3, 12), locklib.CPU_INDEX, PARSED, "no lock is made for Linux aarch64"),
+        ("Linux", "x86_64", (3, 11), None, {**PARSED, "torch": "2.12.0"}, "make the locks again with `make"),
+    ],
+)  # fmt: skip
+def test_a_host_without_a_lock_gets_the_pins_alone_and_one_line_why(
+    system, machine, python, index, pins, words
+):
+    lock, why = locklib.choose("auto", system, machine, python, index, pins)
+    assert lock is None and words in why and "\n" not in why
+
+
+def test_lab_venv_lock_required_refuses_a_host_without_one_and_a_bad_value_before_any_download(tmp_path):
+    host = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
+    venv = tmp_path / "venv"
+    with pytest.raises(
+        pv.Refused, match=r"lab_venv_lock is required but lab_venv_torch_index is the index URL"
+    ):
+        pv.provision(venv, PINS, "https://mirror.example/whl", facts=host, lock_setting="required")
+    with pytest.raises(pv.Refused, match=r"lab_venv_lock must be one of auto, required, never, got 'off'"):
+        pv.provision(venv, PINS, "cpu", facts=host, lock_setting="off")
+    assert not venv.exists()
+
+
+def test_check_mode_says_which_lock_and_an_explicit_index_url_works_unlocked(tmp_path):
+    host = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
+    out = pv.provision(tmp_path / "venv", PINS, "cpu", check=True, facts=host)
+    assert out["lock"]["locked"] and out["lock"]["name"] == CPU_LOCK
+    assert out["lock"]["sha256"] == locklib.load(CPU_LOCK).sha256
+    url = pv.provision(tmp_path / "venv", PINS, "https://mirror.example/whl", check=True, facts=host)
+    assert url["lock"]["locked"] is False and "lab_venv_torch_index is the index URL" in url["lock"]["why"]
+    assert url["torch_index"] == "https://mirror.example/whl" and url["action"] == "would_create"
+
+
+def test_a_venv_made_before_locks_is_rebuilt_from_its_lock_and_an_unlocked_one_kept_as_it_was():
+    host = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
+    lock, _ = locklib.choose("auto", host.system, host.machine, host.python_version, pv.CPU_INDEX, PARSED)
+    assert pv.wanted_record(PINS, pv.CPU_INDEX, [], lock=lock)["lock"] == {
+        "name": CPU_LOCK,
+        "sha256": lock.sha256,
+    }
+    assert pv.wanted_record(PINS, "https://mirror.example/whl", [])["lock"] is None
+
+
+def test_a_kept_venv_that_no_longer_holds_its_locks_versions_is_rebuilt(tmp_path, monkeypatch):
+    """A locked venv whose filelock moved after provisioning (a pip install by hand) is rebuilt: it must
+    hold every package of its lock, not only the pins."""
+    host = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
+    lock = locklib.load(CPU_LOCK)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    moved = {**lock.packages, "filelock": "99.0"}
+    found = {"result": {"dists": moved, "torch": "2.13.0+cpu", "safetensors": "0.8.0", "numpy": "2.4.6"}}
+    monkeypatch.setattr(
+        pv, "probe_or_recorded", lambda venv, record: ({**found, "from": "probed_now"}, "probed")
+    )
+    want = pv.wanted_record(PINS, pv.CPU_INDEX, [], lock=lock)
+    (venv / pv.RECORD_NAME).write_text(json.dumps(want))
+    out = pv.provision(venv, PINS, "cpu", check=True, facts=host)
+    assert (
+        out["action"] == "would_rebuild"
+        and f"filelock 99.0 (pinned {lock.packages['filelock']})" in out["reason"]
+    )
+    found["result"]["dists"] = lock.packages
+    assert pv.provision(venv, PINS, "cpu", check=True, facts=host)["action"] == "would_keep"
+
+
+# --- pip's refusal --------------------------------------------------------------------------------
+
+
+def test_a_file_with_another_hash_is_refused_in_one_line_naming_the_package():
+    line = locklib.hash_refusal(PIP_MISMATCH, CPU_LOCK)
+    assert "\n" not in line
+    assert line.startswith(
+        "the index served filelock==4.3.2 (filelock-4.3.2-py3-none-any.whl from files.pytho"
+    )
+    assert "sha256 02a8801bc6b2a80921bf3d7895c63084d53bae2a3c86783adce5ae2b89a1825b" in line
+    assert f"the lock {CPU_LOCK} does not list" in line
+    assert locklib.hash_refusal("ERROR: No matching distribution found for torch==2.13.0", CPU_LOCK) is None
+
+
+def test_torch_alone_comes_from_the_cpu_index_and_the_whole_lock_from_pips_own(tmp_path):
+    lock = locklib.load(CPU_LOCK)
+    first, second = locklib.commands(["pip", "install"], tmp_path, lock, ["--no-compile"])
+    assert first[-4:] == [
+        "--index-url",
+        locklib.CPU_INDEX,
+        "-r",
+        str(tmp_path / f"{locklib.COPY_NAME}.torch"),
+    ]
+    assert (
+        (tmp_path / f"{locklib.COPY_NAME}.torch").read_text().startswith("torch==2.13.0+cpu \\\n    --hash=")
+    )
+    assert second == ["pip", "install", "--require-hashes", "--no-deps", "-r",
+                      str(tmp_path / locklib.COPY_NAME), "--no-compile"]  # fmt: skip
+    assert (tmp_path / locklib.COPY_NAME).read_text() == lock.text
+    spark = locklib.commands(["pip"], tmp_path, locklib.load("linux-aarch64-cuda-py3.12"), [])
+    assert len(spark) == 1 and "--index-url" not in spark[0]
+
+
+@pytest.mark.slow
+def test_pip_refuses_a_file_the_lock_does_not_list_naming_the_package(tmp_path):
+    """A real pip, a real venv: the CPU lock with filelock's hashes replaced is refused at filelock, in one
+    line naming it, before anything is installed."""
+    real = locklib.load(CPU_LOCK)
+    start = real.text.index("\nfilelock==") + 1
+    end = re.search(r"\n(?! )", real.text[start:]).start() + start
+    assert re.search(r"sha256:[0-9a-f]{64}", real.text[start:end])
+    text = real.text[:start] + re.sub(r"[0-9a-f]{64}", "0" * 64, real.text[start:end]) + real.text[end:]
+    # the CUDA platform's commands: one pip install of the whole lock, no CPU index to wait on
+    bad = dataclasses.replace(real, text=text, platform="linux-x86_64-cuda")
+    venv = tmp_path / "venv"
+    with pytest.raises(pv.Refused) as info:
+        pv.install(venv, PINS, "2.13.0", None, [], bad)
+    msg = str(info.value)
+    filelock = f"filelock=={real.packages['filelock']}"
+    assert msg.startswith(f"the index served {filelock} (filelock-") and "\n" not in msg
+    assert f"the lock {CPU_LOCK} does not list" in msg
+    assert not list(venv.glob("lib/python*/site-packages/torch"))
+
+
+@pytest.mark.slow
+def test_a_real_venv_from_the_cpu_lock_holds_exactly_the_lock_and_records_it(tmp_path):
+    """provision as the role runs it, on this host (Linux x86_64, CPython 3.11, no GPU): the CPU lock,
+    installed with --require-hashes; the venv holds every package of the lock at its version, and the
+    audit's facts carry the lock's digest and every package."""
+    if sys.version_info[:2] != (3, 11) or pv.collect_host().machine != "x86_64":
+        pytest.skip("the CPU lock is made for Linux x86_64 and CPython 3.11")
+    venv = tmp_path / "venv"
+    argv = [sys.executable, "-m", "disklab_host", "provision", f"--venv={venv}", "--torch-index=cpu",
+            "--lock=required", "--pip-arg=--no-compile", *[f"--pin={p}" for p in PINS]]  # fmt: skip
+    env = {"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"}
+    cp = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800, check=False)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    out = json.loads(cp.stdout.splitlines()[-1].split(" ", 1)[1])
+    lock = locklib.load(CPU_LOCK)
+    assert out["lock"] == {"locked": True, "name": CPU_LOCK, "sha256": lock.sha256, "why": out["lock"]["why"]}
+    assert out["torch_index"] == pv.CPU_INDEX and (venv / locklib.COPY_NAME).read_text() == lock.text
+    versions, _ = collect.collect_versions(collect.Probe(), str(venv / "bin" / "python"))
+    installed = {k: v for k, v in versions["packages"].items() if k != "pip"}
+    assert installed == lock.packages
+    assert versions["lock"] == out["lock"]
+
+
+# --- what is recorded, and compare -----------------------------------------------------------------
+
+
+def test_the_audit_reads_the_lock_from_the_venvs_record(tmp_path):
+    (tmp_path / "disklab-venv.json").write_text(
+        json.dumps({"lock": None, "lock_why": "lab_venv_lock is never"})
+    )
+    assert collect.venv_lock(tmp_path) == {"locked": False, "name": None, "sha256": None,
+                                          "why": "lab_venv_lock is never"}  # fmt: skip
+    (tmp_path / "disklab-venv.json").write_text(json.dumps({"pins": PINS}))
+    assert "before disklab installed from hash locks" in collect.venv_lock(tmp_path)["why"]
+    assert "unavailable" in collect.venv_lock(tmp_path / "none")
+
+
+def test_compare_names_a_transitive_package_that_moved():
+    old = json.loads((FIXTURES / "old.json").read_text())
+    new = copy.deepcopy(json.loads((FIXTURES / "new.json").read_text()))
+    old = copy.deepcopy(old)
+    packages = {"filelock": "4.3.2", "sympy": "1.14.0", "torch": "2.13.0+cpu"}
+    old["facts"]["versions"]["packages"] = packages
+    new["facts"]["versions"]["packages"] = {**packages, "filelock": "4.3.3"}
+    cmp = compare_runs(old, new)
+    moved = [c for c in cmp["fact_changes"] if c["path"].startswith("facts.versions.packages.")]
+    assert moved == [{"path": "facts.versions.packages.filelock", "old": "4.3.2", "new": "4.3.3"}]
+    assert "  facts.versions.packages.filelock: 4.3.2 -> 4.3.3" in render_compare_text(cmp).splitlines()
