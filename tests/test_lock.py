@@ -282,3 +282,18 @@ def test_compare_names_a_transitive_package_that_moved():
     moved = [c for c in cmp["fact_changes"] if c["path"].startswith("facts.versions.packages.")]
     assert moved == [{"path": "facts.versions.packages.filelock", "old": "4.3.2", "new": "4.3.3"}]
     assert "  facts.versions.packages.filelock: 4.3.2 -> 4.3.3" in render_compare_text(cmp).splitlines()
+
+
+def test_packages_first_recorded_in_the_newer_run_are_one_line_of_compare():
+    old = json.loads((FIXTURES / "old.json").read_text())
+    new = copy.deepcopy(json.loads((FIXTURES / "new.json").read_text()))
+    old["facts"]["versions"]["packages"] = {"unavailable": "not recorded: written before facts version 7"}
+    new["facts"]["versions"]["packages"] = {"filelock": "4.3.2", "sympy": "1.14.0", "torch": "2.13.0+cpu"}
+    changes = [c for c in compare_runs(old, new)["fact_changes"] if "packages" in c["path"]]
+    assert changes == [
+        {
+            "path": "facts.versions.packages",
+            "old": {"unavailable": "not recorded: written before facts version 7"},
+            "new": "recorded (3 values)",
+        }
+    ]

@@ -122,6 +122,20 @@ def _flatten_facts(obj: object, path: str, out: dict[str, object]) -> None:
         out[path] = obj
 
 
+def _one_line_where_unrecorded(flat: dict[str, object], other: dict[str, object]) -> None:
+    """Where ``other`` says a fact was not recorded (``{"unavailable": why}``) and ``flat`` holds values
+    under it, those values become one leaf, so a fact first recorded in one run (the venv's packages,
+    facts 7) is one line, not one per value."""
+    for path, value in other.items():
+        if path in flat or not (isinstance(value, dict) and set(value) == {"unavailable"}):
+            continue
+        under = [p for p in flat if p.startswith(path + ".")]
+        if under:
+            for p in under:
+                del flat[p]
+            flat[path] = f"recorded ({len(under)} values)"
+
+
 def fact_changes(old: dict, new: dict) -> list[dict]:
     """Every fact leaf whose value differs between the runs, sorted by path.
 
@@ -138,6 +152,8 @@ def fact_changes(old: dict, new: dict) -> list[dict]:
         for key in RUN_KEYS:
             if key in doc:
                 _flatten_facts(doc[key], key, flat)
+    _one_line_where_unrecorded(flat_new, flat_old)
+    _one_line_where_unrecorded(flat_old, flat_new)
     changes = []
     paths = {
         p for p in set(flat_old) | set(flat_new) if p != CONDITIONS and not p.startswith(CONDITIONS + ".")
