@@ -84,7 +84,7 @@ def _find(cells: list[dict], method: str, state: str, populate=None, file=None) 
 
 
 def _big(cells: list[dict], method: str, state: str) -> dict | None:
-    """The big file's cell of ``method``: populating (results 5 on) or not (older runs), either file."""
+    """The big file's cell of ``method`` and ``state``, populating or not, either file."""
     return next(
         (
             c
@@ -318,7 +318,7 @@ def residency_rows(section: dict) -> list[dict]:
     Each row: ``{"what", "file", "method", "mapped", "cache_state", "flag", "n", "return_fraction",
     "return_bytes", "first_fraction", "first_bytes", "first_time_s", "peak_rss_bytes",
     "device_read_bytes" (None when not recorded), "tokens", "proof"}``, in the table's order. Empty
-    for a run from before results version 5 (no first_response).
+    where no cell reached first_response.
     """
     out = []
     for cell in sorted(section["cells"], key=_order):
@@ -421,7 +421,7 @@ def willneed_hints(section: dict) -> list[str]:
 
 def _probes_held(section: dict) -> bool:
     """Whether every sample's residency probes read on a descriptor held from before the load call
-    (``residency_probe: held``), so none opened the file while the clock ran; False for older runs."""
+    (``residency_probe: held``), so none opened the file while the clock ran."""
     return all(s.get("residency_probe") == "held" for s in section["samples"])
 
 
@@ -437,7 +437,7 @@ def warnings(section: dict) -> list[str]:
                 "events read residency on a descriptor opened before the load call, so they open nothing "
                 "while the clock runs and empty nothing a loader read."
             )
-        else:  # a run from before the probes held their descriptors
+        else:  # probes that opened the file at each stop event (residency_probe: opened)
             means = (
                 "residency at each stop event reads what survived disklab's own probe, which opened the "
                 "file (0 % where it drops the cache), and a mapped load reads again, after its "
@@ -617,7 +617,7 @@ def _part_text(name: str, parts: list[dict]) -> str:
     if all(st == "not_applicable" for st in statuses):
         return f"{label} n/a ({parts[0].get('why', '')})"
     if all(st == "not_recorded" for st in statuses):
-        return f"{label} not recorded (run from before results 3)"
+        return f"{label} not recorded ({parts[0]['why']})"
     if "unavailable" in statuses:
         why = next(p.get("why", "") for p in parts if p["status"] == "unavailable")
         return f"{label} unchecked ({why})"
@@ -737,26 +737,19 @@ USER_OWN_FILE = {"safetensors": "user_safetensors", "zip": "user_pt", "legacy": 
 def user_model_summary(section: dict) -> dict | None:
     """What the "Your model" block says: the section's user_model, with the format found in words
     (``format_text``: sharded .bin included), the rows of the user's own files (``own_file``) and of
-    the one made from them (``made``: ok with its path and size, or not_run with the reason). A
-    record from before the format was recorded is safetensors with ``pt_path``."""
+    the one made from them (``made``: ok with its path and size, or not_run with the reason)."""
     user = section.get("user_model")
     if not user or user.get("status") != "ok":
         return user
-    fmt = user.get("format", "safetensors")
+    fmt = user["format"]
     text = USER_FORMATS[fmt]
     if len(user["shards"]) > 1:
         ext = ".safetensors" if fmt == "safetensors" else ".bin"
         text = f"sharded {ext}, {len(user['shards'])} files, in {text}"
-    made = user.get("made") or (
-        {"status": "ok", "file": "user_pt", "path": user["pt_path"], "size_bytes": user["pt_size_bytes"]}
-        if "pt_path" in user
-        else {"status": "not_run", "reason": "no file was made from it"}
-    )
     return {
         **user,
         "format_text": text,
         "own_file": USER_OWN_FILE[fmt],
-        "made": made,
         "made_what": "a .pt (torch.save)"
         if fmt == "safetensors"
         else "a .safetensors of its state dict alone",
@@ -894,7 +887,7 @@ def loaders_block(section: dict) -> dict | None:
     status (installed version, or not_run with the reason, escaped), pins and why, how it read the file
     (its samples' ``read_path``, else its docs), its knobs with values and sources, and what its cold
     proof could and could not check (:func:`_loader_proof`); with tensorizer's file sizes (the
-    section's ``files``). None when no loader was asked for (older runs too)."""
+    section's ``files``). None when no loader was asked for."""
     lo = section.get("loaders")
     if not lo:
         return None
@@ -965,7 +958,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "rows": stage_rows,
         "memory_plot": load_memory.plot(stage_rows, plot_dir),
         "stages": [(st, MEANING[st]) for st in STAGES],
-        "big_model": section.get("big_model"),
+        "big_model": section["big_model"],
         "residency": residency_rows(section),
         "first_response": first_response_lines(section),
         "explanations": explanations(section),
@@ -978,7 +971,7 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "user_model": user_model_summary(section),
         "plot": plot(section, plot_dir),
         "time_split": split,
-        "noise_recorded": load_time.noise_recorded(section),
+        "noise_missing": load_time.noise_missing(section),
         "time_split_plot": load_time.plot(split, plot_dir),
         "time_split_missing": load_time.not_recorded(split),
         "time_split_quotes": _split_quotes(split),
