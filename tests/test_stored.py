@@ -347,6 +347,16 @@ VERSION_WORDS = re.compile(
 )
 
 
+def test_a_stored_run_of_every_results_version_is_kept():
+    versions = {
+        stored.version_of(json.loads(path.read_bytes()), "results")
+        for kept in KEPT
+        for path in kept.glob("*/runs/*.json")
+    }
+    assert versions == set(range(1, VERSIONS["results"] + 1))
+    assert [k.name for k in KEPT] == [f"v{n}" for n in sorted(versions)]
+
+
 def test_no_section_or_template_tests_a_results_version():
     files = [*sorted((DISPLAY / "sections").glob("*.py")), *sorted((DISPLAY / "templates").rglob("*.j2"))]
     assert len(files) > 20
