@@ -414,7 +414,7 @@ def test_the_report_section_names_the_verdict_the_test_n_and_the_interval(runs):
     text = (
         report.environment()
         .get_template("since.md.j2")
-        .render(since=cmp, since_shown=shown, since_noise=compare.noise_recorded(cmp))
+        .render(since=cmp, since_shown=shown, since_noise=compare.noise_missing(cmp))
     )
     assert "Benjamini–Hochberg at q = 0.05" in text and "Hodges–Lehmann" in text
     row = next(line for line in text.splitlines() if line.startswith("| fsync_bench · fdatasync · latency"))

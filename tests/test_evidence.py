@@ -42,6 +42,7 @@ def test_the_ceiling_is_missing_with_its_reason():
         "status": "ok",
         "cold_mib_s": {"unavailable": "no cold run of 3 passed"},
         "warm_mib_s": {"unavailable": "x"},
+        "parallel": {"unavailable": "a run upgraded from before the parallel ceiling"},
     }
     got = evidence.ceiling({"experiments": {"ceiling": unproven}})
     assert got["cold"] is None and got["why"] == "no cold run of 3 passed"

@@ -252,11 +252,15 @@ def test_a_changed_power_cut_verdict_fails_the_gate(tmp_path, capsys, lab_doc):
     assert compare.n_changed(cmp) == 1 and cmp["counts"]["changed"] == 0
 
 
-def _residency_only(doc: dict) -> dict:
-    """``doc`` as a run from before results 3: its samples' cache proof upgraded, not recorded."""
+def _residency_only(doc: dict, cache_state: str | None = None) -> dict:
+    """``doc`` as a run from before results 3: its samples' cache proof upgraded, not recorded (with
+    ``cache_state``, the first sample's as that run judged it)."""
     old = copy.deepcopy(doc)
     for s in old["experiments"]["load"]["samples"]:
         s.pop("cache_proof", None)
+    if cache_state:
+        old["experiments"]["load"]["samples"][0]["cache_state"] = cache_state
+    stored._results_3_io_record(old)
     return old
 
 
@@ -280,11 +284,9 @@ def test_a_sample_that_failed_its_cache_proof_is_never_compared_as_cold(lab_doc)
     assert "not compared, their cache proof failed" in text
     assert cmp["cache_proof"] == {"old": "residency", "new": "three_part"}
     assert "rest on residency alone in the old run and on the three-part cache proof in the new one" in text
-    # without a proof record the sample's own flag decides
-    old_flag = _residency_only(lab_doc)
-    old_flag["experiments"]["load"]["samples"][0]["cache_state"] = "cold_unverified"
-    keys = {f.key for f in figures.extract(old_flag)}
-    assert any("[cache=cold_unverified]" in k for k in keys)
+    # without a proof record the sample's own flag decides, as the upgraded proof's verdict
+    keys = {f.key for f in figures.extract(_residency_only(lab_doc, "cold_unverified"))}
+    assert any("[cache=cold_unproven]" in k for k in keys)
 
 
 # --- the fleet side by side ----------------------------------------------------------------------

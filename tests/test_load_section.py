@@ -15,7 +15,7 @@ import jinja2
 import jsonschema
 import pytest
 
-from disklab import markup, report, schemas
+from disklab import markup, report, schemas, stored
 from disklab.sections import evidence
 from disklab.sections import load as section_mod
 from disklab.sections.load import residency as load_residency
@@ -127,7 +127,8 @@ def sample(method, file, populate, state, lr, at, rep, *, cache_state=None) -> d
 
 
 def make_section(*, unverified: bool = False, scales: tuple[float, ...] = (0.9, 1.0, 1.2)) -> dict:
-    """A load section of TIMES, one sample per scale of each cell's times (the median scale is 1.0)."""
+    """A load section of TIMES, one sample per scale of each cell's times (the median scale is 1.0): a
+    results-4 section (the big file no model, no first_response) as disklab.stored upgrades it."""
     samples = []
     for (method, file, populate), by_state in TIMES.items():
         for state, (lr, at) in by_state.items():
@@ -176,7 +177,9 @@ def make_section(*, unverified: bool = False, scales: tuple[float, ...] = (0.9, 
         "repeats": len(scales),
         "small_config": "tiny",
         "files": {"big_pt": {"path": "/wb/big.pt", "size_bytes": SIZE, "format": "pt"}},
+        "big_model": {"unavailable": stored.BIG_FILE_NOT_A_MODEL},
         "module_populated": {"status": "ok"},
+        "first_response": {"status": "not_run", "reason": stored.FIRST_RESPONSE_NOT_MEASURED},
         "device_placed": {"status": "not_run", "reason": "torch.cuda.is_available() is False on this host"},
         "cells_skipped": [
             "one-tensor is measured cold only in the quick profile: its question is cold residency"
@@ -556,8 +559,15 @@ def test_no_backend_reason_names_each_backend(tmp_path):
     assert f"`device_placed` not run: {reason}." in md
 
 
+def upgraded_from_2(section: dict) -> dict:
+    """``section`` as disklab.stored reads it from a results-2 run (every update from 3 on)."""
+    doc = {"file_kind": "results", "schema_version": 2, "host": "h", "experiments": {"load": section}}
+    return stored.upgrade(doc, "results")["experiments"]["load"]
+
+
 @pytest.mark.heavy
 def test_user_model_rendered_ok_and_refused(tmp_path):
+    """A user model from before its format and made file were recorded (results 2: pt_path)."""
     section = make_section()
     section["user_model"] = {
         "status": "ok",
@@ -577,8 +587,9 @@ def test_user_model_rendered_ok_and_refused(tmp_path):
         },
         "timed_copies": ["/wb/load/cold_copies/abc"],
     }
-    x, md = render(section, tmp_path)
+    x, md = render(upgraded_from_2(section), tmp_path)
     assert "`HuggingFaceTB/SmolLM2-135M-Instruct` (hf_repo, revision 12fd25f from /hub)" in md
+    assert "format found: safetensors" in md and "`user_pt` is a .pt (torch.save) made from it" in md
     assert "the copy in the workbench was timed, not your file: /wb/load/cold_copies/abc" in md
     assert "`module_populated` not run for it: DecoderLM cannot hold this model: no config.json." in md
     section["user_model"] = {
@@ -591,11 +602,13 @@ def test_user_model_rendered_ok_and_refused(tmp_path):
 
 
 def _ceiling(median: float, lo: float, hi: float, parallel: tuple | None = None) -> dict:
-    """A ceiling section; ``parallel`` (median, min, max) adds the parallel ceiling (4 x 4 MiB O_DIRECT)."""
+    """A ceiling section; ``parallel`` (median, min, max) adds the parallel ceiling (4 x 4 MiB O_DIRECT),
+    else it is a run upgraded from before the parallel ceiling."""
     out = {
         "status": "ok",
         "cold_mib_s": {"n": 3, "median": median, "min": lo, "max": hi},
         "warm_mib_s": {"n": 3, "median": 5000.0, "min": 4900.0, "max": 5100.0},
+        "parallel": {"unavailable": stored.PARALLEL_NOT_IN_RUN},
     }
     if parallel:
         spread = dict(zip(("median", "min", "max"), parallel, strict=True), n=3)
@@ -673,9 +686,10 @@ def test_a_user_models_device_placed_refusal_is_rendered(tmp_path):
     """The user-model part says when its tensors could not be placed (e.g. MPS has no float64)."""
     section = make_section()
     section["user_model"] = {
-        "status": "ok", "setting": "/m.safetensors", "kind": "file", "shards": ["/m.safetensors"],
-        "size_bytes": 1024, "pt_path": "/wb/load/user.pt", "pt_size_bytes": 1100,
-        "module_populated": {"status": "ok"}, "timed_copies": [],
+        "status": "ok", "setting": "/m.safetensors", "kind": "file", "format": "safetensors",
+        "shards": ["/m.safetensors"], "size_bytes": 1024,
+        "made": {"status": "ok", "file": "user_pt", "path": "/wb/load/user.pt", "size_bytes": 1100},
+        "module_populated": {"status": "ok"}, "timed_copies": [], "first_response": {"status": "ok"},
         "device_placed": {"status": "not_run", "reason": "MPS has no float64: tensor lm_head.weight is F64"},
     }  # fmt: skip
     x, md = render(section, tmp_path)
@@ -712,6 +726,7 @@ def test_a_user_checkpoint_names_its_format_copy_key_and_cells_not_run(tmp_path)
         "weights_note": "the weights are the state dict under the checkpoint's key 'model'",
         "cells_not_run": [{"file": "user_pt", "method": "torch.load-mmap", "reason": refusal}],
         "module_populated": {"status": "ok"}, "timed_copies": [], "device_placed": {"status": "ok"},
+        "first_response": {"status": "ok"},
     }  # fmt: skip
     x, md = render(section, tmp_path)
     assert "format found: torch.save's legacy pickle format (before torch 1.6); 1 file(s), 2.00 KiB" in md

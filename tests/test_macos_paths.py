@@ -75,8 +75,8 @@ def test_a_float32_file_on_the_mps_stand_in_is_still_placed(tmp_path, monkeypatc
 def test_the_user_section_names_a_device_placed_refusal():
     """load.user_section carries the first user sample's device_placed refusal into the section."""
     manifest = {
-        "user_model": {"status": "ok", "setting": "m.safetensors", "kind": "file", "shards": ["m"],
-                       "size_bytes": 8, "module_config": {"num_layers": 1}},
+        "user_model": {"status": "ok", "setting": "m.safetensors", "kind": "file", "format": "safetensors",
+                       "shards": ["m"], "size_bytes": 8, "module_config": {"num_layers": 1}},
         "files": {"user_pt": {"path": "/w/user.pt", "size_bytes": 9}},
     }  # fmt: skip
     refused = {"status": "not_run", "reason": "MPS has no float64: tensor b is F64"}

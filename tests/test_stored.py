@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES
-from disklab import report, schemas, stored
+from disklab import anchors, report, schemas, stored
 from disklab_host.audit import collect as audit
 from disklab_host.common.formats import VERSIONS, stamp
 
@@ -332,6 +334,87 @@ def test_the_schemas_stage_names_are_the_one_stage_list():
     from disklab_host.common.stages import STAGES
 
     assert schemas.experiment_schema("load")["$defs"]["stage_name"]["enum"] == list(STAGES)
+
+
+# --- issue 41, item 3: display code reads the current format only --------------------------------------
+
+# One real lab run of each results version, written by that version's own code (README.md there).
+KEPT = sorted((p for p in (FIXTURES / "stored").iterdir() if p.is_dir()), key=lambda p: int(p.name[1:]))
+DISPLAY = Path(report.__file__).parent
+# Words that name a results version or an older run: a section or template that holds them branches on an
+# older format, which disklab.stored's update_to_N turn into the current one. The pages' headers print the
+# version they render ({{ schema_version }}), which tests nothing.
+VERSION_WORDS = re.compile(
+    r"schema_version|results (schema )?(version )?\d|older (run|renderer|disklab|format)|predates|"
+    r"before (results|version|it was recorded)",
+    re.IGNORECASE,
+)
+
+
+def test_a_stored_run_of_every_results_version_is_kept():
+    versions = {
+        stored.version_of(json.loads(path.read_bytes()), "results")
+        for kept in KEPT
+        for path in kept.glob("*/runs/*.json")
+    }
+    assert versions == set(range(1, VERSIONS["results"] + 1))
+    assert [k.name for k in KEPT] == [f"v{n}" for n in sorted(versions)]
+
+
+def test_no_section_or_template_tests_a_results_version():
+    files = [*sorted((DISPLAY / "sections").glob("*.py")), *sorted((DISPLAY / "templates").rglob("*.j2"))]
+    assert len(files) > 20
+    found = [
+        f"{path.relative_to(DISPLAY)}:{n}: {line.strip()}"
+        for path in files
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if VERSION_WORDS.search(line.replace("{{ schema_version }}", ""))
+    ]
+    assert found == []
+
+
+def _what_an_upgrade_says(raw: dict) -> dict[str, bool]:
+    """Each sentence disklab.stored gives a run for what it did not record, and whether this stored
+    (not upgraded) run lacks that record, so its host report must say it."""
+    exps = raw["experiments"]
+    ok = {name for name, s in exps.items() if s.get("status") == "ok"}
+    stages = [st for s in exps.get("load", {}).get("samples", []) for st in s["stages"].values()]
+    noise = any("noise" in st for st in stages)
+    return {
+        f"({stored.DURABLE_CALL_UNRECORDED})": "big_write" in ok and "durable_call" not in exps["big_write"],
+        f"not a model ({stored.BIG_FILE_NOT_A_MODEL})": "load" in ok and "big_model" not in exps["load"],
+        f"({stored.PARALLEL_NOT_IN_RUN})": "ceiling" in ok and "parallel" not in exps["ceiling"],
+        f"samples ({stored.NOISE_NOT_RECORDED_RUN})": "load" in ok and not noise,
+        f"not recorded ({stored.PROOF_PART_NOT_RECORDED})": "load" in ok
+        and not any("cache_proof" in s for s in exps["load"]["samples"]),
+    }
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("kept", KEPT, ids=lambda p: p.name)
+def test_every_kept_results_version_renders_in_full(tmp_path, kept):
+    """Host report, index and fleet page, each ok section of the newest run under its heading, and what
+    the run did not record said in the words of disklab.stored's upgrade."""
+    reports = tmp_path / "reports"
+    shutil.copytree(kept, reports)
+    written, errors = report.render_all(reports, force=True)
+    assert errors == []
+    for page in ("index.md", "index.html", "fleet.md", "fleet.html"):
+        assert (reports / page).is_file()
+    hosts = sorted({p.parent.parent.name for p in reports.glob("*/runs/*.json")})
+    assert hosts
+    for host in hosts:
+        text = (reports / host / "report.md").read_text()
+        assert (reports / host / "report.html").is_file()
+        newest = max((reports / host / "runs").glob("*.json"))
+        raw = json.loads(newest.read_bytes())
+        assert f"`{raw['run_id']}`" in text
+        for name, section in raw["experiments"].items():
+            if section.get("status") == "ok":
+                assert f"## {anchors.section_heading(name)}" in text, name
+        for said, lacking in _what_an_upgrade_says(raw).items():
+            assert (said in text) == lacking, said
+        assert host in (reports / "fleet.md").read_text()
 
 
 # --- issue 40, item 11: a stored file lies where its host is -----------------------------------------

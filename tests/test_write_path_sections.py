@@ -21,7 +21,7 @@ import jinja2
 import pytest
 from jsonschema import Draft202012Validator
 
-from disklab import answers, markup, schemas
+from disklab import answers, markup, schemas, stored
 from disklab.units import FILTERS, ibytes, ns, ratio, secs, us
 from disklab_host.steps import big_write, fsync_bench, write_buffering
 
@@ -460,26 +460,37 @@ def _from_before_durable_call(section: dict) -> dict:
     return old
 
 
-def test_big_write_from_before_the_durable_call_still_validates_and_renders(sections, tmp_path):
+def _upgraded_from_3(section: dict, facts: dict | None) -> dict:
+    """A results-3 run holding ``section`` as big_write (and ``facts``), as disklab.stored upgrades it."""
+    doc = {"file_kind": "results", "schema_version": 3, "host": "h1", "experiments": {"big_write": section}}
+    return stored.upgrade({**doc, "facts": facts} if facts else doc, "results")
+
+
+def test_big_write_from_before_the_durable_call_is_upgraded_and_renders(sections, tmp_path):
     old = _from_before_durable_call(sections["big_write"])
-    assert list(_validator("big_write").iter_errors(old)) == []
-    linux = {"host": "h1", "facts": {"host": {"system": "Linux"}}}
-    x, text = _render("big_write", old, tmp_path, linux)
+    linux = _upgraded_from_3(old, {"host": {"system": "Linux"}})
+    upgraded = linux["experiments"]["big_write"]
+    assert list(_validator("big_write").iter_errors(upgraded)) == []
+    assert upgraded["system"] == "Linux"  # the facts' host, where the step ran
+    assert upgraded["durable_call"] == "fsync" and upgraded["durable_call_unrecorded"]
+    x, text = _render("big_write", linux["experiments"]["big_write"], tmp_path, linux)
     assert "**The durable call on Linux:** `fsync`" in text
     assert "(a run from before disklab recorded the durable call, when fsync was the only sync timed)" in text
     assert "Counting the fsync, the data became durable at" in text
-    x, text = _render("big_write", old, tmp_path)  # no facts at all: fsync, as before
+    bare = _upgraded_from_3(_from_before_durable_call(sections["big_write"]), None)  # no facts at all
+    assert "system" not in bare["experiments"]["big_write"]
+    x, text = _render("big_write", bare["experiments"]["big_write"], tmp_path)  # fsync, as before
     assert "**The durable call:** `fsync` (a run from before" in text
     assert all(r["durable_mib_s"] is not None for r in x["repeats"])
 
 
 def test_big_write_from_a_mac_before_the_durable_call_is_not_called_durable(sections, tmp_path):
-    old = _from_before_durable_call(sections["big_write"])
-    mac = {"host": "h1", "facts": {"host": {"system": "Darwin"}}}
-    x, text = _render("big_write", old, tmp_path, mac)
+    mac = _upgraded_from_3(_from_before_durable_call(sections["big_write"]), {"host": {"system": "Darwin"}})
+    x, text = _render("big_write", mac["experiments"]["big_write"], tmp_path, mac)
     assert (
-        "**The durable call on Darwin:** none: this run is from before disklab timed F_FULLFSYNC in "
-        "big_write, so it timed only plain fsync; plain fsync on macOS stops at the drive's cache" in text
+        "**The durable call on Darwin:** none: this run timed only plain fsync (a run from before disklab "
+        "recorded the durable call, when fsync was the only sync timed); plain fsync on macOS stops at the "
+        "drive's cache" in text
     )
     assert "became durable" not in text and "but that is no durable rate" in text
     assert all(r["durable_mib_s"] is None for r in x["repeats"])

@@ -24,7 +24,7 @@ MAX_LINES = 15
 ERROR_CHARS = 160
 WARM_MIN = "at least 99 % resident just before the call"
 PART_NAMES = {"residency": "residency", "device_reads": "device reads", "major_faults": "major faults"}
-# Cold samples whose proof failed: the verdict (results 3) or, before it, the cache_state.
+# Cold samples whose proof failed (their cache proof's verdict, figures.cache_of).
 UNPROVEN = ("cold_unproven", "cold_unverified")
 
 
@@ -204,13 +204,10 @@ def _samples_of(section: dict, f: figures.Figure) -> list[dict]:
 def proof_words(section: dict, f: figures.Figure) -> str:
     """How a load figure's cache state was proven, over its samples: ``proven cold by residency, device
     reads and major faults in 3 of 3 samples`` (parts unchecked on this host named with why), or ``warm
-    by residency: at least 99 % resident just before the call in 3 of 3 samples``; a run from before
-    the three-part proof says so."""
+    by residency: at least 99 % resident just before the call in 3 of 3 samples``."""
     samples = _samples_of(section, f)
-    proofs = [s["cache_proof"] for s in samples if isinstance(s.get("cache_proof"), dict)]
+    proofs = [s["cache_proof"] for s in samples]
     n = len(samples)
-    if not proofs:
-        return f"{f.cache} by residency before the call only (a run from before the three-part proof)"
     if f.cache == "warm":
         return f"warm by residency: {WARM_MIN} in {len(proofs)} of {n} samples"
     passed, unchecked = [], []
@@ -446,9 +443,7 @@ def cold_unproven_of(section: dict) -> dict:
     """Cold load samples whose cache proof failed: ``{"samples": n, "cells": [name], "failed": [part]}``."""
     bad = [s for s in section.get("samples") or [] if figures.cache_of(s) in UNPROVEN]
     cells = sorted({figures.cell_name(s["method"], s["file"], s.get("populate")) for s in bad})
-    failed = sorted(
-        {PART_NAMES.get(p, p) for s in bad for p in (s.get("cache_proof") or {}).get("failed", [])}
-    )
+    failed = sorted({PART_NAMES.get(p, p) for s in bad for p in s["cache_proof"]["failed"]})
     return {"samples": len(bad), "cells": cells, "failed": failed}
 
 

@@ -36,7 +36,7 @@ import math
 from pathlib import Path
 
 from disklab import figures as figs
-from disklab import units, verdicts
+from disklab import stored, units, verdicts
 from disklab.figures import (  # noqa: F401  (re-exported: compare's figures are figures.py's)
     LATENCY_UNITS,
     figure_labels,
@@ -315,17 +315,14 @@ def compare_figures(
 def cache_proofs(doc: dict) -> str:
     """How a run's load samples were proven cold or warm: ``three_part``, ``residency`` or ``none``.
 
-    ``three_part`` when they carry a recorded ``cache_proof``; ``residency`` when not (a run from before
-    results 3 carries one upgraded from its cache_state, marked ``recorded: false``); ``none`` without
-    load samples.
+    ``three_part`` when they carry a recorded ``cache_proof``; ``residency`` when theirs was upgraded
+    from their cache_state (``recorded: false``, disklab.stored); ``none`` without load samples.
     """
     load = (doc.get("experiments") or {}).get("load")
     samples = (load.get("samples") or []) if isinstance(load, dict) else []
     if not samples:
         return "none"
-    proven = any(
-        isinstance(s.get("cache_proof"), dict) and s["cache_proof"].get("recorded", True) for s in samples
-    )
+    proven = any(s["cache_proof"].get("recorded", True) for s in samples)
     return "three_part" if proven else "residency"
 
 
@@ -352,7 +349,8 @@ def lab_code_changes(old: dict, new: dict) -> dict:
 
     Returns ``{"known": bool, "disklab_version": {"old", "new"} | None, "steps": [name, ...]}``;
     ``steps`` lists the steps present in both runs whose code digest differs. ``known`` is False
-    when either run predates the record (results version 1), and then nothing can be said.
+    when either run's lab_code is unavailable (upgraded from before it was recorded), and then nothing
+    can be said.
     """
     lo, ln = old.get("lab_code"), new.get("lab_code")
     if not (isinstance(lo, dict) and isinstance(ln, dict) and "steps" in lo and "steps" in ln):
@@ -590,13 +588,15 @@ def _row(f: dict) -> list[str]:
     return [f["label"], medians, _ratio_cell(f), _verdict_cell(f), size, _test_cell(f)]
 
 
-def noise_recorded(cmp: dict) -> dict:
-    """Whether each run recorded its samples' noise: ``{"old": bool, "new": bool}`` (False for a run
-    from before results version 6, or one whose figures carry none)."""
+def noise_missing(cmp: dict) -> dict:
+    """Why each run recorded no noise of its samples: ``{"old": why | None, "new": why | None}``, None
+    for a run that recorded some; :data:`disklab.stored.NOISE_NOT_RECORDED_RUN` for one whose figures carry
+    none (a run upgraded from before noise records) or that has no figures."""
     out = {}
     for side in ("old", "new"):
         states = [f["noise"][side] for f in cmp["figures"]]
-        out[side] = bool(states) and any(s != "not recorded" for s in states)
+        recorded = bool(states) and any(s != "not recorded" for s in states)
+        out[side] = None if recorded else stored.NOISE_NOT_RECORDED_RUN
     return out
 
 
@@ -608,7 +608,7 @@ def _table(rows: list[list[str]], head: list[str]) -> list[str]:
     ]
 
 
-def _detail(f: dict, recorded: dict) -> list[str]:
+def _detail(f: dict, missing: dict) -> list[str]:
     """Lines under a figure's row: its noise, and what would decide it."""
     out = [f"      {r}" for r in f["noise"]["reasons"]]
     if f["verdict"] == INCONCLUSIVE or f["verdict"] == DISTURBED:
@@ -616,7 +616,7 @@ def _detail(f: dict, recorded: dict) -> list[str]:
     elif f["noise"]["judged_on"] == "undisturbed":
         out.append("      judged on the undisturbed units only")
     for side in ("old", "new"):
-        if recorded[side] and f["noise"][side] == "not recorded":
+        if not missing[side] and f["noise"][side] == "not recorded":
             out.append(f"      the {side} run recorded no noise for this figure: not judged quiet")
     return out
 
@@ -690,11 +690,11 @@ def render_compare_text(cmp: dict, show_all: bool = False) -> str:
         f"  Run-to-run drift D: {_drift_text(cmp)}",
         f"  {cmp['expected_false_calls']}.",
     ]
-    recorded = noise_recorded(cmp)
+    missing = noise_missing(cmp)
     for side in ("old", "new"):
-        if cmp["figures"] and not recorded[side]:
+        if cmp["figures"] and missing[side]:
             lines.append(
-                f"  Noise: the {side} run recorded none (a run from before results version 6): its samples "
+                f"  Noise: the {side} run recorded none ({missing[side]}): its samples "
                 "are neither quiet nor disturbed, so a busy host cannot be told from a changed one there."
             )
     figures = cmp["figures"] if show_all else [f for f in cmp["figures"] if shown(f)]
@@ -714,7 +714,7 @@ def render_compare_text(cmp: dict, show_all: bool = False) -> str:
         lines += rows[:2]
         for f, row in zip(figures, rows[2:], strict=True):
             lines.append(row)
-            lines += _detail(f, recorded)
+            lines += _detail(f, missing)
             if "p99" in f["old"] and show_all and min(f["old"]["n"], f["new"]["n"]) >= PERCENTILE_MIN_SAMPLES:
                 old, new = ("/".join(format_value(f[side][k], f["unit"]) for k in ("median", "p90", "p99"))
                             for side in ("old", "new"))  # fmt: skip

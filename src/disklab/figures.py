@@ -335,11 +335,9 @@ def _generic(experiments: dict) -> list[Figure]:
 
 
 def cache_of(sample: dict) -> str:
-    """A load sample's cache state: its three-part proof's verdict when recorded, else its cache_state."""
-    proof = sample.get("cache_proof")
-    if isinstance(proof, dict) and isinstance(proof.get("verdict"), str):
-        return proof["verdict"]
-    return str(sample.get("cache_state"))
+    """A load sample's cache state: its three-part proof's verdict (an upgraded run's proof carries the
+    cache_state it was judged by then: disklab.stored)."""
+    return sample["cache_proof"]["verdict"]
 
 
 def cell_name(method: str, file: str, populate: str | None) -> str:

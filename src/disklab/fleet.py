@@ -11,8 +11,8 @@ Tables: the runs compared (profile, kernel, torch, load file sizes); durable
 sync p50; load at ``all_touched`` and at ``first_response`` (:data:`STAGES`), cold and warm, for each
 method; the host's own ceilings (``experiments.ceiling.cold_mib_s``, ``warm_mib_s`` and
 ``parallel.cold_mib_s``, "not measured in this run" without that step or part); peak RSS at
-``all_touched`` and at ``first_response``; the power-cut verdicts. A run from before results version 5
-has no first_response figure: its cells say "not measured in this run"; a cell whose samples all failed
+``all_touched`` and at ``first_response``; the power-cut verdicts. A run without a first_response
+figure (first_response not run) has cells that say "not measured in this run"; a cell whose samples all failed
 their cache proof says it was measured and that none was proven (a loader reading with O_DIRECT has no
 provable warm state, nor has a network filesystem that drops the page cache at open). Two plots (load
 at all_touched, durable sync p50), one point per host, and a grid of the power-cut verdicts, host by
@@ -63,9 +63,9 @@ def _why(section: dict | None, what: str) -> str:
 
 def _parallel_why(ceiling: dict) -> str:
     """Why a ceiling section that ran has no parallel figure, escaped for a table cell."""
-    par = ceiling.get("parallel")
-    if not isinstance(par, dict):
-        return "parallel ceiling not in this run (a lab from before it)"
+    par = ceiling["parallel"]
+    if "unavailable" in par:
+        return f"parallel ceiling: {markup.md(par['unavailable'])}"
     if par.get("status") == "ok":
         cold = par.get("cold_mib_s") or {}
         return f"parallel ceiling: {markup.md(cold.get('unavailable', 'no figure'))}"
@@ -135,7 +135,7 @@ def host_column(doc: dict | None) -> dict | None:
         "load_why": None if ok(ls) else _why(ls, "load"),
         "ceiling": ceiling,
         "ceiling_why": None if ok(cs) else _why(cs, "ceiling"),
-        # why a part of a ceiling section that ran has no figure (the parallel read not run, or older)
+        # why a part of a ceiling section that ran has no figure (the parallel read not run or not in it)
         "ceiling_part_why": {"parallel.cold": _parallel_why(cs)} if ok(cs) else {},
         "powercut": [
             {
@@ -151,15 +151,10 @@ def host_column(doc: dict | None) -> dict | None:
     }
 
 
-def _stage(row: dict) -> str:
-    """A load row's stage; a row cached by a renderer from before first_response was all_touched."""
-    return row.get("stage", STAGE)
-
-
 def load_keys(cols: list, stage: str = STAGE) -> list[tuple]:
     """The (file, method, populate) cells with a figure at ``stage`` on any host, proven or not, in the
     tables' order."""
-    rows = [x for _, c, _ in cols for x in [*c["load"], *c.get("load_unproven", [])] if _stage(x) == stage]
+    rows = [x for _, c, _ in cols for x in [*c["load"], *c["load_unproven"]] if x["stage"] == stage]
     return sorted({(x["file"], x["method"], x["populate"]) for x in rows}, key=_cell_order)
 
 
@@ -256,13 +251,13 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
         if c["load_why"]:
             return c["load_why"]
         for x in c["load"]:
-            if (x["file"], x["method"], x["populate"]) == key and x["cache"] == cache and _stage(x) == stage:
+            if (x["file"], x["method"], x["populate"]) == key and x["cache"] == cache and x["stage"] == stage:
                 if field == "time":
                     return _time(x["time"])
                 return units.ibytes(x["peak_rss"]["median"]) if x["peak_rss"] else NOT_MEASURED
         failed = [
             f"{x['n']} {x['cache']}" if x.get("n") is not None else x["cache"]
-            for x in c.get("load_unproven", [])  # a column kept from a renderer before it had them: none
+            for x in c["load_unproven"]
             if (x["file"], x["method"], x["populate"]) == key
             and x["cache"].startswith(cache)
             and x["stage"] == stage
@@ -314,7 +309,7 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
                     [
                         units.mib_s(c["ceiling"][stem]["median"])
                         if c["ceiling"].get(stem)
-                        else (c["ceiling_why"] or c.get("ceiling_part_why", {}).get(stem) or NOT_MEASURED)
+                        else (c["ceiling_why"] or c["ceiling_part_why"].get(stem) or NOT_MEASURED)
                         for _, c, _ in cols
                     ],
                 )
@@ -386,7 +381,7 @@ def _plot_load(cols: list, keys: list):
             pts = [
                 (x["time"]["median"], keys.index((x["file"], x["method"], x["populate"])))
                 for x in c["load"]
-                if x["cache"] == cache and _stage(x) == STAGE and plotting.on_log_axis(x["time"]["median"])
+                if x["cache"] == cache and x["stage"] == STAGE and plotting.on_log_axis(x["time"]["median"])
             ]
             if pts:
                 xs, ys = zip(*pts, strict=True)
@@ -435,13 +430,12 @@ def _plot_sync(syncs: list):
 def _powercut_grid(cols: list) -> list | None:
     """The power-cut table as a grid's rows (recipe · model), columns (hosts) and cells (verdict, words);
     None where no host has a verdict, or past :data:`MAX_BARS` hosts."""
-    # a row cached by an older renderer may lack the column: no verdicts, as on the fleet page
-    keys = list(dict.fromkeys((x["recipe"], x["model"]) for _, c, _ in cols for x in c.get("powercut") or []))
+    keys = list(dict.fromkeys((x["recipe"], x["model"]) for _, c, _ in cols for x in c["powercut"]))
     if not keys or len(cols) > MAX_BARS:
         return None
 
     def cell(c: dict, key: tuple) -> list[str]:
-        x = next((x for x in c.get("powercut") or [] if (x["recipe"], x["model"]) == key), None)
+        x = next((x for x in c["powercut"] if (x["recipe"], x["model"]) == key), None)
         if x is None:
             return ["", "not measured"]
         return [x["verdict"], f"{x['verdict'].replace('_', ' ')}\n{x['states']} states"]
@@ -465,7 +459,7 @@ def plots(reports: Path, index_rows: list[dict]) -> dict[str, dict]:
     keys = load_keys(cols)
     measured = [(h, d["p50_us"], d["call"]) for h, _, d in cols if d["p50_us"] is not None]
     syncs = [s for s in measured if plotting.on_log_axis(s[1])]
-    medians = [x["time"]["median"] for _, c, _ in cols for x in c["load"] if _stage(x) == STAGE]
+    medians = [x["time"]["median"] for _, c, _ in cols for x in c["load"] if x["stage"] == STAGE]
     placed = sum(map(plotting.on_log_axis, medians))
     load_data = [
         [keys],
@@ -475,7 +469,7 @@ def plots(reports: Path, index_rows: list[dict]) -> dict[str, dict]:
                 [
                     [x["file"], x["method"], x["populate"], x["cache"], x["time"]["median"]]
                     for x in c["load"]
-                    if _stage(x) == STAGE
+                    if x["stage"] == STAGE
                 ],
             ]
             for h, c, _ in cols
@@ -623,14 +617,12 @@ def answers(rows: list[dict]) -> list[str]:
 
 def _sync_side(row: dict) -> verdicts.Side:
     d = row["durable_sync"]
-    return verdicts.Side(d.get("units_ns") or [], d.get("flags"), d.get("noise"))
+    return verdicts.Side(d["units_ns"], d["flags"], d["noise"])
 
 
 def _sync_verdict(fast: dict, slow: dict) -> str:
     """The slowest host's durable sync against the fastest's, judged on their rounds (disklab.verdicts)."""
-    if not (fast["durable_sync"].get("units_ns") and slow["durable_sync"].get("units_ns")):
-        return "not judged: a host row holds no rounds (rendered by an older disklab: disklab report --force)"
-    unit = fast["durable_sync"].get("unit_kind") or "samples"
+    unit = fast["durable_sync"]["unit_kind"]
     j = verdicts.judge(_sync_side(fast), _sync_side(slow), "durable_sync", unit)
     return verdicts.brief(j)
 

@@ -322,7 +322,7 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         "since": since,
         "statistics_link": f"../{STATISTICS_PAGE}",
         "since_shown": [g for g in since["figures"] if compare.shown(g)] if since else [],
-        "since_noise": compare.noise_recorded(since) if since else {},
+        "since_noise": compare.noise_missing(since) if since else {},
         "n_runs": n_runs,
         "runs_used": runs_used,
         "absent": [(n, anchors.section_heading(n)) for n in SECTION_ORDER if doc and n not in sources],

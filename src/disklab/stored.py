@@ -76,6 +76,9 @@ def _results_3_powercut_unplaced(doc: dict) -> None:
 
 
 NOT_RECORDED_V2 = "not recorded: written before results version 3, which added the I/O record"
+# Why a part of an upgraded cache proof is not_recorded (results 3 added the three-part proof), as the
+# proof's cell says it.
+PROOF_PART_NOT_RECORDED = "run from before results 3"
 
 
 def _results_3_io_record(doc: dict) -> None:
@@ -101,9 +104,9 @@ def _old_cache_proof(sample: dict) -> dict:
     state = sample.get("cache_state")
     requested = sample.get("cache_state_requested", "warm" if state == "warm" else "cold")
     verdict = {"cold": "cold", "cold_unverified": "cold_unproven", "warm": "warm"}.get(state, "cold_unproven")
-    not_recorded = {"status": "not_recorded", "why": NOT_RECORDED_V2}
+    not_recorded = {"status": "not_recorded", "why": PROOF_PART_NOT_RECORDED}
     if requested == "warm":
-        parts = {"residency": {**not_recorded, "why": "warm residency was not checked before results 3"}}
+        parts = {"residency": not_recorded}  # warm residency was not checked before results 3
     else:
         residency = {"status": "pass" if verdict == "cold" else "fail", "why": "mincore, before results 3"}
         parts = {"residency": residency, "device_reads": not_recorded, "major_faults": not_recorded}
@@ -133,9 +136,53 @@ NO_RUN_WORKBENCH = (
 )
 
 
+# What an older run's big_write says beside the durable call it did not name (recorded during results 3).
+DURABLE_CALL_UNRECORDED = (
+    "a run from before disklab recorded the durable call, when fsync was the only sync timed"
+)
+
+
+def _results_4_big_write_call(doc: dict) -> None:
+    """big_write's own ``system`` and ``durable_call`` (recorded together during results 3): the run's
+    facts' host.system (the host the step ran on), where the facts name it, and plain fsync, the one
+    sync those runs timed, with ``durable_call_unrecorded`` saying the run did not name it."""
+    experiments = doc.get("experiments")
+    big = experiments.get("big_write") if isinstance(experiments, dict) else None
+    if not isinstance(big, dict) or big.get("status") != "ok":
+        return
+    facts = doc.get("facts") if isinstance(doc.get("facts"), dict) else {}
+    system = (facts.get("host") or {}).get("system") if isinstance(facts.get("host"), dict) else None
+    if isinstance(system, str):
+        big.setdefault("system", system)
+    if "durable_call" not in big:
+        big.update(durable_call="fsync", durable_call_unrecorded=DURABLE_CALL_UNRECORDED)
+
+
+# The files a user model's samples load (steps/load.py user_section).
+USER_FILES = ("user_safetensors", "user_pt")
+
+
+def _results_4_user_device_placed(doc: dict) -> None:
+    """The user model's own ``device_placed`` (recorded during results 3), by the rule the host records it
+    with (steps/load.py user_section): the first of its samples' device_placed stages that is not ok,
+    else ok."""
+    experiments = doc.get("experiments")
+    load = experiments.get("load") if isinstance(experiments, dict) else None
+    user = load.get("user_model") if isinstance(load, dict) and load.get("status") == "ok" else None
+    if not isinstance(user, dict) or user.get("status") != "ok" or "device_placed" in user:
+        return
+    mine = [s for s in load.get("samples") or [] if isinstance(s, dict) and s.get("file") in USER_FILES]
+    stages = [(s.get("stages") or {}).get("device_placed") for s in mine]
+    refused = (st for st in stages if isinstance(st, dict) and st.get("status") != "ok")
+    user["device_placed"] = next(refused, None) or {"status": "ok"}
+
+
 def _results_update_to_4(doc: dict) -> None:
-    """The run's own workbench facts, as not recorded: the report reads the audit's, as it did then."""
+    """The run's own workbench facts, as not recorded: the report reads the audit's, as it did then;
+    big_write's system and durable call, and the user model's device_placed, as that run made them."""
     doc.setdefault("workbench", {"unavailable": NO_RUN_WORKBENCH})
+    _results_4_big_write_call(doc)
+    _results_4_user_device_placed(doc)
 
 
 # What an older run's load section says of the first response (results version 5 added the stage).
@@ -145,16 +192,40 @@ FIRST_RESPONSE_NOT_MEASURED = (
 )
 
 
+# What an older run's ceiling section holds in place of its parallel read (added during results 4).
+PARALLEL_NOT_IN_RUN = "this run's ceiling step predates the parallel ceiling"
+
+# What an older run's load section holds in place of big_model (the big file became a model at results 5).
+BIG_FILE_NOT_A_MODEL = "a run from before results version 5"
+
+
+def _results_5_user_model(user: dict) -> None:
+    """The user model's ``format`` and ``made`` (recorded since during results 4): before them the user's
+    files were safetensors only, and the .pt made from them was ``pt_path`` (with ``pt_size_bytes``)."""
+    user.setdefault("format", "safetensors")
+    if "made" not in user and "pt_path" in user and "pt_size_bytes" in user:
+        made = {"status": "ok", "file": "user_pt", "path": user["pt_path"]}
+        user["made"] = {**made, "size_bytes": user["pt_size_bytes"]}
+    user.setdefault("made", {"status": "not_run", "reason": "no file was made from it"})
+
+
 def _results_update_to_5(doc: dict) -> None:
-    """The first response, as not measured: the load section's and its user model's (when it ran)."""
+    """The ceiling's parallel read, as not in the run; the first response, as not measured: the load
+    section's and its user model's (when it ran); the big file, as not a model; the user model's format
+    and made file, as results 4 recorded them."""
     experiments = doc.get("experiments")
+    ceiling = experiments.get("ceiling") if isinstance(experiments, dict) else None
+    if isinstance(ceiling, dict) and ceiling.get("status") == "ok":
+        ceiling.setdefault("parallel", {"unavailable": PARALLEL_NOT_IN_RUN})
     load = experiments.get("load") if isinstance(experiments, dict) else None
     if not isinstance(load, dict) or load.get("status") != "ok":
         return
     load.setdefault("first_response", {"status": "not_run", "reason": FIRST_RESPONSE_NOT_MEASURED})
+    load.setdefault("big_model", {"unavailable": BIG_FILE_NOT_A_MODEL})
     user = load.get("user_model")
     if isinstance(user, dict) and user.get("status") == "ok":
         user.setdefault("first_response", {"status": "not_run", "reason": FIRST_RESPONSE_NOT_MEASURED})
+        _results_5_user_model(user)
 
 
 # What an older run holds in place of each noise record and time split (results version 6 added them).
@@ -167,6 +238,10 @@ FSYNC_ROUNDS_UPGRADED = (
     "consecutive blocks of a run from before results version 6, which wrote each mode's blocks in one go "
     "(its rounds did not take turns across the modes)"
 )
+
+
+# How a page names a run whose samples carry no noise record: every such run was upgraded from before 6.
+NOISE_NOT_RECORDED_RUN = "a run from before results version 6"
 
 
 def _not_recorded() -> dict:
@@ -226,6 +301,8 @@ def _results_update_to_6(doc: dict) -> None:
     load = exps.get("load")
     if isinstance(load, dict) and load.get("status") == "ok":
         for sample in load.get("samples") or []:
+            if isinstance(sample, dict):  # "held" since during results 5; before, each probe opened the file
+                sample.setdefault("residency_probe", "opened")
             for stage in (sample.get("stages") or {}).values() if isinstance(sample, dict) else []:
                 if isinstance(stage, dict) and stage.get("status") == "ok":
                     stage.setdefault("noise", _not_recorded())

@@ -7,8 +7,8 @@ Measure, "The big write". Which call made the durable figure follows the
 section's ``durable_call`` (:func:`durable_call`): fsync on Linux; on macOS
 F_FULLFSYNC, timed after a plain fsync whose figure is shown as not durable,
 since plain fsync there stops at the drive's cache (Apple's fsync(2) man
-page). A run from before ``durable_call`` was recorded timed plain fsync only:
-durable on Linux, not on a Mac.
+page). An upgraded run that did not name its call (``durable_call_unrecorded``,
+disklab.stored) timed plain fsync only: durable on Linux, not on a Mac.
 """
 
 from __future__ import annotations
@@ -47,12 +47,6 @@ def _meaning(share: float, sync: str = "fsync") -> str:
     return f"write() and {sync} after it shared the work of getting the data to the drive"
 
 
-def _system(section: dict, results: dict) -> str | None:
-    """The section's own ``system``, else the run's facts' host.system (older runs), else None."""
-    host = (results.get("facts") or {}).get("host") or {}
-    return section.get("system") or host.get("system")
-
-
 def _fallback_line(fb: dict) -> str:
     if fb.get("kind", "refusal") == "refusal":
         how = f"was refused with {fb['errno']} after {fb['after_calls']} calls on this volume"
@@ -64,23 +58,20 @@ def _fallback_line(fb: dict) -> str:
     )
 
 
-BEFORE = "a run from before disklab recorded the durable call, when fsync was the only sync timed"
-
-
 def durable_call(section: dict, results: dict) -> dict:
     """Which call made the section's durable figure, and whether that figure is durable.
 
     Returns ``{"system", "call" (the report's name: "fsync" | "F_FULLFSYNC"),
     "recorded" (the run named its call), "durable" (bool), "plain" (plain
-    fsync's samples were kept apart), "note"}``. A run without ``durable_call``
-    timed plain fsync only: durable unless its host was a Mac. On a Mac the
-    figure is durable only when F_FULLFSYNC ran without a fallback.
+    fsync's samples were kept apart), "note"}``; an upgraded run's ``durable_call_unrecorded`` is said
+    beside the note. On a Mac the figure is durable only when F_FULLFSYNC ran without a fallback.
     """
-    system = _system(section, results)
-    recorded = section.get("durable_call")
-    call = CALL_NAMES.get(recorded or "fsync", recorded)
+    system = section.get("system")  # absent only where an upgraded run's facts could not name the OS
+    recorded = section["durable_call"]
+    call = CALL_NAMES.get(recorded, recorded)
     plain = "plain_fsync_samples_s" in section
-    before = "" if recorded else f" ({BEFORE})"
+    unrecorded = section.get("durable_call_unrecorded")
+    before = f" ({unrecorded})" if unrecorded else ""
     durable = True
     if recorded == FULLFSYNC and section.get("fallback"):
         note, durable = _fallback_line(section["fallback"]), False
@@ -91,10 +82,9 @@ def durable_call(section: dict, results: dict) -> dict:
             "drive to flush that cache, and the data is durable only once it returns"
         )
     elif system == "Darwin":
-        when = (
-            "this run is from before disklab timed F_FULLFSYNC in big_write, so it" if before else "this run"
+        note = (
+            f"none: this run timed only plain fsync{before}; {MAC_PLAIN_FSYNC}, so no figure here is durable"
         )
-        note = f"none: {when} timed only plain fsync; {MAC_PLAIN_FSYNC}, so no figure here is durable"
         durable = False
     elif system == "Linux":
         note = (
@@ -107,7 +97,7 @@ def durable_call(section: dict, results: dict) -> dict:
     return {
         "system": system,
         "call": call,
-        "recorded": bool(recorded),
+        "recorded": not unrecorded,
         "durable": durable,
         "plain": plain,
         "note": note,

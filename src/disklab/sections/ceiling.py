@@ -55,13 +55,14 @@ def _plot(runs: list[dict], plot_dir: Path) -> str | None:
 
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """``{"ok", "status_note", "cold", "warm", "cold_why", "warm_why", "ratio", "parallel", "runs",
-    "device"}``; never raises. ``parallel``: ``{"status" (ok, not_run, failed, absent), "ceiling",
-    "why", "label", "settings", "streams_used", "over_single"}``; ``runs`` the parallel runs too (kind
-    ``parallel``, with ``after``, the residency just after the read); ``plot`` the runs as a picture."""
+    "device"}``; never raises. ``parallel``: ``{"status" (ok, not_run, failed; absent where unavailable),
+    "ceiling", "why", "label", "settings", "streams_used", "over_single"}``; ``runs`` the parallel runs
+    too (kind ``parallel``, with ``after``, the residency just after the read); ``plot`` the runs as a
+    picture."""
     if section.get("status") != "ok":
         return {"ok": False, "status_note": status_note(section)}
     runs = []
-    par = section.get("parallel") if isinstance(section.get("parallel"), dict) else {}
+    par = section["parallel"]
     for kind, key, where in (("cold", "cold_runs", section), ("parallel", "cold_runs", par),
                              ("warm", "warm_runs", section)):  # fmt: skip
         for r in where.get(key) or []:

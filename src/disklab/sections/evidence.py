@@ -46,10 +46,10 @@ def ceiling(results: dict) -> dict:
         return {"cold": None, "warm": None, "why": why, "parallel": None, "parallel_why": why,
                 "parallel_settings": None, "parallel_label": parallel_label(None)}  # fmt: skip
     cold, warm = section["cold_mib_s"], section["warm_mib_s"]
-    par = section.get("parallel")
+    par = section["parallel"]
     settings = None
-    if not isinstance(par, dict):
-        par_cold, par_why = None, "this run's ceiling step predates the parallel ceiling"
+    if _unavailable(par):
+        par_cold, par_why = None, _unavailable(par)
     else:
         settings = {k: par.get(k) for k in ("streams", "block_bytes", "direct_io")}
         if par.get("status") != "ok":

@@ -60,7 +60,7 @@ def find(cells: list[dict], method: str, state: str, populate=None, file=None) -
 
 
 def big(cells: list[dict], method: str, state: str) -> dict | None:
-    """The big file's cell of ``method``: populating (results 5 on) or not (older runs), either file."""
+    """The big file's cell of ``method`` and ``state``, populating or not, either file."""
     return next(
         (
             c

@@ -81,7 +81,7 @@ def loaders_block(section: dict) -> dict | None:
     status (installed version, or not_run with the reason, escaped), pins and why, how it read the file
     (its samples' ``read_path``, else its docs), its knobs with values and sources, and what its cold
     proof could and could not check (:func:`_loader_proof`); with tensorizer's file sizes (the
-    section's ``files``). None when no loader was asked for (older runs too)."""
+    section's ``files``). None when no loader was asked for."""
     lo = section.get("loaders")
     if not lo:
         return None

@@ -46,7 +46,7 @@ def residency_rows(section: dict) -> list[dict]:
     Each row: ``{"what", "file", "method", "mapped", "cache_state", "flag", "n", "return_fraction",
     "return_bytes", "first_fraction", "first_bytes", "first_time_s", "peak_rss_bytes",
     "device_read_bytes" (None when not recorded), "tokens", "proof"}``, in the table's order. Empty
-    for a run from before results version 5 (no first_response).
+    where no cell reached first_response.
     """
     out = []
     for cell in sorted(section["cells"], key=order):
@@ -85,7 +85,7 @@ def part_text(name: str, parts: list[dict]) -> str:
     if all(st == "not_applicable" for st in statuses):
         return f"{part} n/a ({parts[0].get('why', '')})"
     if all(st == "not_recorded" for st in statuses):
-        return f"{part} not recorded (run from before results 3)"
+        return f"{part} not recorded ({parts[0]['why']})"
     if "unavailable" in statuses:
         why = next(p.get("why", "") for p in parts if p["status"] == "unavailable")
         return f"{part} unchecked ({why})"

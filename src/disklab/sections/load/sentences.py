@@ -208,7 +208,7 @@ def willneed_hints(section: dict) -> list[str]:
 
 def probes_held(section: dict) -> bool:
     """Whether every sample's residency probes read on a descriptor held from before the load call
-    (``residency_probe: held``), so none opened the file while the clock ran; False for older runs."""
+    (``residency_probe: held``), so none opened the file while the clock ran."""
     return all(s.get("residency_probe") == "held" for s in section["samples"])
 
 
@@ -224,7 +224,7 @@ def warnings(section: dict) -> list[str]:
                 "events read residency on a descriptor opened before the load call, so they open nothing "
                 "while the clock runs and empty nothing a loader read."
             )
-        else:  # a run from before the probes held their descriptors
+        else:  # probes that opened the file at each stop event (residency_probe: opened)
             means = (
                 "residency at each stop event reads what survived disklab's own probe, which opened the "
                 "file (0 % where it drops the cache), and a mapped load reads again, after its "

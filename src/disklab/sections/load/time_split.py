@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab import noise, plotting
+from disklab import noise, plotting, stored
 from disklab_host.common.facts import is_unavailable
 
 PLOT_NAME = "load_time_split.png"
@@ -52,7 +52,7 @@ def median_sample(samples: list[dict], stage: str) -> dict | None:
 
 def split_of(stage_rec: dict) -> dict | None:
     """One stage record's split as shown: ``{"wall_s", part: s | None, "major_faults", "minor_faults",
-    "not_recorded": {part: why}}``, or None when the sample has no split (a run before results 6)."""
+    "not_recorded": {part: why}}``, or None when the sample's split is unavailable."""
     ts = stage_rec.get("time_split")
     if not isinstance(ts, dict) or is_unavailable(ts):
         return None
@@ -73,7 +73,7 @@ def split_of(stage_rec: dict) -> dict | None:
 
 def busy_words(samples: list[dict], stage: str) -> str | None:
     """``2 of 3 samples ran while the host was busy (...)``, for the samples that reached ``stage``; None
-    when all were quiet or none recorded its noise (:func:`noise_recorded` says which)."""
+    when all were quiet or none recorded its noise (:func:`noise_missing` says which)."""
     ran = [st for s in samples if (st := _ok_stage(s, stage))]
     found = [noise.disturbances(st.get("io"), st.get("noise"), st.get("time_split")) for st in ran]
     if not found or all(f is None for f in found):
@@ -81,13 +81,15 @@ def busy_words(samples: list[dict], stage: str) -> str | None:
     return noise.summary(found, "samples")
 
 
-def noise_recorded(section: dict) -> bool:
-    """Whether any load sample of the section recorded its noise (runs from results version 6 on)."""
-    return any(
+def noise_missing(section: dict) -> str | None:
+    """Why no load sample of the section recorded its noise (:data:`disklab.stored.NOISE_NOT_RECORDED_RUN`:
+    only a run upgraded from before noise records has none), or None when one did."""
+    recorded = any(
         isinstance(st, dict) and isinstance(st.get("noise"), dict) and not is_unavailable(st["noise"])
         for s in section.get("samples") or []
         for st in (s.get("stages") or {}).values()
     )
+    return None if recorded else stored.NOISE_NOT_RECORDED_RUN
 
 
 def rows(section: dict, cells: list[dict], label) -> list[dict]:

@@ -17,26 +17,19 @@ USER_OWN_FILE = {"safetensors": "user_safetensors", "zip": "user_pt", "legacy": 
 def user_model_summary(section: dict) -> dict | None:
     """What the "Your model" block says: the section's user_model, with the format found in words
     (``format_text``: sharded .bin included), the rows of the user's own files (``own_file``) and of
-    the one made from them (``made``: ok with its path and size, or not_run with the reason). A
-    record from before the format was recorded is safetensors with ``pt_path``."""
+    the one made from them (``made``: ok with its path and size, or not_run with the reason)."""
     user = section.get("user_model")
     if not user or user.get("status") != "ok":
         return user
-    fmt = user.get("format", "safetensors")
+    fmt = user["format"]
     text = USER_FORMATS[fmt]
     if len(user["shards"]) > 1:
         ext = ".safetensors" if fmt == "safetensors" else ".bin"
         text = f"sharded {ext}, {len(user['shards'])} files, in {text}"
-    made = user.get("made") or (
-        {"status": "ok", "file": "user_pt", "path": user["pt_path"], "size_bytes": user["pt_size_bytes"]}
-        if "pt_path" in user
-        else {"status": "not_run", "reason": "no file was made from it"}
-    )
     return {
         **user,
         "format_text": text,
         "own_file": USER_OWN_FILE[fmt],
-        "made": made,
         "made_what": "a .pt (torch.save)"
         if fmt == "safetensors"
         else "a .safetensors of its state dict alone",
