@@ -738,3 +738,25 @@ def test_a_run_file_of_another_name_shape_is_sorted_not_raised(tmp_path, linux_d
     assert names == [path.name, f"{path.stem}-a1.json"]
     _, errors = report.render_all(reports)
     assert (reports / "linuxbox" / "report.md").is_file() and all("Traceback" not in e for e in errors)
+
+
+def test_a_render_fsyncs_its_pages_and_plots_and_not_its_caches(tmp_path, linux_doc, monkeypatch):
+    """A plot's digest and the stored files found valid are caches, written without fsync (they only save
+    work, and each is written after what it vouches for); the pages and the PNGs are fsynced."""
+    reports = tmp_path / "reports"
+    _store(reports, linux_doc)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    report.render_all(reports)
+    plots = sorted(p.name for p in (reports / "linuxbox" / "plots").glob("*.png"))
+    assert plots and all((reports / "linuxbox" / "plots" / f".{p}.sha256").is_file() for p in plots)
+    for name in ("report.md", "report.html", *plots):
+        assert any(s.startswith(f".{name}.") and s.endswith(".tmp") for s in synced), name
+    assert (reports / "linuxbox" / reportcache.VALID_FILE).is_file()
+    assert not [s for s in synced if ".sha256." in s]  # the digests' and the valid files' temp files

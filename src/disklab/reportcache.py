@@ -105,7 +105,8 @@ def known_valid(host_dir: Path) -> set[str]:
 
 
 def remember_valid(host_dir: Path, valid: set[str]) -> None:
-    atomic_write_text(host_dir / VALID_FILE, "".join(f"{k}\n" for k in sorted(valid)))
+    """A cache only, written without fsync (disklab_host.common.fsio): a lost key costs one schema check."""
+    atomic_write_text(host_dir / VALID_FILE, "".join(f"{k}\n" for k in sorted(valid)), durable=False)
 
 
 def index_key(renderer: str, rows: list[dict], plots: dict) -> str:
@@ -130,4 +131,5 @@ def forget_index(reports: Path) -> None:
 
 
 def remember_index(reports: Path, key: str) -> None:
-    atomic_write_text(reports / INDEX_STAMP_FILE, key + "\n")
+    """After the pages, which are durable then; the stamp, a cache, is written without fsync."""
+    atomic_write_text(reports / INDEX_STAMP_FILE, key + "\n", durable=False)
