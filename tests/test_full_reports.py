@@ -22,7 +22,7 @@ import pytest
 
 from conftest import FIXTURES, REPO, run_disklab, write_local_inventory
 from disklab import ownership, room, stored
-from disklab.cli import store_and_render
+from disklab.orchestrate import store_and_render
 from disklab.runner import HostOutcome
 from disklab_host import lab
 from disklab_host.common.lock import holder_of

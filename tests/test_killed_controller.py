@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_disklab, write_local_inventory
-from disklab import cli, ownership, processes, stored
+from disklab import orchestrate, ownership, processes, stored
+from disklab.usage import UsageError
 from disklab_host import lab
 from disklab_host.audit import collect as audit
 from disklab_host.common.lock import holder_of
@@ -185,10 +186,10 @@ def test_with_no_proc_a_plain_playbook_owns_its_run_and_a_second_start_is_refuse
         reports = tmp_path / "reports"
         incoming = _stage(reports, "20261201T000000Z", [ownership.ancestor_playbook(start=worker)])
         with pytest.raises(
-            cli.UsageError,
+            UsageError,
             match=rf"run 20261201T000000Z is still running: ansible-playbook \(pid {main.pid}\)",
         ):
-            cli._refuse_a_live_run(reports)
+            orchestrate._refuse_a_live_run(reports)
         assert ownership.leftovers(reports) == [] and incoming.is_dir()
     finally:
         for pid in (task, worker):
@@ -254,8 +255,8 @@ def test_on_macos_a_killed_controllers_ansible_playbook_keeps_the_run_and_the_ne
                       {"pid": 200, "name": "ansible-playbook", "started": 1001.0}]  # fmt: skip
     del table[100]  # the controller is killed; ansible-playbook runs on
     table[200]["ppid"] = 1
-    with pytest.raises(cli.UsageError, match=r"still running: ansible-playbook \(pid 200\); wait for it"):
-        cli._refuse_a_live_run(reports)
+    with pytest.raises(UsageError, match=r"still running: ansible-playbook \(pid 200\); wait for it"):
+        orchestrate._refuse_a_live_run(reports)
     assert ownership.leftovers(reports) == []
     table[200]["started"] = 2000.0  # pid 200 given to a later process: not the owner
     assert ownership.live_runs(reports) == []

@@ -13,6 +13,8 @@ import pytest
 from disklab_host.powercut import record as pc_record
 from disklab_host.powercut import simulate
 from disklab_host.powercut.states import POWER_CUT, apply_ops, states_at
+from disklab_host.powercut.trace import RecordError
+from disklab_host.powercut.translate.state import filesystem_of
 
 
 def _h(text: str) -> str:
@@ -154,12 +156,12 @@ def test_no_verdict_when_an_unplaced_call_changes_the_checkpoint(tmp_path):
     rec = _parse(tmp_path, lines)
     assert simulate.check_replay(rec, {"ckpt.pt": b"\0" * 4}, "ckpt.pt") == []  # the stores changed nothing
     with pytest.raises(
-        pc_record.RecordError, match=r"no verdict: ckpt.pt is changed by .*\(call 2 mmap ckpt.pt: stores"
+        RecordError, match=r"no verdict: ckpt.pt is changed by .*\(call 2 mmap ckpt.pt: stores"
     ):
         simulate.check_replay(rec, {"ckpt.pt": b"data"}, "ckpt.pt")
     assert simulate.check_replay(rec, {"ckpt.pt": b"\0" * 4, "side": b"s"}, "ckpt.pt") == ["side"]
     placed = _parse(tmp_path, lines[:3] + lines[4:])
-    with pytest.raises(pc_record.RecordError, match="every call was placed: a disklab bug"):
+    with pytest.raises(RecordError, match="every call was placed: a disklab bug"):
         simulate.check_replay(placed, {"ckpt.pt": b"data"}, "ckpt.pt")
 
 
@@ -204,6 +206,6 @@ def test_filesystem_of_reads_mountinfo(tmp_path):
     info.write_text(
         f"22 1 0:1 / / rw - ext4 /dev/vda rw\n30 22 {dev} / {tmp_path} rw shared:1 - btrfs /dev/loop0 rw\n"
     )
-    found = pc_record.filesystem_of(str(tmp_path / "gone" / "file"), mountinfo=str(info))
+    found = filesystem_of(str(tmp_path / "gone" / "file"), mountinfo=str(info))
     assert (found["fs"], found["mount_point"], found["volatile"]) == ("btrfs", str(tmp_path), False)
-    assert pc_record.filesystem_of("/dev/shm/x")["volatile"] is True
+    assert filesystem_of("/dev/shm/x")["volatile"] is True

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from disklab_host.powercut import record as pc_record
+from disklab_host.powercut import trace
 from disklab_host.powercut.states import (
     POWER_CUT,
     PROCESS_KILL,
@@ -115,28 +116,28 @@ def test_parser_joins_resumed_calls_and_tracks_offsets():
 
 def test_parser_refuses_a_truncated_string():
     line = '7  write(3, "\\x61\\x62"..., 4096) = 4096'
-    with pytest.raises(pc_record.RecordError, match="-s"):
-        pc_record._string(pc_record.parse_lines([line])[0][2][1])
+    with pytest.raises(trace.RecordError, match="-s"):
+        trace.string_arg(trace.parse_lines([line])[0][2][1])
 
 
 def test_parser_splits_arguments_at_top_level_commas_only():
     args = 'AT_FDCWD, "\\x2c\\x5b", [{iov_base="\\x61", iov_len=1}, {iov_base="", iov_len=0}], 2'
-    assert pc_record.split_args(args) == [
+    assert trace.split_args(args) == [
         "AT_FDCWD", '"\\x2c\\x5b"', '[{iov_base="\\x61", iov_len=1}, {iov_base="", iov_len=0}]', "2",
     ]  # fmt: skip
-    assert pc_record.split_args('3, "\\x61, 4') == ["3", '"\\x61, 4']  # an unclosed quote runs to the end
-    assert pc_record.split_args("") == []
+    assert trace.split_args('3, "\\x61, 4') == ["3", '"\\x61, 4']  # an unclosed quote runs to the end
+    assert trace.split_args("") == []
 
 
 def test_parser_reads_strings_as_xnn_bytes_and_nothing_else():
     big = bytes(range(256)) * 4096  # 1 MiB: a saved tensor's write, read in well under a second
-    line = f'7  write(3, "{pc_record._hex_text(big)}", {len(big)}) = {len(big)}'
-    assert pc_record._string(pc_record.parse_lines([line])[0][2][1]) == big
+    line = f'7  write(3, "{trace.hex_text(big)}", {len(big)}) = {len(big)}'
+    assert trace.string_arg(trace.parse_lines([line])[0][2][1]) == big
     for bad in ('"\\x6"', '"\\x6g"', '"a\\x61"', '"\\y61"', '"\\x61 "', "3"):
-        with pytest.raises(pc_record.RecordError):
-            pc_record._string(bad)
+        with pytest.raises(trace.RecordError):
+            trace.string_arg(bad)
 
 
 def test_parser_without_begin_marker_says_so():
-    with pytest.raises(pc_record.RecordError, match="begin marker"):
+    with pytest.raises(trace.RecordError, match="begin marker"):
         pc_record.parse_trace([], root=Path("/w"), cwd=Path("/w"), initial={}, initial_dirs={"."})

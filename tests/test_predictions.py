@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from conftest import REPO, run_disklab, unrendered_copy
-from disklab import compare, predictions, report
+from disklab import compare, predictions, report, reportcache
 from test_hostile_names import _cells
 from test_report import linux_doc  # noqa: F401  (the fixture: a results document measured here)
 from test_report_answers import _store, full_doc  # noqa: F401  (the fixture: every step the answers read)
@@ -285,7 +285,7 @@ def test_disklab_report_prints_the_refusal_and_exits_1(fleet):
 @pytest.mark.heavy
 def test_editing_the_predictions_file_renders_the_reports_again_without_force(fleet):
     report_md = fleet / "linuxbox" / "report.md"
-    stamp = fleet / "linuxbox" / report.STAMP_FILE
+    stamp = fleet / "linuxbox" / reportcache.STAMP_FILE
     report.render_all(fleet)
     first = json.loads(stamp.read_text())["stamp"]
     written, _ = report.render_all(fleet)

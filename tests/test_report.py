@@ -15,7 +15,7 @@ import pytest
 
 import shared
 from conftest import FIXTURES, REPO
-from disklab import htmlpage, report, schemas, store, stored, units
+from disklab import htmlpage, report, reportcache, reportpool, schemas, store, stored, units
 from disklab.fsio import atomic_write_json
 from disklab_host.audit import collect as audit
 from disklab_host.steps import big_write, fsync_bench, write_buffering
@@ -343,7 +343,7 @@ def test_a_render_pool_writes_what_the_serial_render_writes(tmp_path, monkeypatc
             ]:
                 path.write_text(json.dumps({**json.loads(path.read_text()), "host": f"oldhost{n}"}))
         monkeypatch.setenv("DISKLAB_RENDER_WORKERS", workers)
-        assert report._render_workers(4) == int(workers)
+        assert reportpool.workers(4) == int(workers)
         written, errors = report.render_all(reports, force=True)
         assert errors == [] and len(written) >= 4
         trees[workers] = {p.relative_to(reports): p.read_bytes() for p in reports.rglob("*.md")}
@@ -402,7 +402,7 @@ def test_a_file_found_valid_is_not_checked_again_but_changed_bytes_are(tmp_path,
     reports = tmp_path / "reports"
     _store(reports, linux_doc)
     report.render_all(reports)
-    valid = reports / "linuxbox" / report.VALID_FILE
+    valid = reports / "linuxbox" / reportcache.VALID_FILE
     keys = valid.read_text().split()
     run = reports / "linuxbox" / "runs" / "20261129T100000Z.json"
     assert keys == [stored.validity_key(run.read_bytes(), "results")]
@@ -423,14 +423,14 @@ def test_a_file_found_valid_is_not_checked_again_but_changed_bytes_are(tmp_path,
 
 def test_out_of_date_hosts_render_in_one_process_per_cpu_by_default(monkeypatch):
     monkeypatch.delenv("DISKLAB_RENDER_WORKERS", raising=False)
-    monkeypatch.setattr(report, "_cpus", lambda: 2)
-    fork = report._mp_context().get_start_method() == "fork"
-    least = report.PARALLEL_MIN_HOSTS if fork else report.SPAWN_MIN_HOSTS
-    assert report._render_workers(least) == 2 and report._render_workers(least - 1) == 1
-    monkeypatch.setattr(report, "_cpus", lambda: 1)
-    assert report._render_workers(500) == 1
+    monkeypatch.setattr(reportpool, "_cpus", lambda: 2)
+    fork = reportpool.mp_context().get_start_method() == "fork"
+    least = reportpool.PARALLEL_MIN_HOSTS if fork else reportpool.SPAWN_MIN_HOSTS
+    assert reportpool.workers(least) == 2 and reportpool.workers(least - 1) == 1
+    monkeypatch.setattr(reportpool, "_cpus", lambda: 1)
+    assert reportpool.workers(500) == 1
     monkeypatch.setenv("DISKLAB_RENDER_WORKERS", "3")
-    assert report._render_workers(report.PARALLEL_MIN_HOSTS) == 3
+    assert reportpool.workers(reportpool.PARALLEL_MIN_HOSTS) == 3
 
 
 def test_compiled_templates_are_cached_and_a_cache_that_cannot_be_used_costs_only_time(tmp_path, monkeypatch):
@@ -691,8 +691,8 @@ def test_an_up_to_date_host_is_not_rendered_again_and_its_stamp_is_read_once(
 
 
 def test_pool_chunks_stay_small():
-    assert report._chunksize(500, 2) == report.CHUNK_MAX
-    assert report._chunksize(5, 2) == 1
+    assert reportpool._chunksize(500, 2) == reportpool.CHUNK_MAX
+    assert reportpool._chunksize(5, 2) == 1
 
 
 @pytest.mark.heavy
@@ -738,3 +738,25 @@ def test_a_run_file_of_another_name_shape_is_sorted_not_raised(tmp_path, linux_d
     assert names == [path.name, f"{path.stem}-a1.json"]
     _, errors = report.render_all(reports)
     assert (reports / "linuxbox" / "report.md").is_file() and all("Traceback" not in e for e in errors)
+
+
+def test_a_render_fsyncs_its_pages_and_plots_and_not_its_caches(tmp_path, linux_doc, monkeypatch):
+    """A plot's digest and the stored files found valid are caches, written without fsync (they only save
+    work, and each is written after what it vouches for); the pages and the PNGs are fsynced."""
+    reports = tmp_path / "reports"
+    _store(reports, linux_doc)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    report.render_all(reports)
+    plots = sorted(p.name for p in (reports / "linuxbox" / "plots").glob("*.png"))
+    assert plots and all((reports / "linuxbox" / "plots" / f".{p}.sha256").is_file() for p in plots)
+    for name in ("report.md", "report.html", *plots):
+        assert any(s.startswith(f".{name}.") and s.endswith(".tmp") for s in synced), name
+    assert (reports / "linuxbox" / reportcache.VALID_FILE).is_file()
+    assert not [s for s in synced if ".sha256." in s]  # the digests' and the valid files' temp files

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import viewer_heading_ids
-from disklab import hostnames, htmlpage, report, store
+from disklab import hostnames, htmlpage, report, reportcache, store
 from disklab.runner import HostOutcome
 from test_hostile_names import FAILURE_ONLY, _hostile_doc, _stage
 from test_report import _store, linux_doc  # noqa: F401  (the fixture: a real run measured here, at tiny sizes)
@@ -280,7 +280,7 @@ def test_html_writes_are_atomic_and_a_failed_one_leaves_no_stamp(tmp_path, linux
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(htmlpage, "atomic_write_text", fail)
-    stamp = reports / "linuxbox" / report.STAMP_FILE
+    stamp = reports / "linuxbox" / reportcache.STAMP_FILE
     stamp.unlink()
     with pytest.raises(OSError, match="No space left"):
         report.render_all(reports)
@@ -312,13 +312,13 @@ def test_markdown_it_is_a_declared_dependency_and_part_of_the_renderer_stamp(mon
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(d.startswith("markdown-it-py") for d in deps)
     assert "mdit-py-plugins>=0.5,<1" in deps  # anchors_plugin, whose ids the links target
-    before = report.renderer_stamp()
+    before = reportcache.renderer_stamp()
     import mdit_py_plugins
 
     monkeypatch.setattr(mdit_py_plugins, "__version__", "0.0-other")
-    assert report.renderer_stamp() != before  # another plugin may give other ids
+    assert reportcache.renderer_stamp() != before  # another plugin may give other ids
     monkeypatch.setattr(htmlpage, "version", lambda: "0.0-other")
-    assert report.renderer_stamp() != before
+    assert reportcache.renderer_stamp() != before
     assert os.path.basename(htmlpage.html_path(REPO / "x" / "report.md")) == "report.html"
 
 

@@ -193,8 +193,9 @@ def is_current(path: str | Path, data: object, *code: str | Path) -> bool:
 
 
 def remember(path: str | Path, data: object, *code: str | Path) -> None:
-    """Write the digest of ``data`` and the code beside ``path`` (after the PNG itself is written)."""
-    atomic_write_text(_mark(Path(path)), digest(data, *code) + "\n")
+    """Write the digest of ``data`` and the code beside ``path`` (after the PNG itself is written and made
+    durable: the digest is a cache, written without fsync)."""
+    atomic_write_text(_mark(Path(path)), digest(data, *code) + "\n", durable=False)
 
 
 def draw_once(path: str | Path, data: object, draw: Callable[[], object], *code: str | Path) -> Path:

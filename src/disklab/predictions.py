@@ -92,7 +92,7 @@ def path_of(reports: Path) -> Path:
 
 
 def stamp(reports: Path) -> str:
-    """What a host report's render stamp (disklab.report.input_stamp) takes from the predictions file: a
+    """What a host report's render stamp (disklab.reportcache.input_stamp) takes from the predictions file: a
     digest of its bytes, ``absent``, or ``unreadable`` with the error."""
     digest = hashlib.sha256()
     try:

@@ -5,20 +5,16 @@ from the rendered markdown by disklab.htmlpage whenever the markdown is written,
 
 Reports are a pure function of the files under reports/: `disklab report`
 re-renders them all without touching a host. Templates use Jinja with
-StrictUndefined, so a missing field fails loudly instead of printing nothing.
+StrictUndefined, so a missing field fails loudly instead of printing nothing. What a render keeps to
+skip work the next time is disklab.reportcache's; the pool of processes that renders many hosts,
+disklab.reportpool's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib
-import json
-import os
 import re
-import sys
-import threading
-from concurrent.futures import ProcessPoolExecutor
 from importlib import resources
 from pathlib import Path
 
@@ -36,7 +32,8 @@ from disklab import (
     htmlpage,
     markup,
     predictions,
-    processes,
+    reportcache,
+    reportpool,
     store,
     stored,
     verdicts,
@@ -46,45 +43,14 @@ from disklab.units import FILTERS
 from disklab_host import registry
 from disklab_host.common.formats import VERSIONS
 
-# Per host: the input stamp of the last render and the index row it produced.
-STAMP_FILE = ".rendered.json"
-# Per host: the digests of stored files found valid (disklab.stored.validity_key), one a line; a cache
-# only: without it, or with a line that names no file, the files are checked against their schemas again.
-VALID_FILE = ".validated.sha256"
-
-# Rendering many hosts: at least this many out-of-date hosts go to a pool of processes, one per CPU this
-# process may run on (DISKLAB_RENDER_WORKERS sets the count; 1 renders in this process). Most of a host's
-# render is drawing its plots with matplotlib, which one process does on one core.
-PARALLEL_MIN_HOSTS = 4
-# A spawned worker imports disklab and matplotlib and compiles the templates itself (seconds), so where
-# workers cannot be forked (macOS, a process with threads) a pool starts only for this many hosts.
-SPAWN_MIN_HOSTS = 24
-
 # Report sections, in the registry's step order; each has sections/NAME.py and templates/sections/NAME.md.j2.
 SECTION_ORDER = list(registry.STEP_NAMES)
-
-
-class _BytecodeCache(jinja2.FileSystemBytecodeCache):
-    """Jinja's own per-user cache of compiled templates (a 0700 directory under the temp dir, each entry
-    keyed by its template's source checksum and Jinja's version, written by rename). Compiling the
-    templates took about 0.7 s of every render. A cache that cannot be written costs only that time."""
-
-    def dump_bytecode(self, bucket) -> None:
-        with contextlib.suppress(OSError):
-            super().dump_bytecode(bucket)
-
-
-def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    try:
-        return _BytecodeCache()
-    except (OSError, RuntimeError):  # no usable temp dir, or one not owned by this user: compile each time
-        return None
 
 
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("disklab", "templates"),
-        bytecode_cache=_bytecode_cache(),
+        bytecode_cache=reportcache.bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -438,38 +404,6 @@ def index_row(ctx: dict) -> dict:
     }
 
 
-def renderer_stamp() -> str:
-    """A digest of everything that shapes a report besides the stored files: version and templates.
-
-    Any change to a template, a section module, the host package's modules the
-    controller renders with (the registry's section order, common/'s units and
-    formats), disklab's version or markdown-it-py's (the HTML pages) makes every
-    host report stale, so `disklab report` renders it again.
-    """
-    pkg = Path(__file__).parent
-    host = Path(registry.__file__).parent
-    digest = hashlib.sha256(f"{__version__}\0markdown-it-py {htmlpage.version()}".encode())
-    own = [*pkg.glob("*.py"), *pkg.glob("sections/*.py"), *pkg.glob("templates/**/*.j2")]
-    shared = [host / "registry.py", *host.glob("common/*.py")]
-    for base, paths in ((pkg.parent, sorted(own)), (host.parent, sorted(shared))):
-        for path in paths:
-            digest.update(path.relative_to(base).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
-def input_stamp(host_dir: Path, renderer: str) -> str:
-    """A digest of a host's directory name (the index links to it), its stored runs, audits and failures
-    (name, size, mtime), the fleet's predictions file (its bytes: disklab.predictions.stamp) and the
-    renderer."""
-    digest = hashlib.sha256(renderer.encode() + b"\0" + host_dir.name.encode())
-    digest.update(predictions.stamp(host_dir.parent).encode() + b"\n")
-    for kind in ("runs", "audits", "failures"):
-        for path in store.files(host_dir, kind):
-            st = path.stat()
-            digest.update(f"{kind}/{path.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
-
-
 # A list item's first line (``- x``, ``* x``, ``+ x``, ``1. x``, ``1) x``), in a blockquote too (``> - x``).
 _LIST_ITEM = re.compile(r"^(?P<quote>(?:> ?)*)(?:[-*+]|[0-9]{1,9}[.)])(?: |$)")
 
@@ -542,27 +476,17 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
     ``report.html``, when missing, is then written from the ``report.md`` there.
     Returns None for a directory without any stored file.
     """
-    stamp_path = host_dir / STAMP_FILE
-    stamp = input_stamp(host_dir, renderer)
-    if not force and stamp_path.is_file() and (host_dir / "report.md").is_file():
-        try:
-            cached = stored.read(stamp_path, "render_stamp")
-        except stored.StoredFileError:
-            cached = {}  # an unreadable stamp only means: render again
-        if cached.get("stamp") == stamp:
-            _html_twin(host_dir)  # the markdown is up to date; its HTML is written when missing
-            return cached["index_row"]
-    valid_path = host_dir / VALID_FILE
-    try:
-        known = set(valid_path.read_text().split())
-    except OSError:
-        known = set()
+    stamp = reportcache.input_stamp(host_dir, renderer)
+    if not force and (row := reportcache.cached_row(host_dir, stamp)) is not None:
+        _html_twin(host_dir)  # the markdown is up to date; its HTML is written when missing
+        return row
+    known = reportcache.known_valid(host_dir)
     valid = set(known)
     ctx = host_context(host_dir, valid)
     if ctx is None:
         return None
     if valid != known:  # written before the report: a failed render still keeps what was checked
-        atomic_write_text(valid_path, "".join(f"{k}\n" for k in sorted(valid)))
+        reportcache.remember_valid(host_dir, valid)
     text = env.get_template("host_report.md.j2").render(
         disklab_version=__version__, schema_version=VERSIONS["results"], **ctx
     )
@@ -570,12 +494,10 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
     atomic_write_text(host_dir / "report.md", text)
     htmlpage.write(host_dir / "report.md", text, htmlpage.HOST_NAV)  # before the stamp: a crash renders again
     row = index_row(ctx)
-    stored.write(stamp_path, "render_stamp", {"stamp": stamp, "index_row": row}, overwrite=True)
+    reportcache.remember_row(host_dir, stamp, row)
     return row
 
 
-# Beside the index: the digest of what the index and fleet pages were last rendered from (see render_index).
-INDEX_STAMP_FILE = ".index.sha256"
 # How figures are judged (docs/statistics.md, shipped in the package), written beside the index so every
 # report links to it offline.
 STATISTICS_PAGE = "statistics.md"
@@ -601,15 +523,10 @@ def render_index(
         for r in rows
     ]
     plots = fleet.plots(reports, rows)  # a missing plot is drawn again either way
-    stamp_path, key = reports / INDEX_STAMP_FILE, None
-    if renderer is not None:
-        inputs = json.dumps([renderer, rows, plots], sort_keys=True, default=str)
-        key = hashlib.sha256(inputs.encode()).hexdigest()
-        with contextlib.suppress(OSError):
-            if stamp_path.read_text().strip() == key and all((reports / p).is_file() for p in INDEX_PAGES):
-                return reports / "index.md"
-    with contextlib.suppress(OSError):  # the pages change below: until the new digest is written, stale
-        stamp_path.unlink()
+    key = None if renderer is None else reportcache.index_key(renderer, rows, plots)
+    if key is not None and reportcache.index_current(reports, key, INDEX_PAGES):
+        return reports / "index.md"
+    reportcache.forget_index(reports)
     guide = (resources.files("disklab") / STATISTICS_PAGE).read_text(encoding="utf-8")
     atomic_write_text(reports / STATISTICS_PAGE, guide)
     htmlpage.write(reports / STATISTICS_PAGE, guide, htmlpage.STATISTICS_NAV)
@@ -637,7 +554,7 @@ def render_index(
     written = atomic_write_text(reports / "index.md", text)
     htmlpage.write(reports / "index.md", text, htmlpage.INDEX_NAV)
     if key is not None:
-        atomic_write_text(stamp_path, key + "\n")
+        reportcache.remember_index(reports, key)
     return written
 
 
@@ -648,10 +565,10 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     HTML twin beside it, and one line per host that could not be rendered). A
     host whose stored files cannot be read is left out of the index and named in
     the errors; the other hosts render.
-    Out-of-date hosts are rendered in a pool of processes, one per CPU (see _render_workers).
+    Out-of-date hosts are rendered in a pool of processes, one per CPU (disklab.reportpool).
     """
     env = environment()
-    renderer = renderer_stamp()
+    renderer = reportcache.renderer_stamp()
     hosts = store.hosts(reports)
     before = {h: _mtime(hostnames.host_dir(reports, h) / "report.md") for h in hosts}
     # an up-to-date host's row comes from its stamp, read once here; only the others are rendered
@@ -661,17 +578,11 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
             _html_twin(hostnames.host_dir(reports, host))
     stale = [h for h in hosts if cached.get(h) is None]
     rendered: dict[str, tuple] = {}
-    workers = _render_workers(len(stale))
+    workers = reportpool.workers(len(stale))
     if workers > 1:
         jobs = [(str(reports), h, renderer, force) for h in stale]
-        context = _mp_context()
-        if context.get_start_method() == "fork":  # the workers inherit the compiled templates
-            _preload(env)
-        # a worker ends with this process, however it ends: a SIGKILLed render leaves no worker waiting
-        die = {"initializer": processes.die_with_parent, "initargs": (os.getpid(),)}
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context, **die) as pool:
-            for result in pool.map(_render_one, jobs, chunksize=_chunksize(len(jobs), workers)):
-                rendered[result[0]] = result
+        for result in reportpool.run(_render_one, jobs, workers, before_fork=lambda: _preload(env)):
+            rendered[result[0]] = result
     else:
         rendered = {h: _render_one((str(reports), h, renderer, force), env) for h in stale}
     done = [rendered.get(h) or (h, cached[h], None) for h in hosts]
@@ -696,17 +607,6 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
     return written, errors
 
 
-# Hosts a pool worker takes at a time, at most: small chunks keep both workers busy to the end (a chunk
-# of 60 hosts left to one worker kept the other idle for ten seconds and more), and a chunk's round trip
-# costs far less than one host's render.
-CHUNK_MAX = 4
-
-
-def _chunksize(jobs: int, workers: int) -> int:
-    """Hosts per pool task: a quarter of each worker's share, at most CHUNK_MAX, at least 1."""
-    return max(1, min(CHUNK_MAX, jobs // (4 * workers)))
-
-
 def _html_twin(host_dir: Path) -> None:
     """Write an up-to-date host's ``report.html`` from its ``report.md`` when the HTML is missing."""
     report_md = host_dir / "report.md"
@@ -719,41 +619,8 @@ def _mtime(path: Path) -> int | None:
 
 
 def _cached_row(host_dir: Path, renderer: str) -> dict | None:
-    """The index row of a host whose report is up to date (its stamp matches), else None."""
-    stamp_path = host_dir / STAMP_FILE
-    if not (stamp_path.is_file() and (host_dir / "report.md").is_file()):
-        return None
-    try:
-        cached = stored.read(stamp_path, "render_stamp")
-    except stored.StoredFileError:
-        return None
-    return cached["index_row"] if cached.get("stamp") == input_stamp(host_dir, renderer) else None
-
-
-def _render_workers(stale: int) -> int:
-    """How many processes render ``stale`` out-of-date hosts: DISKLAB_RENDER_WORKERS (default: one per CPU
-    this process may run on), and 1 below PARALLEL_MIN_HOSTS (by default SPAWN_MIN_HOSTS where workers
-    would be spawned)."""
-    setting = os.environ.get("DISKLAB_RENDER_WORKERS", "").strip()
-    least = PARALLEL_MIN_HOSTS
-    if setting:
-        try:
-            cpus = max(1, int(setting))
-        except ValueError:
-            raise ValueError(f"DISKLAB_RENDER_WORKERS must be an integer >= 1, got {setting!r}") from None
-    else:
-        cpus = _cpus()
-        if _mp_context().get_start_method() != "fork":
-            least = SPAWN_MIN_HOSTS
-    return 1 if stale < least or cpus == 1 else min(cpus, stale)
-
-
-def _cpus() -> int:
-    """The CPUs this process may run on (its affinity where the OS has one), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS: no affinity
-        return max(1, os.cpu_count() or 1)
+    """The index row of a host whose report is up to date, else None."""
+    return reportcache.cached_row(host_dir, reportcache.input_stamp(host_dir, renderer))
 
 
 def _preload(env: jinja2.Environment) -> None:
@@ -763,14 +630,6 @@ def _preload(env: jinja2.Environment) -> None:
     global _WORKER_ENV
     _compile_templates(env)
     _WORKER_ENV = env
-
-
-def _mp_context():
-    """fork on Linux when this process runs no other thread (cheapest); spawn otherwise (macOS, threads)."""
-    import multiprocessing
-
-    fork = sys.platform.startswith("linux") and threading.active_count() == 1
-    return multiprocessing.get_context("fork" if fork else "spawn")
 
 
 _WORKER_ENV: jinja2.Environment | None = None

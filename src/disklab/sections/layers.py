@@ -51,25 +51,17 @@ def plot(record: object, plot_dir: Path, name: str) -> str | None:
     def draw():
         fig = plotting.figure(8, 0.8 * len(points) + 1.7)
         ax = fig.subplots()
+        rows = range(len(points))
+        # one barh per layer, not per point (a call costs milliseconds): no two bars overlap, and each
+        # point's parts are still drawn from the left, so the pixels are those of one call per bar
+        sizes = [p[1] / scale for p in points]
+        ax.barh([y - 0.18 for y in rows], sizes, height=0.3, color="0.6", label="file size (st_size)")
+        left = [0.0] * len(points)
+        for i, (_, words, color) in enumerate(PARTS):
+            widths = [p[2 + i] / scale for p in points]
+            ax.barh([y + 0.18 for y in rows], widths, left=left, height=0.3, color=color, label=words)
+            left = [a + w for a, w in zip(left, widths, strict=True)]
         for y, (_, size, *parts) in enumerate(points):
-            ax.barh(
-                y - 0.18,
-                size / scale,
-                height=0.3,
-                color="0.6",
-                label="file size (st_size)" if y == 0 else None,
-            )
-            left = 0.0
-            for (_, words, color), part in zip(PARTS, parts, strict=True):
-                ax.barh(
-                    y + 0.18,
-                    part / scale,
-                    left=left,
-                    height=0.3,
-                    color=color,
-                    label=words if y == 0 else None,
-                )
-                left += part / scale
             if not size and not any(parts):
                 ax.text(0, y, " none in the file or the page cache yet", va="center", fontsize=8)
         labels = [p[0] for p in points]

@@ -35,13 +35,18 @@ def fsync_tree(root: str | os.PathLike) -> None:
     fsync_dir(root)
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, overwrite: bool = True) -> Path:
+def atomic_write_bytes(
+    path: str | os.PathLike, data: bytes, *, overwrite: bool = True, durable: bool = True
+) -> Path:
     """Write ``data`` to ``path`` so that no crash leaves a half-written file; returns ``path``.
 
     Parent directories are created. On any error the temp file is removed and
     ``path`` keeps its previous content. With ``overwrite=False`` an existing
     ``path`` is never replaced: the new file is linked into place with
     link(2), which fails if the name exists, and FileExistsError is raised.
+    ``durable=False`` leaves out both fsyncs, for a cache that only saves work (a plot's digest, the
+    stored files found valid): after a power cut it holds the old bytes, the new ones or none, never
+    another file's, and each costs at most that work again. Write it after what it vouches for.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,7 +58,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, overwrite: bool 
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         if overwrite:
             os.replace(tmp, path)
         else:
@@ -62,13 +68,16 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, *, overwrite: bool 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
     return path
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, *, overwrite: bool = True) -> Path:
+def atomic_write_text(
+    path: str | os.PathLike, text: str, *, overwrite: bool = True, durable: bool = True
+) -> Path:
     """:func:`atomic_write_bytes` for UTF-8 text."""
-    return atomic_write_bytes(path, text.encode("utf-8"), overwrite=overwrite)
+    return atomic_write_bytes(path, text.encode("utf-8"), overwrite=overwrite, durable=durable)
 
 
 def atomic_write_json(path: str | os.PathLike, obj: object, *, overwrite: bool = True) -> Path:

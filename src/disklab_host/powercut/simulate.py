@@ -43,6 +43,7 @@ from ..common.units import MIB, ibytes
 from . import check as pc_check
 from . import record as pc_record
 from . import states as pc_states
+from .trace import HEX_BYTES_PER_BYTE, RecordError, TruncatedError
 
 OLD_STEP, NEW_STEP = 1, 2
 SAVE_RAISED = 3  # exit status of the traced child when the save function raised (or could not be imported)
@@ -222,7 +223,7 @@ def record(
     the limit, raises, SystemExit and KeyboardInterrupt included), writes more than
     the limit, writes outside its directory (what it created there is removed
     and named), or, after it returned, the file at the path does not hold that
-    save's state dict in ``fmt`` (:func:`check_after_return`); pc_record.RecordError
+    save's state dict in ``fmt`` (:func:`check_after_return`); RecordError
     when the replay differs from the real files although every call was placed, or
     the trace cannot be read. Calls the model cannot place are in the facts
     (``unplaced_calls``, with the files where the replay differs, ``replay_differs``).
@@ -284,14 +285,14 @@ def record(
 def check_replay(rec: pc_record.Recording, real: dict[str, bytes], ckpt: str) -> list[str]:
     """The files where replaying every placed call differs from ``real`` (only where calls are unplaced).
 
-    Raises pc_record.RecordError when they differ although every call was placed (the
+    Raises RecordError when they differ although every call was placed (the
     recorder is wrong, not the save), or when the checkpoint itself differs: then the
     crash states do not show what the save leaves there, and no verdict is given.
     """
     replay = pc_states.apply_ops(rec.initial, rec.initial_inodes, rec.ops, frozenset(range(len(rec.ops))))
     diff = sorted(k for k in set(real) | set(replay) if real.get(k) != replay.get(k))
     if diff and not rec.unplaced:
-        raise pc_record.RecordError(
+        raise RecordError(
             f"the replayed recording differs from the real files: {diff} (every call was placed: "
             "a disklab bug; please report it with the save function)"
         )
@@ -299,7 +300,7 @@ def check_replay(rec: pc_record.Recording, real: dict[str, bytes], ckpt: str) ->
         calls = "; ".join(
             f"call {u['call_index']} {u['syscall']} {u['path']}: {u['why']}" for u in rec.unplaced
         )
-        raise pc_record.RecordError(
+        raise RecordError(
             f"no verdict: {ckpt} is changed by what the model cannot place, so its crash states would "
             f"not show what the save leaves there ({calls})"
         )
@@ -324,7 +325,7 @@ def _run_save(
         "--ckpt", ckpt, "--state-mib", str(state_mib), "--step", str(step),
     ]  # fmt: skip
     env = child_env(dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
-    growth = pc_record.HEX_BYTES_PER_BYTE * max_bytes + TRACE_SLACK_BYTES
+    growth = HEX_BYTES_PER_BYTE * max_bytes + TRACE_SLACK_BYTES
     limits = pc_record.Limits(
         timeout_s=timeout_s, max_trace_growth_bytes=growth, startup_s=STARTUP_TIMEOUT_S, stop=stop
     )
@@ -348,7 +349,7 @@ def _run_save(
                     rec = pc_record.parse_trace(
                         lines, root=root, cwd=root, initial=initial or {}, initial_dirs=dirs or {"."}
                     )
-            except pc_record.RecordError as exc:
+            except RecordError as exc:
                 parse_error = exc
     finally:
         trace.unlink(missing_ok=True)
@@ -357,7 +358,7 @@ def _run_save(
         problem = f"{problem}; it also {where}" if problem else f"{who} {where}"
     if problem:
         raise SpecError(problem)
-    if isinstance(parse_error, pc_record.TruncatedError):
+    if isinstance(parse_error, TruncatedError):
         raise SpecError(
             f"{who} made a single write longer than --max-write-mib {max_write_mib} MiB allows "
             f"(strace -s {max_bytes} cut it); raise --max-write-mib"
@@ -365,7 +366,7 @@ def _run_save(
     if parse_error is not None:
         raise parse_error
     if rec is None:
-        raise pc_record.RecordError(f"{who} returned but strace left no trace")
+        raise RecordError(f"{who} returned but strace left no trace")
     written = sum(len(op.data) for op in rec.ops if op.kind == "write") + rec.outside_bytes
     if written > max_bytes:
         raise SpecError(
@@ -373,7 +374,7 @@ def _run_save(
             "raise --max-write-mib"
         )
     if not rec.returned:
-        raise pc_record.RecordError(f"{who} returned but the trace has no end marker")
+        raise RecordError(f"{who} returned but the trace has no end marker")
     return rec, trace_bytes, run.save_s
 
 
@@ -516,7 +517,7 @@ def analyse(
 
     ``timeout_s`` and ``max_write_mib`` bound each save (see :func:`record`); setting
     ``stop`` from another thread kills the save's process and raises KeyboardInterrupt.
-    Raises SpecError or pc_record.RecordError (see :func:`record`).
+    Raises SpecError or RecordError (see :func:`record`).
     """
     if fmt not in CKPT_NAMES:
         raise SpecError(f"format must be one of {sorted(CKPT_NAMES)}, got {fmt!r}")
@@ -711,7 +712,7 @@ def _check(args) -> int:
             print(f"disklab powercut: {_one_line(exc, 2000)}", file=sys.stderr)
         _tell(args.ready_fd, "notorch")  # the caller says it, or tries another Python
         return 2
-    except (SpecError, pc_record.RecordError) as exc:
+    except (SpecError, RecordError) as exc:
         print(f"disklab powercut: {_one_line(exc, 2000)}", file=sys.stderr)
         return 2
     except MemoryError:

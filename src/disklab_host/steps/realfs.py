@@ -63,13 +63,14 @@ def simulator_verdict(recipe, workdir: Path, state_mib: int) -> dict:
     """The power-cut simulator's verdict for the same recipe and state size (or why there is none)."""
     from ..powercut import record as pc_record
     from ..powercut import simulate
+    from ..powercut.trace import RecordError
 
     if pc_record.find_strace() is None:
         return {"verdict": None, "reason": "strace is not installed: no simulator verdict"}
     base = workdir / "simulator" / recipe.name
     try:
         result = simulate.analyse(f"recipe:{recipe.name}", recipe.fmt, base, state_mib)
-    except (simulate.SpecError, pc_record.RecordError) as exc:
+    except (simulate.SpecError, RecordError) as exc:
         return {"verdict": None, "reason": f"the simulator gave no verdict: {exc}"}
     finally:
         shutil.rmtree(base, ignore_errors=True)
