@@ -26,7 +26,9 @@ SIZES = {"ceiling_mib": 8, "ceiling_streams": 4, "ceiling_block_bytes": MIB, "ce
 
 
 def _render(section: dict, x: dict) -> str:
-    return report.environment().get_template("sections/ceiling.md.j2").render(s=section, x=x, run=None)
+    return (
+        report.environment().get_template("sections/ceiling.md.j2").render(section=section, view=x, run=None)
+    )
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ def _render(s: dict, x: dict, results: dict) -> str:
     )
     env.filters.update(units.FILTERS)
     env.filters.update(markup.FILTERS)  # the report's escaping (disklab.report.environment)
-    return env.get_template("sections/crash.md.j2").render(s=s, x=x, results=results)
+    return env.get_template("sections/crash.md.j2").render(section=s, view=x, results=results)
 
 
 @pytest.mark.heavy

@@ -26,7 +26,7 @@ def _results(section: dict, fstype: str = "fuse.sshfs", state: str = "set") -> d
 def _render(section: dict, results: dict, tmp_path) -> str:
     check_section(section)
     x = section_mod.build(section, results, tmp_path / "plots")
-    return load_template().render(s=section, x=x, results=results)
+    return load_template().render(section=section, view=x, results=results)
 
 
 def test_no_verdict_when_the_audit_does_not_flag_a_network_filesystem():

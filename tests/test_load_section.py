@@ -226,7 +226,7 @@ def load_template() -> jinja2.Template:
 def render(section: dict, tmp_path: Path) -> tuple[dict, str]:
     check_section(section)
     x = section_mod.build(section, {"experiments": {"load": section}}, tmp_path / "plots")
-    md = load_template().render(s=section, x=x, results={})
+    md = load_template().render(section=section, view=x, results={})
     return x, md
 
 
@@ -651,7 +651,7 @@ def test_a_load_that_beat_one_stream_but_not_the_parallel_read_left_bandwidth_un
     assert "this load left about 50.0 % of the bandwidth the storage showed it has unused" in row["reading"]
     assert {"what": "torch.load, big_pt", "reading": row["reading"]} in rows["unused"]
     x = section_mod.build(section, results, tmp_path)
-    md = report.environment().get_template("sections/load.md.j2").render(s=section, x=x, results={})
+    md = report.environment().get_template("sections/load.md.j2").render(section=section, view=x, results={})
     # the report's own environment (trim_blocks): the two ceilings' sentences, one paragraph, then the table
     assert (
         "(median of 3, 190 MiB/s–210 MiB/s).\nIts parallel cold ceiling (the same file after eviction, " in md
@@ -675,7 +675,7 @@ def test_the_rendered_table_says_a_cache_below_served_bytes_faster_than_the_ceil
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined)
     env.filters.update(FILTERS)
     env.filters.update(markup.FILTERS)  # the report's escaping (disklab.report.environment)
-    md = env.get_template("sections/load.md.j2").render(s=section, x=x, results={})
+    md = env.get_template("sections/load.md.j2").render(section=section, view=x, results={})
     assert "cache below this OS" in md and "This run's single-stream cold ceiling" in md
     assert "No parallel cold ceiling in this run (this run's ceiling step predates" in md
     assert "faster than this host's own cold ceiling: a cache below" in md

@@ -43,7 +43,9 @@ def _render(section: dict) -> tuple[dict, str]:
     )
     env.filters.update(FILTERS)
     env.filters.update(markup.FILTERS)  # the report's escaping (disklab.report.environment)
-    text = env.get_template("sections/pickle_safety.md.j2").render(s=section, x=x, results={"host": "h1"})
+    text = env.get_template("sections/pickle_safety.md.j2").render(
+        section=section, view=x, results={"host": "h1"}
+    )
     return x, text
 
 

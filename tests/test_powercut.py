@@ -136,7 +136,7 @@ def test_section_matches_schema_and_renders(section, tmp_path):
     results = {"experiments": {"powercut": section}}
     x = section_mod.build(section, results, tmp_path)
     env = report.environment()  # the real report environment (StrictUndefined, trim_blocks)
-    text = env.get_template("sections/powercut.md.j2").render(s=section, x=x, results=results)
+    text = env.get_template("sections/powercut.md.j2").render(section=section, view=x, results=results)
     naive_pc = _recipe(section, "naive")["models"]["power_cut"]
     assert f"| {naive_pc['counts']['corrupt']} |" in text
     assert "rename('ckpt.pt.tmp', 'ckpt.pt')" in text

@@ -199,7 +199,11 @@ def test_a_call_the_model_cannot_place_is_named_and_the_rest_judged(tmp_path, ca
     jsonschema.Draft202012Validator(schema).validate(section)
     results = {"experiments": {"powercut": section}}
     x = section_mod.build(section, results, tmp_path)
-    md = report.environment().get_template("sections/powercut.md.j2").render(s=section, x=x, results=results)
+    md = (
+        report.environment()
+        .get_template("sections/powercut.md.j2")
+        .render(section=section, view=x, results=results)
+    )
     assert "1 recorded call(s) could not be placed in the model (listed below): memmap index judged on" in md
     at = rec["unplaced_calls"][0]["call_index"]
     assert rec["call_texts"][at].startswith("mmap(NULL, 4096, PROT_READ|PROT_WRITE, MAP_SHARED, ")

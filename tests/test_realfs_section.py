@@ -28,7 +28,7 @@ def section() -> dict:
 
 
 def _render(s: dict, x: dict) -> str:
-    text = report.environment().get_template("sections/realfs.md.j2").render(s=s, x=x, results={})
+    text = report.environment().get_template("sections/realfs.md.j2").render(section=s, view=x, results={})
     return report.tidy_markdown(text)
 
 

@@ -46,7 +46,7 @@ def _render(name: str, section: dict, plot_dir: Path, results: dict | None = Non
     )
     env.filters.update(FILTERS)
     env.filters.update(markup.FILTERS)  # the report's escaping (disklab.report.environment)
-    text = env.get_template(f"sections/{name}.md.j2").render(s=section, x=x, results=results)
+    text = env.get_template(f"sections/{name}.md.j2").render(section=section, view=x, results=results)
     return x, text
 
 
@@ -502,7 +502,7 @@ def test_the_answer_line_says_which_was_cheaper(sections, tmp_path, unbuf, buf):
     s["modes"]["unbuffered"]["per_call_ns"]["median"] = unbuf
     s["modes"]["buffered"]["per_call_ns"]["median"] = buf
     x, _ = _render("write_buffering", s, tmp_path)
-    line = answers._write_buffering({"s": s, "x": x})
+    line = answers._write_buffering({"section": s, "view": x})
     if unbuf > buf:
         assert line.startswith("an unbuffered 1-byte `os.write` cost 15.0× a buffered `f.write` (900 ns")
     else:

@@ -43,7 +43,7 @@ def _why_missing(name: str, sec: dict | None) -> str | None:
     """Why a step has no figure to answer with, escaped; None when its section ran."""
     if sec is None:
         return f"no figure: no stored run of this host holds the {name} step"
-    s = sec["s"]
+    s = sec["section"]
     if s.get("status") == "not_run":
         return f"no figure: {name} was not run ({md(_short(s.get('reason', 'no reason recorded')))})"
     if s.get("status") == "failed":
@@ -59,7 +59,7 @@ def _line(label: str, anchor: str, text: str) -> dict:
 
 
 def _write_buffering(sec: dict) -> str:
-    s, x = sec["s"], sec["x"]
+    s, x = sec["section"], sec["view"]
     unbuf = s["modes"]["unbuffered"]["per_call_ns"]["median"]
     buf = s["modes"]["buffered"]["per_call_ns"]["median"]
     size = s["buffer"]["observed_buffer_bytes"]
@@ -99,7 +99,7 @@ def _write_cache(device: dict, p50_us: float) -> str:
 def _fsync(sec: dict, sync: dict) -> str:
     if sync["p50_us"] is None:
         return f"no durable figure: {md(sync['why'])}"
-    s, x = sec["s"], sec["x"]
+    s, x = sec["section"], sec["view"]
     mode = x["os"]["figures_mode"]
     p99 = s["modes"][mode]["latency"]["p99_us"]
     device = (x.get("durability") or {}).get("device") or {}
@@ -110,7 +110,7 @@ def _fsync(sec: dict, sync: dict) -> str:
 
 
 def _big_write(sec: dict) -> str:
-    s, x = sec["s"], sec["x"]
+    s, x = sec["section"], sec["view"]
     call = x["durable"]["call"] if x.get("durable") else "fsync"
     share = (
         f"; the {call} after it took {pct(x['fsync_share'])} of write + sync (median)"
@@ -136,7 +136,7 @@ def _big_write(sec: dict) -> str:
 
 
 def _crash(sec: dict) -> str:
-    modes = sec["s"]["modes"]
+    modes = sec["section"]["modes"]
     parts = []
     for mode in ("naive", "atomic"):
         kills = modes.get(mode, {}).get("kills")
@@ -173,7 +173,7 @@ def _powercut(sec: dict) -> str:
 
 
 def _pickle(sec: dict) -> str:
-    s, x = sec["s"], sec["x"]
+    s, x = sec["section"], sec["view"]
     torch = md(s["torch_version"])
     if x.get("safe"):
         return (
@@ -273,7 +273,7 @@ def _split_quote(sec: dict, cold: figures.Figure) -> str | None:
     (the lesson's "mmap is not faster disk", measured), else this answer's own cell, cold and warm:
     ``cold torch.load-mmap ... spent 0.61 s of 0.98 s blocked on I/O, in 64,000 major faults``; None
     when this run recorded no split."""
-    rows = (sec.get("x") or {}).get("time_split") or []
+    rows = (sec.get("view") or {}).get("time_split") or []
     whats = list(dict.fromkeys(r["what"] for r in rows if r["cache_state"] == "cold"))
     mapped = [w for w in whats if w.startswith("torch.load-mmap") and "big" in w]
     eager = [w for w in whats if w.startswith("torch.load ") and "big" in w]
@@ -308,7 +308,7 @@ def _rss(found: list[figures.Figure], f: figures.Figure, section: dict) -> str:
 
 
 def _load_lines(sec: dict, anchor: str) -> list[dict]:
-    s = sec["s"]
+    s = sec["section"]
     found = figures.extract(sec["doc"], experiments=("load",))
     sizes = _file_sizes(s)
     weights = _weights_of(s)
@@ -451,9 +451,9 @@ def cold_unproven(sections: list[dict]) -> dict | None:
     """For the index: the load section's failed cold proofs (:func:`cold_unproven_of`) with its run id,
     or None when no run of the host has a load section that ran."""
     sec = next((s for s in sections if s["name"] == "load"), None)
-    if sec is None or sec["s"].get("status") != "ok":
+    if sec is None or sec["section"].get("status") != "ok":
         return None
-    return {**cold_unproven_of(sec["s"]), "run_id": sec["run"]["run_id"], "anchor": sec["anchor"]}
+    return {**cold_unproven_of(sec["section"]), "run_id": sec["run"]["run_id"], "anchor": sec["anchor"]}
 
 
 # --- the whole answer ---------------------------------------------------------------------------------
@@ -472,7 +472,7 @@ QUESTIONS = (
 def host_answers(sections: list[dict], sync: dict, runs: list[dict]) -> dict:
     """The "On this host" answers: ``{"lines": [{"label", "anchor", "text"}], "runs": runs, "mixed": bool}``.
 
-    ``sections`` are disklab.report.host_context's (each with its stored section ``s``, its built ``x``, the
+    ``sections`` are disklab.report.host_context's (each with its stored ``section``, its built ``view``, the
     ``doc`` it was read from and its ``run``); ``sync`` is :func:`disklab.report.durable_sync` of the run
     the fsync_bench section is from; ``runs`` is disklab.report.mixed_runs. ``text`` is markdown with every
     host string escaped. At most :data:`MAX_LINES` lines, the mixed-runs note included.

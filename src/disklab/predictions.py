@@ -289,7 +289,7 @@ def _absent_why(sec: dict, key: str, found: dict[str, figures.Figure]) -> str:
     run = code(sec["run"]["run_id"])
     m = re.match(r"^experiments\.fsync_bench\.modes\.([a-z_]+)\.", key)
     if m:
-        mode = (sec["s"].get("modes") or {}).get(m[1])
+        mode = (sec["section"].get("modes") or {}).get(m[1])
         if isinstance(mode, dict) and mode.get("status") != "ok":
             reason = mode.get("reason") or mode.get("error") or "no reason recorded"
             return f"no figure: {m[1]} was {md(mode.get('status'))} in run {run} ({md(reason)})"

@@ -249,8 +249,8 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
                 "name": name,
                 "anchor": anchor(name),
                 "heading": anchors.section_heading(name),
-                "s": s,
-                "x": x,
+                "section": s,
+                "view": x,
                 "doc": measured_source,
                 "run": run,
             }

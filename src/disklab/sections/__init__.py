@@ -6,8 +6,8 @@ Each module ``disklab.sections.<experiment>`` defines::
 
 ``section`` is ``results["experiments"][<experiment>]`` (already validated
 against ``schema/experiments/<experiment>.schema.json``). It returns the extra
-context that ``templates/sections/<experiment>.md.j2`` renders as ``x``:
-explanations computed from this host's own numbers, and the paths of plots it
+context that ``templates/sections/<experiment>.md.j2`` renders as ``view`` (beside ``section``, the
+stored one): explanations computed from this host's own numbers, and the paths of plots it
 wrote under ``plot_dir`` (relative to the host's report directory, e.g.
 ``plots/crash_bytes.png``, drawn with :func:`disklab.plotting.draw_once`, which skips a plot whose data
 and code are unchanged).
