@@ -279,9 +279,16 @@ def test_the_fleet_plots_leave_out_what_a_log_axis_cannot_place_and_say_so(tmp_p
     """Figures that reach the fleet plots from a cached index row, not only from a stored run."""
 
     def row(host: str, p50_us: float, median_s: float) -> dict:
-        cell = {"file": "big_pt", "method": "torch.load", "populate": None, "cache": "cold"}
+        cell = {
+            "file": "big_pt",
+            "method": "torch.load",
+            "populate": None,
+            "cache": "cold",
+            "stage": "all_touched",
+        }
         load = [{**cell, "time": {"median": median_s, "min": median_s, "max": median_s, "n": 1}}]
-        return {"host": host, "fleet": {"load": load}, "durable_sync": {"p50_us": p50_us, "call": "fsync"}}
+        fleet_column = {"load": load, "load_unproven": [], "powercut": []}  # host_column's keys plots() reads
+        return {"host": host, "fleet": fleet_column, "durable_sync": {"p50_us": p50_us, "call": "fsync"}}
 
     plots = fleet.plots(tmp_path, [row("a", math.inf, 0.0), row("b", 0.0, math.nan)])
     note = "2 of 2 hosts' durable sync p50 are 0 or less, or not finite, and not shown"
