@@ -112,10 +112,14 @@ def test_the_block_and_the_page_cache_warning_are_rendered(tmp_path):
     # this disklab's probes hold their descriptor: the warning says so, and the verdict has no caveat
     assert "they open nothing while the clock runs and empty nothing a loader read" in md
     assert "overstate the loss" not in md
-    # a stored run from before (its probes opened the file at each stop event): the old warning, and the
-    # verdict says its mapped figures include the reads those probes caused
+    # a sample that failed before its probes records none: the others' held probes still speak for the run
+    del section["samples"][0]["residency_probe"]
+    md = _render(section, _results(section), tmp_path)
+    assert "they open nothing while the clock runs" in md and "overstate the loss" not in md
+    # a stored run from before (its probes opened the file at each stop event, as stored.upgrade says):
+    # the old warning, and the verdict says its mapped figures include the reads those probes caused
     for s in section["samples"]:
-        del s["residency_probe"]
+        s["residency_probe"] = "opened"
     md = _render(section, _results(section), tmp_path)
     assert "a mapped load reads again, after its loader_return probe, the pages it had read before it" in md
     assert "- In this run disklab's own probe opened the file at each stop event" in md

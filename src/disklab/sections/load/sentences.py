@@ -207,9 +207,11 @@ def willneed_hints(section: dict) -> list[str]:
 
 
 def probes_held(section: dict) -> bool:
-    """Whether every sample's residency probes read on a descriptor held from before the load call
-    (``residency_probe: held``), so none opened the file while the clock ran."""
-    return all(s.get("residency_probe") == "held" for s in section["samples"])
+    """Whether every sample that probed residency read on a descriptor held from before the load call
+    (``residency_probe: held``), so none opened the file while the clock ran (a sample that failed before
+    its probes has no ``residency_probe``)."""
+    probes = [s["residency_probe"] for s in section["samples"] if "residency_probe" in s]
+    return bool(probes) and all(p == "held" for p in probes)
 
 
 def warnings(section: dict) -> list[str]:
