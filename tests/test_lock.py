@@ -95,6 +95,7 @@ def _test_extras() -> list[str]:
     ("system", "machine", "python", "index", "name"),
     [
         ("Linux", "x86_64", (3, 11), locklib.CPU_INDEX, CPU_LOCK),
+        ("Linux", "x86_64", (3, 11), locklib.CPU_INDEX + "/", CPU_LOCK),  # the same index, written with a /
         ("Linux", "x86_64", (3, 12), locklib.CUDA_INDEX, "linux-x86_64-cuda-py3.12"),
         ("Linux", "x86_64", (3, 11), None, "linux-x86_64-cuda-py3.11"),  # PyPI's Linux torch: CUDA 13.0
         ("Linux", "aarch64", (3, 12), locklib.CUDA_INDEX, "linux-aarch64-cuda-py3.12"),

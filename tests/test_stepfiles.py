@@ -159,5 +159,26 @@ def test_a_file_left_out_of_a_new_step_is_named(tmp_path, left_out):
 def test_a_step_the_registry_no_longer_has_is_named_in_every_file():
     steps = tuple(s for s in registry.STEPS if s.name != "big_write")
     found = stepfiles.problems(REPO, steps)
-    for path in (*stepfiles.WRITTEN, "src/disklab_host/steps/big_write.py", stepfiles.EXPERIMENTS_DOC):
+    left = (
+        "src/disklab_host/steps/big_write.py",
+        "src/disklab/sections/big_write.py",
+        stepfiles.EXPERIMENTS_DOC,
+    )
+    for path in (*stepfiles.WRITTEN, *left):
         assert any(line.startswith(path) and "big_write" in line for line in found), (path, found)
+    assert not [line for line in found if "evidence" in line or "layers.py" in line]  # helpers, no sections
+
+
+def test_a_tags_list_that_does_not_close_is_refused_and_nothing_is_written(tmp_path, capsys):
+    """A list missing its ] would run on to the next one: make steps would rewrite the tasks between."""
+    _copy_checkout(tmp_path)
+    site = tmp_path / stepfiles.SITE
+    text = site.read_text()
+    at = text.index("pickle_safety]")
+    site.write_text(text[:at] + "pickle_safety" + text[at + len("pickle_safety]") :])
+    before = _files(tmp_path)
+    assert stepfiles.main([str(tmp_path)]) == 2
+    assert _files(tmp_path) == before
+    err = capsys.readouterr().err
+    assert err.startswith(f"make steps refused: {stepfiles.SITE} line ") and "fix its ] by hand" in err
+    assert stepfiles.main([str(tmp_path), "--check"]) == 2

@@ -276,11 +276,20 @@ def test_compare_says_when_the_lab_code_changed():
         lab_code={"disklab_version": "0.3.0", "host_package_sha256": "b" * 64, "steps": {"x": "2" * 64}}
     )
     lc = compare.compare_runs(a, b)["lab_code_changes"]
-    assert lc == {"known": True, "disklab_version": {"old": "0.2.0", "new": "0.3.0"}, "steps": ["x"]}
+    moved = {"old": "0.2.0", "new": "0.3.0"}
+    assert lc == {"known": True, "disklab_version": moved, "steps": ["x"], "unrecorded_in": None}
     assert "code of x changed" in compare.render_compare_text(compare.compare_runs(a, b))
     same = compare.compare_runs(a, a)["lab_code_changes"]
-    assert same == {"known": True, "disklab_version": None, "steps": []}
-    assert not compare.compare_runs(_results(), a)["lab_code_changes"]["known"]
+    assert same == {"known": True, "disklab_version": None, "steps": [], "unrecorded_in": None}
+    unknown = _results(lab_code={"unavailable": "not recorded: written before results version 2"})
+    for old, new, which in (
+        (unknown, a, "the old run"),
+        (a, unknown, "the new run"),
+        (unknown, unknown, "either run"),
+    ):
+        cmp = compare.compare_runs(old, new)
+        assert not cmp["lab_code_changes"]["known"] and cmp["lab_code_changes"]["unrecorded_in"] == which
+        assert f"Lab code: not recorded in {which}, so" in compare.render_compare_text(cmp)
 
 
 def test_fixture_is_what_disklab_0_1_wrote():
@@ -362,7 +371,7 @@ def test_a_stored_run_of_every_results_version_is_kept():
 
 
 def test_no_section_or_template_tests_a_results_version():
-    files = [*sorted((DISPLAY / "sections").glob("*.py")), *sorted((DISPLAY / "templates").rglob("*.j2"))]
+    files = [*sorted((DISPLAY / "sections").rglob("*.py")), *sorted((DISPLAY / "templates").rglob("*.j2"))]
     assert len(files) > 20
     found = [
         f"{path.relative_to(DISPLAY)}:{n}: {line.strip()}"
@@ -414,6 +423,9 @@ def test_every_kept_results_version_renders_in_full(tmp_path, kept):
                 assert f"## {anchors.section_heading(name)}" in text, name
         for said, lacking in _what_an_upgrade_says(raw).items():
             assert (said in text) == lacking, said
+        stored_at = raw.get("schema_version", 1)  # disklab 0.1 wrote none
+        older = f"(the run was stored at version {stored_at};"
+        assert (older in text) == (stored_at < VERSIONS["results"]), stored_at
         assert host in (reports / "fleet.md").read_text()
 
 

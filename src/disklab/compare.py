@@ -347,19 +347,22 @@ def section_changes(old: dict, new: dict) -> list[dict]:
 def lab_code_changes(old: dict, new: dict) -> dict:
     """Whether the lab itself changed between two runs: disklab's version and each step's code digest.
 
-    Returns ``{"known": bool, "disklab_version": {"old", "new"} | None, "steps": [name, ...]}``;
-    ``steps`` lists the steps present in both runs whose code digest differs. ``known`` is False
-    when either run's lab_code is unavailable (upgraded from before it was recorded), and then nothing
+    Returns ``{"known": bool, "disklab_version": {"old", "new"} | None, "steps": [name, ...],
+    "unrecorded_in": "the old run" | "the new run" | "either run" | None}``; ``steps`` lists the steps
+    present in both runs whose code digest differs. ``known`` is False when a run's lab_code is
+    unavailable (upgraded from before it was recorded: ``unrecorded_in`` says which), and then nothing
     can be said.
     """
     lo, ln = old.get("lab_code"), new.get("lab_code")
-    if not (isinstance(lo, dict) and isinstance(ln, dict) and "steps" in lo and "steps" in ln):
-        return {"known": False, "disklab_version": None, "steps": []}
+    has_old, has_new = (isinstance(lc, dict) and "steps" in lc for lc in (lo, ln))
+    if not (has_old and has_new):
+        which = "either run" if not (has_old or has_new) else "the new run" if has_old else "the old run"
+        return {"known": False, "disklab_version": None, "steps": [], "unrecorded_in": which}
     version = None
     if lo["disklab_version"] != ln["disklab_version"]:
         version = {"old": lo["disklab_version"], "new": ln["disklab_version"]}
     steps = sorted(n for n in set(lo["steps"]) & set(ln["steps"]) if lo["steps"][n] != ln["steps"][n])
-    return {"known": True, "disklab_version": version, "steps": steps}
+    return {"known": True, "disklab_version": version, "steps": steps, "unrecorded_in": None}
 
 
 def run_context(doc: dict) -> dict:
@@ -524,7 +527,8 @@ def _fact_text(value: object) -> str:
 def _lab_code_text(lc: dict) -> str:
     """One line: did the lab's own code change between the runs (so a moved figure may be the lab's)?"""
     if not lc["known"]:
-        return "Lab code: not recorded in both runs, so a change of the lab itself cannot be ruled out"
+        where = lc["unrecorded_in"]
+        return f"Lab code: not recorded in {where}, so a change of the lab itself cannot be ruled out"
     parts = []
     if lc["disklab_version"]:
         parts.append(f"disklab {lc['disklab_version']['old']} -> {lc['disklab_version']['new']}")

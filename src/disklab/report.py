@@ -487,8 +487,15 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
         return None
     if valid != known:  # written before the report: a failed render still keeps what was checked
         reportcache.remember_valid(host_dir, valid)
+    older = (ctx.get("doc") or {}).get("stored_schema_version")  # set by disklab.stored.upgrade
+    stored_at = (
+        f" (the run was stored at version {older}; what that version did not record is said where it is "
+        "missing)"
+        if older
+        else ""
+    )
     text = env.get_template("host_report.md.j2").render(
-        disklab_version=__version__, schema_version=VERSIONS["results"], **ctx
+        disklab_version=__version__, schema_version=VERSIONS["results"], stored_at=stored_at, **ctx
     )
     text = tidy_markdown(text)
     atomic_write_text(host_dir / "report.md", text)

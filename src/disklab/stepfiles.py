@@ -40,11 +40,14 @@ BY_HAND = (
     ("src/disklab/templates/sections/{}.md.j2", "report template"),
     ("src/disklab/schema/experiments/{}.schema.json", "JSON Schema"),
 )
+# The modules of src/disklab/sections that are no step's section: what several sections read.
+SECTION_HELPERS = ("evidence", "layers")
 WIDTH = 120  # a generated flow list wraps under its first item past this column
 TODO = "`make steps` writes it from disklab_host.registry"
 
 # A flow list of tags, `tags: [a, b]` or `tags: &name [a, b]`, on one line or more.
 _TAGS = re.compile(r"(?P<head>tags: (?:&\w+ )?\[)(?P<body>[^\]]*)\]")
+_TAG_NAME = re.compile(r"[\w.-]+")  # a tag, a step or a size: a list item that is anything else is no item
 _STEPS_DEFAULT = re.compile(r"^(?P<head>lab_run_steps: \[)(?P<body>[^\]]*)\]", re.M)
 _STEPS_CHOICES = re.compile(
     r"^      lab_run_steps:\n(?:        .*\n)*?        (?P<head>choices: \[)(?P<body>[^\]]*)\]", re.M
@@ -87,7 +90,14 @@ def _swap(pattern: re.Pattern, text: str, items) -> str:
     """``text`` with each flow list ``pattern`` finds given ``items(old_items)`` (None: left as it is)."""
 
     def one(m: re.Match) -> str:
-        new = items(_items(m["body"]))
+        old = _items(m["body"])
+        bad = next((item for item in old if not _TAG_NAME.fullmatch(item)), None)
+        if bad is not None:
+            raise ValueError(
+                f"line {_line(text, m.start())}: a list that does not close where it should (it runs on "
+                f"into {bad[:60]!r}): fix its ] by hand, then run make steps again"
+            )
+        new = items(old)
         if new is None:
             return m[0]
         start = m.start("head")
@@ -108,7 +118,7 @@ def _defaults(text: str, steps: tuple[Step, ...]) -> str:
     text = _swap(_STEPS_DEFAULT, text, lambda old: names)
     head, mark, _ = text.partition(DEFAULTS_SIZES_AFTER)
     if not mark:
-        raise ValueError(f"{DEFAULTS} has no line {DEFAULTS_SIZES_AFTER.strip()!r}, after which the sizes go")
+        raise ValueError(f"has no line {DEFAULTS_SIZES_AFTER.strip()!r}, after which the sizes go")
     lines = []
     for step in steps:
         lines += [f"# {step.name}"] if step.sizes else []
@@ -122,7 +132,7 @@ def _specs(text: str, steps: tuple[Step, ...]) -> str:
     text = _swap(_STEPS_CHOICES, text, lambda old: names)
     start = text.find(SPECS_SIZES_MARK)
     if start < 0:
-        raise ValueError(f"{SPECS} has no line {SPECS_SIZES_MARK.strip()!r}, after which the sizes go")
+        raise ValueError(f"has no line {SPECS_SIZES_MARK.strip()!r}, after which the sizes go")
     start += len(SPECS_SIZES_MARK)
     end = _SPECS_SIZES_END.search(text, start)
     end = end.start() if end else len(text)
@@ -138,16 +148,24 @@ def _specs(text: str, steps: tuple[Step, ...]) -> str:
 
 def render(root: Path, steps: tuple[Step, ...] | None = None) -> dict[str, str]:
     """Each file of :data:`WRITTEN` under ``root`` as ``make steps`` writes it from ``steps`` (the
-    registry's by default). Raises ValueError naming a file whose mark for the sizes is gone."""
+    registry's by default). Raises ValueError naming a file whose mark for the sizes is gone, or a list
+    of tags or steps that does not close where it should (nothing is then written)."""
     steps = registry.STEPS if steps is None else steps
     names = [s.name for s in steps]
     text = {path: (root / path).read_text(encoding="utf-8") for path in WRITTEN}
-    return {
-        SITE: _swap(_TAGS, text[SITE], _step_tags(names)),
-        LAB_RUN_TASKS: _swap(_TAGS, text[LAB_RUN_TASKS], _step_tags(names)),
-        DEFAULTS: _defaults(text[DEFAULTS], steps),
-        SPECS: _specs(text[SPECS], steps),
+    make = {
+        SITE: lambda: _swap(_TAGS, text[SITE], _step_tags(names)),
+        LAB_RUN_TASKS: lambda: _swap(_TAGS, text[LAB_RUN_TASKS], _step_tags(names)),
+        DEFAULTS: lambda: _defaults(text[DEFAULTS], steps),
+        SPECS: lambda: _specs(text[SPECS], steps),
     }
+    out = {}
+    for path, written in make.items():
+        try:
+            out[path] = written()
+        except ValueError as e:
+            raise ValueError(f"{path} {e}") from None
+    return out
 
 
 def write(root: Path, steps: tuple[Step, ...] | None = None) -> list[str]:
@@ -236,6 +254,15 @@ def _by_hand_problems(root: Path, steps: tuple[Step, ...]) -> list[str]:
             name = path.name.removesuffix(suffix)
             if name != "__init__" and name not in names:
                 out.append(f"{folder}/{path.name}: step {name!r} is not in the registry")
+    sections = root / "src/disklab/sections"
+    for path in sorted(sections.iterdir()):
+        name = path.name.removesuffix(".py")
+        is_section = path.suffix == ".py" or (path / "__init__.py").is_file()
+        if is_section and name not in (*names, "__init__", *SECTION_HELPERS):
+            out.append(
+                f"src/disklab/sections/{path.name}: step {name!r} is not in the registry (a module every "
+                "section reads belongs in stepfiles.SECTION_HELPERS)"
+            )
     doc = (root / EXPERIMENTS_DOC).read_text(encoding="utf-8")
     table = doc.find(DOC_TABLE)
     if table < 0:
@@ -257,10 +284,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("root", nargs="?", default=".", type=Path, help="the checkout (default: .)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file differs")
     args = p.parse_args(argv)
-    if not args.check:
-        for path in write(args.root):
-            print(f"wrote {path}")
-    found = problems(args.root)
+    try:
+        if not args.check:
+            for path in write(args.root):
+                print(f"wrote {path}")
+        found = problems(args.root)
+    except ValueError as e:  # a file the generator cannot read safely: nothing was written
+        print(f"make steps refused: {e}", file=sys.stderr)
+        return 2
     for line in found:
         print(line, file=sys.stderr)
     return 1 if found else 0

@@ -453,6 +453,8 @@ def upgrade(doc: dict, kind: str) -> dict:
         raise StoredFileError(
             f"{kind} version {version} is newer than this disklab reads ({current}): upgrade disklab"
         )
+    if kind == "results" and version < current:
+        doc["stored_schema_version"] = version  # what the file holds; the report names it (not stored)
     while version < current:
         version += 1
         UPDATES[kind][version](doc)  # update_to_<version>

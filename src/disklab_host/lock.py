@@ -145,6 +145,7 @@ def choose(
     ``pins`` are lab_venv_packages as ``{PEP 503 name: version}``; ``setting`` one of :data:`SETTINGS`."""
     if setting == "never":
         return None, "lab_venv_lock is never"
+    index = index.rstrip("/") if index else index  # PyTorch's CPU index with a trailing slash is still it
     platform = platform_of(system, machine, index)
     if platform is None:
         if index not in (None, CPU_INDEX, CUDA_INDEX):
