@@ -653,5 +653,4 @@ def plot(runs: list[dict], figs: list[dict], plot_dir: Path) -> str | None:
         plotting.margins(fig, left=0.9, right=0.2, bottom=0.75 + legend_in, top=0.35)
         return fig
 
-    plotting.draw_once(Path(plot_dir) / PLOT_NAME, data, draw, __file__)
-    return f"{Path(plot_dir).name}/{PLOT_NAME}"
+    return plotting.section_plot(plot_dir, PLOT_NAME, data, draw, __file__)

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from disklab.fsio import atomic_write_bytes, atomic_write_text
+from disklab_host.common.stages import STAGES
 
 DPI = 110
 # zlib level of the PNGs: 1 encodes a report's plot in about half the time of Pillow's default 6 (about
@@ -208,3 +209,20 @@ def draw_once(path: str | Path, data: object, draw: Callable[[], object], *code:
         save(draw(), path)
         remember(path, data, *code)
     return path
+
+
+def section_plot(
+    plot_dir: str | Path, name: str, data: object, draw: Callable[[], object], *code: str | Path
+) -> str:
+    """:func:`draw_once` at ``plot_dir/name``; the path a report links it by, ``<plot_dir's name>/<name>``
+    (relative to the host's report directory)."""
+    draw_once(Path(plot_dir) / name, data, draw, *code)
+    return f"{Path(plot_dir).name}/{name}"
+
+
+def stage_legend(fig, axes, ncol: int | None = None) -> None:
+    """One legend below ``axes`` of the readiness stages their lines are labelled with, in stage order
+    (disklab_host.common.stages), ``ncol`` columns (default: one per stage shown)."""
+    handles = {h.get_label(): h for ax in axes for h in ax.get_lines()}
+    shown = [s for s in STAGES if s in handles]
+    fig.legend([handles[s] for s in shown], shown, loc="lower center", ncol=ncol or len(shown))

@@ -49,8 +49,7 @@ def _plot(runs: list[dict], plot_dir: Path) -> str | None:
         plotting.margins(fig, left=left, right=0.2, bottom=0.6, top=0.15)
         return fig
 
-    plotting.draw_once(Path(plot_dir) / PLOT_NAME, pts, draw, __file__)
-    return f"{Path(plot_dir).name}/{PLOT_NAME}"
+    return plotting.section_plot(plot_dir, PLOT_NAME, pts, draw, __file__)
 
 
 def build(section: dict, results: dict, plot_dir: Path) -> dict:

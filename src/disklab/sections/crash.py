@@ -234,8 +234,7 @@ def _plot(section: dict, plot_dir: Path) -> str | None:
         return fig
 
     data = {"points": [[mode, outcome, pts] for (mode, outcome), pts in groups.items()], "full_mib": full}
-    plotting.draw_once(Path(plot_dir) / PLOT_NAME, data, draw, __file__)
-    return f"{Path(plot_dir).name}/{PLOT_NAME}"
+    return plotting.section_plot(plot_dir, PLOT_NAME, data, draw, __file__)
 
 
 def build(section: dict, results: dict, plot_dir: Path) -> dict:

@@ -312,8 +312,8 @@ def _plot(section: dict, plot_dir: Path) -> tuple[str | None, list[str]]:
         ax.legend()
         return fig
 
-    plotting.draw_once(Path(plot_dir) / PLOT_NAME, {"curves": curves, "title": title}, draw, __file__)
-    return f"{Path(plot_dir).name}/{PLOT_NAME}", notes
+    data = {"curves": curves, "title": title}
+    return plotting.section_plot(plot_dir, PLOT_NAME, data, draw, __file__), notes
 
 
 def _fstype(results: dict) -> object:

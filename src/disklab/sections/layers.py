@@ -75,8 +75,7 @@ def plot(record: object, plot_dir: Path, name: str) -> str | None:
         plotting.margins(fig, left=left_in, right=0.2, bottom=0.95, top=0.15)
         return fig
 
-    plotting.draw_once(Path(plot_dir) / name, points, draw, __file__)
-    return f"{Path(plot_dir).name}/{name}"
+    return plotting.section_plot(plot_dir, name, points, draw, __file__)
 
 
 def block(section: dict, plot_dir: Path, name: str) -> dict:

@@ -54,9 +54,11 @@ def _plot(rows: list[dict], plot_dir: Path) -> str | None:
     cells = [[by.get((rec, m), ("", "not run")) for m in labels] for rec in recipes]
     title = "Each save recipe over every crash state: safe, rolled back, unsafe"
     data = {"recipes": recipes, "models": labels, "cells": cells}
-    path = Path(plot_dir) / PLOT_NAME
-    plotting.draw_once(path, data, lambda: plotting.verdict_grid(recipes, labels, cells, title), __file__)
-    return f"{Path(plot_dir).name}/{PLOT_NAME}"
+
+    def draw():
+        return plotting.verdict_grid(recipes, labels, cells, title)
+
+    return plotting.section_plot(plot_dir, PLOT_NAME, data, draw, __file__)
 
 
 def build(section: dict, results: dict, plot_dir: Path) -> dict:

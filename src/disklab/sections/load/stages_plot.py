@@ -47,17 +47,10 @@ def plot(section: dict, plot_dir: Path) -> str | None:
             ax.grid(axis="x", alpha=0.3)
         axes[0].set_yticks(range(len(labels)), labels)
         axes[0].invert_yaxis()  # top to bottom in table order
-        handles = {h.get_label(): h for ax in axes for h in ax.get_lines()}
-        fig.legend(
-            [handles[s] for s in STAGES if s in handles],
-            [s for s in STAGES if s in handles],
-            loc="lower center",
-            ncol=len(STAGES),
-        )
+        plotting.stage_legend(fig, axes, ncol=len(STAGES))
         left = plotting.text_width_in(fig, labels) + 0.25
         plotting.margins(fig, left=left, right=0.15, bottom=1.05, top=0.35, wspace=0.08)
         return fig
 
     data = {"labels": labels, "rows": rows_by_state}
-    plotting.draw_once(Path(plot_dir) / PLOT_NAME, data, draw, __file__)
-    return f"{Path(plot_dir).name}/{PLOT_NAME}"
+    return plotting.section_plot(plot_dir, PLOT_NAME, data, draw, __file__)

@@ -185,8 +185,7 @@ def plot(split_rows: list[dict], plot_dir: Path) -> str | None:
         return fig
 
     data = {"labels": labels, "by_state": by_state}
-    plotting.draw_once(Path(plot_dir) / PLOT_NAME, data, draw, __file__)
-    return f"{Path(plot_dir).name}/{PLOT_NAME}"
+    return plotting.section_plot(plot_dir, PLOT_NAME, data, draw, __file__)
 
 
 def quotes(split: list[dict]) -> list[str]:
