@@ -521,14 +521,7 @@ def render_index(
     ``.index.sha256`` holds the digest of that renderer, the rows and the fleet plots: they are a pure
     function of those, so they would be written again byte for byte (rendering them took about a second
     at 500 hosts, most of a re-render with nothing changed).
-    A row cached by an older renderer may lack its fleet column; such a host has
-    none on the fleet page until it is rendered again.
     """
-    rows = [
-        {"fleet": None, "status": None, "cold_unproven": None, **r}
-        | ({} if "host_link" in r else {"host_link": hostnames.encode(r["host"])})
-        for r in rows
-    ]
     plots = fleet.plots(reports, rows)  # a missing plot is drawn again either way
     key = None if renderer is None else reportcache.index_key(renderer, rows, plots)
     if key is not None and reportcache.index_current(reports, key, INDEX_PAGES):
