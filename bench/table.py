@@ -33,6 +33,8 @@ def _row(name: str, part: dict) -> str:
             verdict = "met" if part["first_render_met"] else "MISSED"
             note += f" (target {target_text(part['first_render_target'])} s, {verdict})"
         note += f"; --force: {force:.3g} s" if force is not None else ""
+        if part.get("store_s") is not None:
+            note += f"; storing the runs first, as disklab run does: {part['store_s']:.3g} s"
         return f"| {title} | {shown} | {target} | {met} | {_side(value, unit)} | {note} |"
     a, b = part["sides"]
     r = part["ratio"]

@@ -132,15 +132,15 @@ def fleet_tables(page: str) -> dict[str, dict]:
 def copy_render_caches(rendered: Path, reports: Path) -> None:
     """Copy what a render of the reports tree ``rendered`` drew and checked to the same places in
     ``reports``: each plot (its PNG and the digest beside it that disklab.plotting.draw_once writes) and
-    each host's record of the stored files found valid (reportcache.VALID_FILE). Both are caches the product
+    each host's record of the stored files found valid (stored.VALID_FILE). Both are caches the product
     keys on content: a render of ``reports`` draws again only a plot whose data or drawing code differ,
     and checks again only a stored file whose bytes differ, while every page is rendered in full. For a
     module whose tests render the same stored runs again and again and check the pages, not the plots or
     the schema checks (those have their own tests: test_report, test_stored_values)."""
-    from disklab import fleet, reportcache
+    from disklab import fleet, stored
 
     for src in sorted(rendered.rglob("*")):
-        cache = src.parent.name in ("plots", fleet.PLOT_DIR) or src.name == reportcache.VALID_FILE
+        cache = src.parent.name in ("plots", fleet.PLOT_DIR) or src.name == stored.VALID_FILE
         if src.is_file() and cache:
             dst = reports / src.relative_to(rendered)
             dst.parent.mkdir(parents=True, exist_ok=True)

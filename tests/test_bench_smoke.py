@@ -115,6 +115,7 @@ def test_tiny_report_rendering_renders_every_synthetic_host(tiny_run):
     part = doc["parts"]["report_rendering"]
     assert part["status"] == "ok", part
     assert part["hosts"] == 5 and part["host_reports_rendered"] == 5
+    assert part["store_s"] > 0  # stored by disklab.store.store_fetched, as disklab run stores them
     assert part["base_document"] == "fresh lab.py run at tiny sizes"
     assert all(s > 0 for s in part["value"]["samples_s"])
     assert part["repeat_render_met"] == (part["value"]["median_s"] < 2.0)

@@ -15,7 +15,7 @@ import pytest
 
 import shared
 from conftest import FIXTURES, REPO
-from disklab import htmlpage, report, reportcache, reportpool, schemas, store, stored, units
+from disklab import htmlpage, report, reportpool, schemas, store, stored, units
 from disklab.fsio import atomic_write_json
 from disklab_host.audit import collect as audit
 from disklab_host.steps import big_write, fsync_bench, write_buffering
@@ -402,7 +402,7 @@ def test_a_file_found_valid_is_not_checked_again_but_changed_bytes_are(tmp_path,
     reports = tmp_path / "reports"
     _store(reports, linux_doc)
     report.render_all(reports)
-    valid = reports / "linuxbox" / reportcache.VALID_FILE
+    valid = reports / "linuxbox" / stored.VALID_FILE
     keys = valid.read_text().split()
     run = reports / "linuxbox" / "runs" / "20261129T100000Z.json"
     assert keys == [stored.validity_key(run.read_bytes(), "results")]
@@ -758,5 +758,5 @@ def test_a_render_fsyncs_its_pages_and_plots_and_not_its_caches(tmp_path, linux_
     assert plots and all((reports / "linuxbox" / "plots" / f".{p}.sha256").is_file() for p in plots)
     for name in ("report.md", "report.html", *plots):
         assert any(s.startswith(f".{name}.") and s.endswith(".tmp") for s in synced), name
-    assert (reports / "linuxbox" / reportcache.VALID_FILE).is_file()
+    assert (reports / "linuxbox" / stored.VALID_FILE).is_file()
     assert not [s for s in synced if ".sha256." in s]  # the digests' and the valid files' temp files

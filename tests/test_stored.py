@@ -514,3 +514,39 @@ def test_a_run_moved_into_another_hosts_directory_is_named_by_every_reader_and_n
     assert status == {"beta": "failed"} and (staging / "beta.json").exists()
     failure = stored.read(reports / "beta" / "failures" / "20261206T100000Z.json", "failure")
     assert "results of run '20261201T100000Z', fetched for run '20261206T100000Z'" in failure["message"]
+
+
+def test_a_stored_run_and_audit_are_known_valid_so_their_first_render_does_not_check_them(
+    tmp_path, monkeypatch
+):
+    """store_fetched checks each fetched file and keeps the validity key of the bytes it stored in the
+    host's VALID_FILE: the report reads them without a second schema check; other bytes are checked."""
+    from disklab import store
+    from disklab.runner import HostOutcome
+
+    reports, run_id = tmp_path / "reports", "20261205T100000Z"
+    staging = store.incoming_dir(reports, run_id)
+    staging.mkdir(parents=True)
+    (staging / "beta.json").write_text(json.dumps(_results(host="beta", run_id=run_id)))
+    assert store.store_fetched(reports, run_id, "runs", {"beta": HostOutcome(host="beta")}) == {"beta": "ok"}
+    staging.mkdir(parents=True)
+    (staging / "beta.json").write_text(json.dumps(FACTS))  # a facts file is stored as an audit
+    assert store.store_fetched(reports, run_id, "audits", {"beta": HostOutcome(host="beta")}) == {
+        "beta": "ok"
+    }
+    host_dir = reports / "beta"
+    run, kept = host_dir / "runs" / f"{run_id}.json", host_dir / "audits" / f"{run_id}.json"
+    keys = stored.known_valid(host_dir)
+    assert keys == {
+        stored.validity_key(run.read_bytes(), "results"),
+        stored.validity_key(kept.read_bytes(), "audit"),
+    }
+    checked = []
+    real = schemas.first_error
+    monkeypatch.setattr(schemas, "first_error", lambda kind, doc: checked.append(kind) or real(kind, doc))
+    stored.read(run, "results", known_valid=keys, host="beta")
+    stored.read(kept, "audit", known_valid=keys, host="beta")
+    assert checked == []
+    run.write_bytes(run.read_bytes().replace(b'"profile": "quick"', b'"profile": "full"'))
+    stored.read(run, "results", known_valid=keys, host="beta")
+    assert checked == ["results"]

@@ -480,13 +480,13 @@ def render_host(host_dir: Path, env: jinja2.Environment, renderer: str, force: b
     if not force and (row := reportcache.cached_row(host_dir, stamp)) is not None:
         _html_twin(host_dir)  # the markdown is up to date; its HTML is written when missing
         return row
-    known = reportcache.known_valid(host_dir)
+    known = stored.known_valid(host_dir)
     valid = set(known)
     ctx = host_context(host_dir, valid)
     if ctx is None:
         return None
     if valid != known:  # written before the report: a failed render still keeps what was checked
-        reportcache.remember_valid(host_dir, valid)
+        stored.remember_valid(host_dir, valid)
     older = (ctx.get("doc") or {}).get("stored_schema_version")  # set by disklab.stored.upgrade
     stored_at = (
         f" (the run was stored at version {older}; what that version did not record is said where it is "

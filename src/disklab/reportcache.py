@@ -4,8 +4,8 @@ Each is a cache only: without it, or with one that does not match, the work is d
 
 - ``<host>/.rendered.json`` (:data:`STAMP_FILE`): the input stamp of the host's last render and the index
   row it produced; a host whose stamp still matches is not rendered again.
-- ``<host>/.validated.sha256`` (:data:`VALID_FILE`): the digests of stored files found valid
-  (disklab.stored.validity_key), one a line; their schema check is skipped.
+- ``<host>/.validated.sha256`` (disklab.stored.VALID_FILE): the digests of stored files found valid;
+  their schema check is skipped.
 - ``<reports>/.index.sha256`` (:data:`INDEX_STAMP_FILE`): the digest of what the index and fleet pages
   were last rendered from.
 - Jinja's per-user cache of compiled templates (:func:`bytecode_cache`).
@@ -26,7 +26,6 @@ from disklab.fsio import atomic_write_text
 from disklab_host import registry
 
 STAMP_FILE = ".rendered.json"
-VALID_FILE = ".validated.sha256"
 INDEX_STAMP_FILE = ".index.sha256"
 
 
@@ -94,19 +93,6 @@ def cached_row(host_dir: Path, stamp: str) -> dict | None:
 def remember_row(host_dir: Path, stamp: str, row: dict) -> None:
     """Write the host's stamp and index row (after its pages: a crash before it renders again)."""
     stored.write(host_dir / STAMP_FILE, "render_stamp", {"stamp": stamp, "index_row": row}, overwrite=True)
-
-
-def known_valid(host_dir: Path) -> set[str]:
-    """The validity keys the host's last renders found valid (empty when there is no cache)."""
-    try:
-        return set((host_dir / VALID_FILE).read_text().split())
-    except OSError:
-        return set()
-
-
-def remember_valid(host_dir: Path, valid: set[str]) -> None:
-    """A cache only, written without fsync (disklab_host.common.fsio): a lost key costs one schema check."""
-    atomic_write_text(host_dir / VALID_FILE, "".join(f"{k}\n" for k in sorted(valid)), durable=False)
 
 
 def index_key(renderer: str, rows: list[dict], plots: dict) -> str:

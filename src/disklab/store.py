@@ -105,6 +105,7 @@ def store_fetched(
         outcome = outcomes.setdefault(host, HostOutcome(host=host))
         as_kind = "audits" if kind == "audits" or _file_kind(path) == "facts" else "runs"
         dest = hostnames.host_dir(reports, host) / as_kind / f"{run_id}.json"
+        valid: set[str] = set()  # the key of the file stored: its first render skips the schema check
         try:
             if as_kind == "runs":
                 doc = stored.read(path, "results", host=host)
@@ -113,7 +114,7 @@ def store_fetched(
                         f"{path}: results of run {doc.get('run_id')!r}, fetched for run {run_id!r}: kept as "
                         "it came, not stored"
                     )
-                stored.write(dest, "results", doc)
+                stored.write(dest, "results", doc, known_valid=valid)
                 failed = {  # a step that failed, or one with a part that failed (partial)
                     n: s.get("error") or "; ".join(s.get("failed_parts") or [])
                     for n, s in doc["experiments"].items()
@@ -125,11 +126,13 @@ def store_fetched(
                     outcome.message = "failed steps: " + "; ".join(f"{n} ({e})" for n, e in failed.items())
             else:
                 facts = stored.read(path, "facts")
-                stored.write(dest, "audit", {"run_id": run_id, "host": host, "facts": facts})
+                audit = {"run_id": run_id, "host": host, "facts": facts}
+                stored.write(dest, "audit", audit, known_valid=valid)
                 kept_facts.add(host)
         except stored.StoredFileError as exc:
             outcome.status, outcome.task, outcome.message = "failed", "Store the fetched results", str(exc)
             continue
+        stored.remember_valid(dest.parent.parent, stored.known_valid(dest.parent.parent) | valid)
         path.unlink()
     for host, outcome in outcomes.items():
         try:

@@ -23,7 +23,7 @@ from pathlib import Path
 from disklab import schemas, values
 from disklab_host.common import formats, stats
 from disklab_host.common.formats import VERSIONS, stamp
-from disklab_host.common.fsio import atomic_write_json
+from disklab_host.common.fsio import atomic_write_json, atomic_write_text
 
 KINDS = tuple(VERSIONS)
 
@@ -519,6 +519,9 @@ def validity_key(data: bytes, kind: str) -> str:
     return hashlib.sha256(_checker_digest() + kind.encode() + b"\0" + data).hexdigest()
 
 
+# Beside a host's stored files, the validity keys of those found valid, one a line: disklab.store adds
+# each file it stores, a render each file it checks, and :func:`read` skips the schema check of those.
+VALID_FILE = ".validated.sha256"
 # Kinds whose files name their host (``host``): such a file is that host's, wherever it lies.
 NAMES_HOST = ("results", "audit")
 # The directories of a host's stored files, each named <run_id>.json (disklab.store).
@@ -570,15 +573,34 @@ def read(
     return doc
 
 
-def write(path: str | Path, kind: str, doc: dict, *, overwrite: bool = False) -> Path:
+def write(
+    path: str | Path, kind: str, doc: dict, *, overwrite: bool = False, known_valid: set[str] | None = None
+) -> Path:
     """Stamp ``doc`` with ``kind`` and its version, validate it, and write it atomically.
 
     With ``overwrite=False`` (stored runs, audits, failures, run records) an
     existing file is never replaced: FileExistsError. Raises StoredFileError
     when the document does not match its kind's schema or holds a value :func:`read` would refuse.
+    With ``known_valid``: the :func:`validity_key` of the bytes written is added to it.
     """
     doc = stamp(kind, doc)
     error = values.first_error(doc) or schemas.first_error(kind, doc)
     if error:
         raise StoredFileError(f"{path}: refusing to write a {kind} file that {error}")
-    return atomic_write_json(path, doc, overwrite=overwrite)
+    written = atomic_write_json(path, doc, overwrite=overwrite)
+    if known_valid is not None:
+        known_valid.add(validity_key(written.read_bytes(), kind))
+    return written
+
+
+def known_valid(host_dir: Path) -> set[str]:
+    """The validity keys of the host's stored files found valid (:data:`VALID_FILE`; empty without one)."""
+    try:
+        return set((host_dir / VALID_FILE).read_text().split())
+    except OSError:
+        return set()
+
+
+def remember_valid(host_dir: Path, valid: set[str]) -> None:
+    """Write the host's :data:`VALID_FILE`: a cache, written without fsync (a lost key costs one check)."""
+    atomic_write_text(host_dir / VALID_FILE, "".join(f"{k}\n" for k in sorted(valid)), durable=False)

@@ -39,6 +39,30 @@ def _points(record: object) -> list[list] | None:
     return out
 
 
+# This process's figure and axes for each number of points (see _axes), made on first use.
+_AXES: dict[int, tuple] = {}
+
+
+def _axes(points: int):
+    """The picture's figure and axes for ``points`` rows, with the x grid and nothing drawn: made once per
+    process and row count and emptied (bars, notes, legend) for the next host, so the axes and their tick
+    artists are not built again, as fsync_bench's plot does. The PNG is byte for byte a new figure's
+    (tests/test_pictures.py draws both, with :data:`disklab.plotting.REUSE` off)."""
+    if plotting.REUSE and points in _AXES:
+        fig, ax = _AXES[points]
+        for artist in [*ax.containers, *ax.texts, *fig.legends]:  # a bar container takes its bars along
+            artist.remove()
+        return fig, ax
+    fig = plotting.figure(8, 0.8 * points + 1.7, shared=False)
+    ax = fig.subplots()
+    ax.grid(axis="x", alpha=0.3)
+    if plotting.REUSE:
+        if len(_AXES) >= plotting.REUSE_MAX:
+            _AXES.clear()
+        _AXES[points] = fig, ax
+    return fig, ax
+
+
 def plot(record: object, plot_dir: Path, name: str) -> str | None:
     """The layers of ``record`` as ``plot_dir/name``: per point, the file's size and its page-cache bytes
     by state; the plot's path, or None where the pages were not counted."""
@@ -49,8 +73,7 @@ def plot(record: object, plot_dir: Path, name: str) -> str | None:
     scale, unit = next((s, u) for s, u in UNITS if top >= s)
 
     def draw():
-        fig = plotting.figure(8, 0.8 * len(points) + 1.7)
-        ax = fig.subplots()
+        fig, ax = _axes(len(points))
         rows = range(len(points))
         # one barh per layer, not per point (a call costs milliseconds): no two bars overlap, and each
         # point's parts are still drawn from the left, so the pixels are those of one call per bar
@@ -70,7 +93,6 @@ def plot(record: object, plot_dir: Path, name: str) -> str | None:
         ax.set_xlim(0, top / scale * 1.05)
         ax.set_xlabel(f"{unit}: the file's size (grey) and its pages in the page cache, by state")
         fig.legend(fontsize=8, loc="lower center", ncol=len(PARTS) + 1)
-        ax.grid(axis="x", alpha=0.3)
         left_in = plotting.text_width_in(fig, labels) + 0.25
         plotting.margins(fig, left=left_in, right=0.2, bottom=0.95, top=0.15)
         return fig
