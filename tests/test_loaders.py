@@ -22,6 +22,7 @@ import yaml
 import shared
 from conftest import LAB_VENV_BASE, PROVISION_QUICKLY
 from disklab import schemas
+from disklab_host import lock as locklib
 from disklab_host import preflight, provision, registry
 from disklab_host.common import result as result_line
 from disklab_host.loadlab import loaders, proof
@@ -292,6 +293,16 @@ def test_provisioning_pins_the_loaders_and_a_second_run_changes_nothing(lab_venv
         assert f"{loaders.BY_NAME[name].dist}=={got['version']}" in got["pins"]
     record = json.loads((venv / provision.RECORD_NAME).read_text())
     assert record["loaders"] == {n: list(loaders.BY_NAME[n].pins) for n in ALL}
+    # each from its own lock on the venv's (every loader has one for Linux x86_64, CPython 3.11, CPU), with
+    # --require-hashes: the venv holds each package of each lock at the lock's version
+    dists = record["probe"]["result"]["dists"]
+    for name in ALL:
+        lock = locklib.load(f"loaders/{name}/{record['lock']['name']}")
+        got = first["loaders"][name]["lock"]
+        assert got == {"locked": True, "name": lock.name, "sha256": lock.sha256, "why": got["why"]}
+        assert {k: dists.get(k) for k in lock.packages} == lock.packages, name
+    assert record["loader_locks"] == {n: {"name": r["lock"]["name"], "sha256": r["lock"]["sha256"]}
+                                      for n, r in first["loaders"].items()}  # fmt: skip
     again = _provision(venv)
     out = result_line.parse(again.stdout)
     assert (out["action"], out["changed"]) == ("kept", False), out

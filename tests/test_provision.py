@@ -309,7 +309,7 @@ def test_extend_adds_loaders_retries_failed_ones_rechecks_the_rest_and_refuses_a
     (venv / pv.RECORD_NAME).write_text(json.dumps(made))
     calls = []
     monkeypatch.setattr(
-        pv, "install_loader", lambda v, name, args: calls.append(("pip", name, args)) or ok[name]
+        pv, "install_loader", lambda v, name, args, **kw: calls.append(("pip", name, args)) or ok[name]
     )
     monkeypatch.setattr(loaders, "import_check", lambda name, *a, **k: calls.append(("import", name)) or {
         key: ok[name][key] for key in ("status", "version")})  # fmt: skip

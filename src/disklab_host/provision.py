@@ -31,9 +31,13 @@ pip nor packaging nor setuptools in that interpreter (Homebrew's Python 3.12+ an
    fingerprint still matches is not probed again (the host audit reuses the same probe);
 6. with ``--loader NAME`` (the lab_venv role's ``lab_venv_loaders``, from ``lab_run_load_loaders``):
    each production loader's exact pins (loadlab.loaders.LOADERS), one pip install per loader after the
-   venv's own pins, so one that cannot be installed (pip's words on what failed) or imported (the
-   import's error) is recorded ``not_run`` with the reason (``loader_results`` in the record and the
-   printed object) and the rest goes on. The loaders' pins are part of what the venv is made from
+   venv's own pins: from the loader's own lock where the venv's lock has one (disklab_host.lock
+   .choose_extra: ``pip install --require-hashes --no-deps``, only the packages it adds), else its pins
+   alone (``auto``; ``required`` refuses it before any download). One that cannot be installed (pip's
+   words on what failed) or imported (the import's error) is recorded ``not_run`` with the reason
+   (``loader_results`` in the record and the printed object, each with its ``lock``) and the rest goes
+   on; a file whose hash its lock does not list is refused, as for the venv's lock. The loaders' pins
+   (and locks) are part of what the venv is made from
    (``loaders`` in the record, absent when none is set, so a venv made without loaders is kept as it
    was): the same setting keeps the venv; one that only adds loaders keeps it and installs just those
    (action extended: torch is not installed again); one that removes or re-pins a loader rebuilds it;
@@ -95,6 +99,8 @@ LAST_INTEL_MAC_TORCH = (2, 2, 2)
 # (https://pypi.org/project/torch/#files) when a pin changes. Older releases are not checked.
 MACOS_FOR_TORCH = (((2, 12), (14, 0)),)
 
+# A loader installed without its lock's choice (tests, a pin given by hand): its pins alone.
+UNLOCKED: tuple[locklib.Lock | None, str] = (None, "installed from its pins alone")
 RECORD_NAME = venvprobe.RECORD_NAME
 RECORD_KIND = "disklab_host.provision"
 SUBPROCESS_TIMEOUT_S = 3600  # one pip install of torch over a slow link
@@ -283,10 +289,12 @@ def wanted_record(
     pip_args: list[str],
     loader_names: list[str] | None = None,
     lock: locklib.Lock | None = None,
+    loader_locks: dict[str, locklib.Lock | None] | None = None,
 ) -> dict:
     """What the venv is made from: this interpreter (path and version), the pins, the resolved torch
     index (None: PyPI's default), the extra pip arguments, the lock (``{"name", "sha256"}``, None without
-    one) and, when any is set, the production loaders with their pins (``loaders``: ``{name: [pins]}``)."""
+    one) and, when any is set, the production loaders with their pins (``loaders``: ``{name: [pins]}``)
+    and, when any is locked, their locks (``loader_locks``: ``{name: {"name", "sha256"}}``)."""
     out = {
         "made_by": RECORD_KIND,
         "base_python": sys.executable,
@@ -298,6 +306,9 @@ def wanted_record(
     }
     if loader_names:
         out["loaders"] = {name: list(loaderlib.BY_NAME[name].pins) for name in loader_names}
+    locked = {n: {"name": x.name, "sha256": x.sha256} for n, x in (loader_locks or {}).items() if x}
+    if locked:
+        out["loader_locks"] = locked
     return out
 
 
@@ -341,10 +352,12 @@ def content_pip_args(pip_args: list[str] | None) -> list[str]:
 
 def added_loaders(record: dict, want: dict) -> list[str]:
     """The loaders ``want`` adds to a venv made as ``record`` says, in ``want``'s order, when that is all
-    that differs in its loaders: every recorded loader still wanted at the same pins. Empty otherwise (none
-    added, or one removed or re-pinned, which rebuilds: the venv holds what its record says and no more)."""
+    that differs in its loaders: every recorded loader still wanted at the same pins and lock. Empty
+    otherwise (none added, or one removed, re-pinned or locked otherwise, which rebuilds: the venv holds
+    what its record says and no more)."""
     had, wanted = record.get("loaders") or {}, want.get("loaders") or {}
-    if any(wanted.get(name) != pins for name, pins in had.items()):
+    had_locks, want_locks = record.get("loader_locks") or {}, want.get("loader_locks") or {}
+    if any(wanted.get(n) != pins or want_locks.get(n) != had_locks.get(n) for n, pins in had.items()):
         return []
     return [name for name in wanted if name not in had]
 
@@ -358,25 +371,56 @@ def check_loaders(names: list[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def install_loader(venv: Path, name: str, pip_args: list[str], pins: list[str] | None = None) -> dict:
-    """pip install one loader's pins (default: its pins in loaders.LOADERS) into the venv, then import
-    it there (loaders.import_check).
+def loader_locks(
+    setting: str, lock: locklib.Lock | None, names: list[str]
+) -> dict[str, tuple[locklib.Lock | None, str]]:
+    """Each loader's ``(lock, why)`` on a venv installed from ``lock`` (disklab_host.lock.choose_extra);
+    under ``lab_venv_lock: required``, Refused for the first loader without one, before any download."""
+    out = {}
+    for name in names:
+        pins = {
+            locklib.canonical(p.partition("==")[0]): p.partition("==")[2]
+            for p in loaderlib.BY_NAME[name].pins
+        }
+        out[name] = locklib.choose_extra(setting, lock, "loaders", name, pins)
+        if out[name][0] is None and setting == "required":
+            where = lock.name if lock else "this host"
+            raise Refused(
+                f"lab_venv_lock is required but the loader {name} has no lock for {where}: {out[name][1]}; "
+                "set lab_venv_lock: auto to install it from its pins alone, or leave it out of "
+                "lab_run_load_loaders"
+            )
+    return out
 
-    Returns ``{"status": "ok", "version", "pins"}``, or ``{"status": "not_run", "reason", "pins"}`` with
-    pip's words on what failed (no wheel for this host, say: :func:`_last_words`) or the import's error;
-    never raises for either.
+
+def install_loader(
+    venv: Path,
+    name: str,
+    pip_args: list[str],
+    pins: list[str] | None = None,
+    locked: tuple[locklib.Lock | None, str] = UNLOCKED,
+) -> dict:
+    """pip install one loader into the venv, then import it there (loaders.import_check): from its lock
+    where ``locked`` (:func:`loader_locks`) has one (locklib.commands), else its pins (default: its pins in
+    loaders.LOADERS).
+
+    Returns ``{"status": "ok", "version", "pins", "lock"}``, or ``{"status": "not_run", "reason", "pins",
+    "lock"}`` with pip's words on what failed (no wheel for this host, say: :func:`_last_words`) or the
+    import's error; ``lock`` is locklib.entry's. Raises Refused, naming the package, where the index
+    serves a file with a hash the loader's lock does not list.
     """
     pins = list(pins or loaderlib.BY_NAME[name].pins)
+    lock, why = locked
     pip = [str(venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check"]
+    entry = {"pins": pins, "lock": locklib.entry(lock, why)}
     try:
-        _run([*pip, *pins, *pip_args], f"installing the loader {name}")
+        if lock is None:
+            _run([*pip, *pins, *pip_args], f"installing the loader {name}")
+        else:
+            _run_lock(locklib.commands(pip, venv, lock, pip_args), lock, f"installing the loader {name}")
     except Failed as exc:
-        return {
-            "status": "not_run",
-            "reason": f"pip could not install {' '.join(pins)}: {exc.last}",
-            "pins": pins,
-        }
-    return {**loaderlib.import_check(name, str(venv_python(venv)), env=_clean_env()), "pins": pins}
+        return {"status": "not_run", "reason": f"pip could not install {' '.join(pins)}: {exc.last}", **entry}
+    return {**loaderlib.import_check(name, str(venv_python(venv)), env=_clean_env()), **entry}
 
 
 def _pip_failed(rec: dict) -> bool:
@@ -398,10 +442,8 @@ def recheck_loaders(venv: Path, results: dict) -> dict:
         if _pip_failed(rec):
             out[name] = rec
         else:
-            out[name] = {
-                **loaderlib.import_check(name, str(venv_python(venv)), env=_clean_env()),
-                "pins": pins,
-            }
+            check = loaderlib.import_check(name, str(venv_python(venv)), env=_clean_env())
+            out[name] = {**check, "pins": pins, **({"lock": rec["lock"]} if "lock" in rec else {})}
     return out
 
 
@@ -503,7 +545,7 @@ def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict |
         )
     if record is None:
         return "rebuild", f"no {RECORD_NAME}: an older or interrupted install", None
-    keys = set(want) | ({"loaders"} & set(record))  # a venv made with loaders differs from one without
+    keys = set(want) | ({"loaders", "loader_locks"} & set(record))  # with loaders differs from without
     changed = [k for k in sorted(keys) if record.get(k) != want.get(k)]
     notes = []
     if "pip_args" in changed and content_pip_args(record.get("pip_args")) == content_pip_args(
@@ -516,7 +558,7 @@ def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict |
         )
     added = added_loaders(record, want) if "loaders" in changed else []
     if added:
-        changed.remove("loaders")
+        changed = [k for k in changed if k not in ("loaders", "loader_locks")]
     if changed:
         parts = [f"{k} {record.get(k)!r} -> {want.get(k)!r}" for k in changed]
         return "rebuild", f"the venv was made from other settings: {'; '.join(parts)}", None
@@ -586,19 +628,25 @@ def install(
         raise Failed(f"{exc} ({hint})") from None
     pip = [str(venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check"]
     if lock is not None:
-        for argv in locklib.commands(pip, venv, lock, pip_args):
-            try:
-                _run(argv, f"installing the lock {lock.name}")
-            except Failed as exc:
-                refusal = locklib.hash_refusal(exc.output, lock.name)
-                if refusal:
-                    raise Refused(refusal) from None
-                raise
+        _run_lock(locklib.commands(pip, venv, lock, pip_args), lock, f"installing the lock {lock.name}")
         return
     if index is not None:
         torch_only = [*pip, "--no-deps", "--index-url", index, f"torch=={torch_pin}"]
         _run(torch_only, f"installing torch from {index}")
     _run([*pip, *pins, *pip_args], "installing the pinned packages")
+
+
+def _run_lock(commands: list[list[str]], lock: locklib.Lock, what: str) -> None:
+    """Run pip's installs of a lock (locklib.commands); Refused, naming the package, where the index served
+    a file with a hash the lock does not list (locklib.hash_refusal), Failed for anything else."""
+    for argv in commands:
+        try:
+            _run(argv, what)
+        except Failed as exc:
+            refusal = locklib.hash_refusal(exc.output, lock.name)
+            if refusal:
+                raise Refused(refusal) from None
+            raise
 
 
 def _remove_venv(venv: Path) -> None:
@@ -676,12 +724,12 @@ def provision(
         raise Refused(
             f"lab_venv_lock is required but {lock_why}; set lab_venv_lock: auto to install the pins alone"
         )
-    want = wanted_record(pins, index, pip_args, loader_names, lock)
+    locks = loader_locks(lock_setting, lock, loader_names)
+    want = wanted_record(pins, index, pip_args, loader_names, lock, {n: x for n, (x, _) in locks.items()})
     # a kept venv must hold every package of its lock at the lock's version (unless a loader, installed
-    # without a lock, may have moved one)
-    action, reason, found = plan(
-        venv, want, {**lock.packages, **parsed} if lock and not loader_names else parsed
-    )
+    # without a lock, may have moved one: a loader's lock holds the venv's lock's versions)
+    held = lock and all(x for x, _ in locks.values())
+    action, reason, found = plan(venv, want, {**lock.packages, **parsed} if held else parsed)
     source = lock.extra_index if lock else index  # torch's index (None: PyPI's; the CUDA locks are PyPI's)
     out = {"torch_index": source or "pypi", "python": str(venv_python(venv)), "venv": str(venv),
            "lock": locklib.entry(lock, lock_why)}  # fmt: skip
@@ -702,12 +750,12 @@ def provision(
                 **({"loaders": recorded} if recorded else {})}  # fmt: skip
     results, retried = None, []
     if action == "extend":
-        results, retried, found = extend(venv, want, parsed, pip_args)
+        results, retried, found = extend(venv, want, parsed, pip_args, locks)
     elif action != "keep":
         if action == "rebuild":
             _remove_venv(venv)
         install(venv, pins, parsed["torch"], index, pip_args, lock)
-        results = {name: install_loader(venv, name, pip_args) for name in loader_names}
+        results = {name: install_loader(venv, name, pip_args, locked=locks[name]) for name in loader_names}
         found = probe(venv)
         problem = _probe_problem(found, held_pins(parsed, results))
         if problem:
@@ -721,7 +769,7 @@ def provision(
         # a loader pip could not install last time is tried again (a wheelhouse filled, an index back)
         retried = _pip_failed_names(results)
         if retried:
-            results = {**results, **{n: install_loader(venv, n, pip_args) for n in retried}}
+            results = {**results, **{n: install_loader(venv, n, pip_args, locked=locks[n]) for n in retried}}
             if any(results[n]["status"] == "ok" for n in retried):
                 found = probe(venv)  # what the loader's install may have moved must still match the pins
                 problem = _probe_problem(found, held_pins(parsed, results))
@@ -746,17 +794,23 @@ def provision(
             **({"loaders": results} if loader_names else {})}  # fmt: skip
 
 
-def extend(venv: Path, want: dict, pins: dict[str, str], pip_args: list[str]) -> tuple[dict, list[str], dict]:
+def extend(
+    venv: Path, want: dict, pins: dict[str, str], pip_args: list[str], locks: dict | None = None
+) -> tuple[dict, list[str], dict]:
     """Install the loaders ``want`` adds (plan's extend) into the kept venv at ``venv``, one pip install
     each as on a new venv, and try pip again for a recorded loader pip could not install before (as a kept
     venv does); then import each loader installed before again (the venv changed under it); then probe it: the
     venv must still hold its pins and each installed loader's (Failed otherwise, with the record left as
     it was, so the next run sees the venv as it is). Writes the record (the loaders now held and each one's
-    outcome) and returns every loader's outcome, the loaders tried again, and the probe."""
+    outcome) and returns every loader's outcome, the loaders tried again, and the probe. ``locks``: each
+    loader's (lock, why), :func:`loader_locks` (None: each from its pins alone)."""
     record = read_record(venv) or {}
     had = record.get(loaderlib.RECORD_KEY) or {}
     retried = _pip_failed_names(had)
-    new = {n: install_loader(venv, n, pip_args) for n in [*added_loaders(record, want), *retried]}
+    new = {
+        n: install_loader(venv, n, pip_args, locked=(locks or {}).get(n, UNLOCKED))
+        for n in [*added_loaders(record, want), *retried]
+    }
     # after the installs, which may have moved what the kept loaders import
     carried = recheck_loaders(venv, {n: r for n, r in had.items() if n not in retried})
     results = {name: {**carried, **new}[name] for name in want["loaders"]}
@@ -769,7 +823,9 @@ def extend(venv: Path, want: dict, pins: dict[str, str], pip_args: list[str]) ->
         loaderlib.RECORD_KEY: results,
         venvprobe.PROBE_KEY: _record_entry(found),
     }
-    atomic_write_json(venv / RECORD_NAME, {**record, **entry})
+    kept = {k: v for k, v in record.items() if k != "loader_locks"}
+    locked = {"loader_locks": want["loader_locks"]} if "loader_locks" in want else {}
+    atomic_write_json(venv / RECORD_NAME, {**kept, **entry, **locked})
     return results, retried, found
 
 
