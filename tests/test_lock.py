@@ -18,15 +18,16 @@ import yaml
 from disklab import locks as lockgen
 from disklab.compare import compare_runs, render_compare_text
 from disklab_host import lock as locklib
-from disklab_host import provision as pv
 from disklab_host.audit import collect
 from disklab_host.loadlab import loaders as loaderlib
+from disklab_host.provision import command, errors, hostfacts, install, torchindex, venvrecord, venvstate
+from disklab_host.provision import loaders as pvloaders
 
 REPO = Path(__file__).resolve().parents[1]
 PINS = yaml.safe_load((REPO / "roles" / "lab_venv" / "defaults" / "main.yml").read_text())[
     "lab_venv_packages"
 ]
-PARSED = pv.parse_pins(PINS)
+PARSED = hostfacts.parse_pins(PINS)
 CPU_LOCK = "linux-x86_64-cpu-py3.11"
 LOCKS_DIR = REPO / "src" / "disklab_host" / "locks"
 FIXTURES = REPO / "tests" / "fixtures" / "compare"
@@ -159,41 +160,45 @@ def test_a_host_without_a_lock_gets_the_pins_alone_and_one_line_why(
 
 
 def test_lab_venv_lock_required_refuses_a_host_without_one_and_a_bad_value_before_any_download(tmp_path):
-    host = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
+    host = hostfacts.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
     venv = tmp_path / "venv"
     with pytest.raises(
-        pv.Refused, match=r"lab_venv_lock is required but lab_venv_torch_index is the index URL"
+        errors.Refused, match=r"lab_venv_lock is required but lab_venv_torch_index is the index URL"
     ):
-        pv.provision(venv, PINS, "https://mirror.example/whl", facts=host, lock_setting="required")
-    with pytest.raises(pv.Refused, match=r"lab_venv_lock must be one of auto, required, never, got 'off'"):
-        pv.provision(venv, PINS, "cpu", facts=host, lock_setting="off")
+        command.provision(venv, PINS, "https://mirror.example/whl", facts=host, lock_setting="required")
+    with pytest.raises(
+        errors.Refused, match=r"lab_venv_lock must be one of auto, required, never, got 'off'"
+    ):
+        command.provision(venv, PINS, "cpu", facts=host, lock_setting="off")
     assert not venv.exists()
 
 
 def test_check_mode_says_which_lock_and_an_explicit_index_url_works_unlocked(tmp_path):
-    host = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
-    out = pv.provision(tmp_path / "venv", PINS, "cpu", check=True, facts=host)
+    host = hostfacts.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
+    out = command.provision(tmp_path / "venv", PINS, "cpu", check=True, facts=host)
     assert out["lock"]["locked"] and out["lock"]["name"] == CPU_LOCK
     assert out["lock"]["sha256"] == locklib.load(CPU_LOCK).sha256
-    url = pv.provision(tmp_path / "venv", PINS, "https://mirror.example/whl", check=True, facts=host)
+    url = command.provision(tmp_path / "venv", PINS, "https://mirror.example/whl", check=True, facts=host)
     assert url["lock"]["locked"] is False and "lab_venv_torch_index is the index URL" in url["lock"]["why"]
     assert url["torch_index"] == "https://mirror.example/whl" and url["action"] == "would_create"
 
 
 def test_a_venv_made_before_locks_is_rebuilt_from_its_lock_and_an_unlocked_one_kept_as_it_was():
-    host = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
-    lock, _ = locklib.choose("auto", host.system, host.machine, host.python_version, pv.CPU_INDEX, PARSED)
-    assert pv.wanted_record(PINS, pv.CPU_INDEX, [], lock=lock)["lock"] == {
+    host = hostfacts.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
+    lock, _ = locklib.choose(
+        "auto", host.system, host.machine, host.python_version, torchindex.CPU_INDEX, PARSED
+    )
+    assert venvrecord.wanted_record(PINS, torchindex.CPU_INDEX, [], lock=lock)["lock"] == {
         "name": CPU_LOCK,
         "sha256": lock.sha256,
     }
-    assert pv.wanted_record(PINS, "https://mirror.example/whl", [])["lock"] is None
+    assert venvrecord.wanted_record(PINS, "https://mirror.example/whl", [])["lock"] is None
 
 
 def test_a_kept_venv_that_no_longer_holds_its_locks_versions_is_rebuilt(tmp_path, monkeypatch):
     """A locked venv whose filelock moved after provisioning (a pip install by hand) is rebuilt: it must
     hold every package of its lock, not only the pins."""
-    host = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
+    host = hostfacts.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
     lock = locklib.load(CPU_LOCK)
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
@@ -201,17 +206,17 @@ def test_a_kept_venv_that_no_longer_holds_its_locks_versions_is_rebuilt(tmp_path
     moved = {**lock.packages, "filelock": "99.0"}
     found = {"result": {"dists": moved, "torch": "2.13.0+cpu", "safetensors": "0.8.0", "numpy": "2.4.6"}}
     monkeypatch.setattr(
-        pv, "probe_or_recorded", lambda venv, record: ({**found, "from": "probed_now"}, "probed")
+        venvstate, "probe_or_recorded", lambda venv, record: ({**found, "from": "probed_now"}, "probed")
     )
-    want = pv.wanted_record(PINS, pv.CPU_INDEX, [], lock=lock)
-    (venv / pv.RECORD_NAME).write_text(json.dumps(want))
-    out = pv.provision(venv, PINS, "cpu", check=True, facts=host)
+    want = venvrecord.wanted_record(PINS, torchindex.CPU_INDEX, [], lock=lock)
+    (venv / venvrecord.RECORD_NAME).write_text(json.dumps(want))
+    out = command.provision(venv, PINS, "cpu", check=True, facts=host)
     assert (
         out["action"] == "would_rebuild"
         and f"filelock 99.0 (pinned {lock.packages['filelock']})" in out["reason"]
     )
     found["result"]["dists"] = lock.packages
-    assert pv.provision(venv, PINS, "cpu", check=True, facts=host)["action"] == "would_keep"
+    assert command.provision(venv, PINS, "cpu", check=True, facts=host)["action"] == "would_keep"
 
 
 # --- pip's refusal --------------------------------------------------------------------------------
@@ -259,8 +264,8 @@ def test_pip_refuses_a_file_the_lock_does_not_list_naming_the_package(tmp_path):
     # the CUDA platform's commands: one pip install of the whole lock, no CPU index to wait on
     bad = dataclasses.replace(real, text=text, platform="linux-x86_64-cuda")
     venv = tmp_path / "venv"
-    with pytest.raises(pv.Refused) as info:
-        pv.install(venv, PINS, "2.13.0", None, [], bad)
+    with pytest.raises(errors.Refused) as info:
+        install.install(venv, PINS, "2.13.0", None, [], bad)
     msg = str(info.value)
     filelock = f"filelock=={real.packages['filelock']}"
     assert msg.startswith(f"the index served {filelock} (filelock-") and "\n" not in msg
@@ -273,7 +278,7 @@ def test_a_real_venv_from_the_cpu_lock_holds_exactly_the_lock_and_records_it(tmp
     """provision as the role runs it, on this host (Linux x86_64, CPython 3.11, no GPU): the CPU lock,
     installed with --require-hashes; the venv holds every package of the lock at its version, and the
     audit's facts carry the lock's digest and every package."""
-    if sys.version_info[:2] != (3, 11) or pv.collect_host().machine != "x86_64":
+    if sys.version_info[:2] != (3, 11) or hostfacts.collect_host().machine != "x86_64":
         pytest.skip("the CPU lock is made for Linux x86_64 and CPython 3.11")
     venv = tmp_path / "venv"
     argv = [sys.executable, "-m", "disklab_host", "provision", f"--venv={venv}", "--torch-index=cpu",
@@ -284,7 +289,7 @@ def test_a_real_venv_from_the_cpu_lock_holds_exactly_the_lock_and_records_it(tmp
     out = json.loads(cp.stdout.splitlines()[-1].split(" ", 1)[1])
     lock = locklib.load(CPU_LOCK)
     assert out["lock"] == {"locked": True, "name": CPU_LOCK, "sha256": lock.sha256, "why": out["lock"]["why"]}
-    assert out["torch_index"] == pv.CPU_INDEX and (venv / locklib.COPY_NAME).read_text() == lock.text
+    assert out["torch_index"] == torchindex.CPU_INDEX and (venv / locklib.COPY_NAME).read_text() == lock.text
     versions, _ = collect.collect_versions(collect.Probe(), str(venv / "bin" / "python"))
     installed = {k: v for k, v in versions["packages"].items() if k != "pip"}
     assert installed == lock.packages
@@ -465,12 +470,14 @@ def _refusing_run(argv, what):
 
 
 def test_lab_venv_lock_required_refuses_a_loader_without_a_lock_before_any_download(tmp_path, monkeypatch):
-    monkeypatch.setattr(pv, "_run", _refusing_run)
-    mac = pv.HostFacts("Darwin", "arm64", nvidia_gpu=False, python_version=(3, 12), macos_version=(15, 0))
+    monkeypatch.setattr(install, "run", _refusing_run)
+    mac = hostfacts.HostFacts(
+        "Darwin", "arm64", nvidia_gpu=False, python_version=(3, 12), macos_version=(15, 0)
+    )
     venv = tmp_path / "venv"
     for check in (True, False):
-        with pytest.raises(pv.Refused) as info:
-            pv.provision(venv, PINS, facts=mac, loader_names=["tensorizer", "model_streamer"],
+        with pytest.raises(errors.Refused) as info:
+            command.provision(venv, PINS, facts=mac, loader_names=["tensorizer", "model_streamer"],
                          lock_setting="required", check=check)  # fmt: skip
         msg = str(info.value)
         assert msg.startswith(
@@ -479,7 +486,9 @@ def test_lab_venv_lock_required_refuses_a_loader_without_a_lock_before_any_downl
         ) and msg.endswith("; set lab_venv_lock: auto to install it from its pins alone, or leave it out of "
                            "lab_run_load_loaders")  # fmt: skip
         assert "\n" not in msg and not venv.exists()
-    out = pv.provision(venv, PINS, facts=mac, loader_names=["model_streamer"], check=True)  # auto: its pins
+    out = command.provision(
+        venv, PINS, facts=mac, loader_names=["model_streamer"], check=True
+    )  # auto: its pins
     assert out["action"] == "would_create" and out["lock"]["locked"]
 
 
@@ -489,13 +498,13 @@ def test_a_locked_loader_is_installed_from_its_lock_with_hashes_and_its_record_n
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     calls = []
-    monkeypatch.setattr(pv, "_run", lambda argv, what: calls.append(argv))
+    monkeypatch.setattr(install, "run", lambda argv, what: calls.append(argv))
     monkeypatch.setattr(
         loaderlib, "import_check", lambda name, *a, **k: {"status": "ok", "version": "0.17.1"}
     )
-    locks = pv.loader_locks("auto", locklib.load(CPU_LOCK), ["model_streamer"])
+    locks = pvloaders.loader_locks("auto", locklib.load(CPU_LOCK), ["model_streamer"])
     lock, why = locks["model_streamer"]
-    got = pv.install_loader(venv, "model_streamer", ["--no-compile"], locked=locks["model_streamer"])
+    got = pvloaders.install_loader(venv, "model_streamer", ["--no-compile"], locked=locks["model_streamer"])
     copy = venv / "disklab-lock-loaders-model_streamer.txt"
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
     assert calls == [[*pip, "--require-hashes", "--no-deps", "-r", str(copy), "--no-compile"]]
@@ -505,8 +514,8 @@ def test_a_locked_loader_is_installed_from_its_lock_with_hashes_and_its_record_n
     assert got == {"status": "ok", "version": "0.17.1", "pins": pins, "lock": entry}
     # auto, where the venv's lock has no lock of the loader: its pins alone, and why
     calls.clear()
-    unlocked = pv.loader_locks("auto", locklib.load("macos-arm64-py3.12"), ["model_streamer"])
-    got = pv.install_loader(venv, "model_streamer", [], locked=unlocked["model_streamer"])
+    unlocked = pvloaders.loader_locks("auto", locklib.load("macos-arm64-py3.12"), ["model_streamer"])
+    got = pvloaders.install_loader(venv, "model_streamer", [], locked=unlocked["model_streamer"])
     assert calls == [[*pip, *pins]] and got["lock"]["locked"] is False
     assert got["lock"]["why"].startswith("no lock loaders/model_streamer/macos-arm64-py3.12")
 
@@ -522,18 +531,20 @@ def test_a_loader_file_with_another_hash_is_refused_in_one_line_naming_the_packa
     venv.mkdir()
 
     def pip(argv, what):
-        raise pv.Failed(f"{what} failed (exit 1)", "ERROR: THESE PACKAGES DO NOT MATCH", LOADER_MISMATCH)
+        raise errors.Failed(f"{what} failed (exit 1)", "ERROR: THESE PACKAGES DO NOT MATCH", LOADER_MISMATCH)
 
-    monkeypatch.setattr(pv, "_run", pip)
-    locks = pv.loader_locks("auto", locklib.load(CPU_LOCK), ["model_streamer"])
-    with pytest.raises(pv.Refused) as info:
-        pv.install_loader(venv, "model_streamer", [], locked=locks["model_streamer"])
+    monkeypatch.setattr(install, "run", pip)
+    locks = pvloaders.loader_locks("auto", locklib.load(CPU_LOCK), ["model_streamer"])
+    with pytest.raises(errors.Refused) as info:
+        pvloaders.install_loader(venv, "model_streamer", [], locked=locks["model_streamer"])
     msg = str(info.value)
     assert msg.startswith("the index served humanize==4.17.0 (humanize-4.17.0-py3-none-any.whl from files.py")
     assert f"a hash the lock {STREAMER_LOCK} does not list: refused" in msg and "\n" not in msg
     # any other failure of a locked install is the loader's alone: not_run, and the rest goes on
-    monkeypatch.setattr(pv, "_run", lambda argv, what: (_ for _ in ()).throw(pv.Failed("x", "ERROR: gone")))
-    got = pv.install_loader(venv, "model_streamer", [], locked=locks["model_streamer"])
+    monkeypatch.setattr(
+        install, "run", lambda argv, what: (_ for _ in ()).throw(errors.Failed("x", "ERROR: gone"))
+    )
+    got = pvloaders.install_loader(venv, "model_streamer", [], locked=locks["model_streamer"])
     assert got["status"] == "not_run" and got["reason"].endswith(": ERROR: gone") and got["lock"]["locked"]
 
 
@@ -543,27 +554,31 @@ def test_a_venv_whose_loaders_came_without_their_locks_is_rebuilt_and_a_locked_o
     """The loaders' locks are part of what the venv is made from: a venv whose model_streamer was installed
     from its pins (before its lock existed) is rebuilt from it; one made from it is kept, and extended by a
     loader added; with every loader locked, a kept venv must also hold the venv's lock's versions."""
-    host = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
+    host = hostfacts.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 11))
     base = locklib.load(CPU_LOCK)
     venv = tmp_path / "venv"
     venv.mkdir()
     dists = {**base.packages, **STREAMER}
     found = {"result": {"dists": dists, "torch": "2.13.0+cpu", "safetensors": "0.8.0", "numpy": "2.4.6"}}
-    monkeypatch.setattr(pv, "probe_or_recorded", lambda v, r: ({**found, "from": "probed_now"}, "probed"))
-    before = pv.wanted_record(PINS, pv.CPU_INDEX, [], ["model_streamer"], lock=base)
-    (venv / pv.RECORD_NAME).write_text(json.dumps(before))
+    monkeypatch.setattr(
+        venvstate, "probe_or_recorded", lambda v, r: ({**found, "from": "probed_now"}, "probed")
+    )
+    before = venvrecord.wanted_record(PINS, torchindex.CPU_INDEX, [], ["model_streamer"], lock=base)
+    (venv / venvrecord.RECORD_NAME).write_text(json.dumps(before))
 
     def check(*names):
-        return pv.provision(venv, PINS, "cpu", check=True, facts=host, loader_names=list(names))
+        return command.provision(venv, PINS, "cpu", check=True, facts=host, loader_names=list(names))
 
     out = check("model_streamer")
     assert out["action"] == "would_rebuild" and out["reason"].startswith(
         "the venv was made from other settings: loader_locks None -> {'model_streamer': {'name': "
         f"'{STREAMER_LOCK}', 'sha256': '"
     )
-    locks = {n: x for n, (x, _) in pv.loader_locks("auto", base, ["model_streamer"]).items()}
-    made = pv.wanted_record(PINS, pv.CPU_INDEX, [], ["model_streamer"], lock=base, loader_locks=locks)
-    (venv / pv.RECORD_NAME).write_text(json.dumps(made))
+    locks = {n: x for n, (x, _) in pvloaders.loader_locks("auto", base, ["model_streamer"]).items()}
+    made = venvrecord.wanted_record(
+        PINS, torchindex.CPU_INDEX, [], ["model_streamer"], lock=base, loader_locks=locks
+    )
+    (venv / venvrecord.RECORD_NAME).write_text(json.dumps(made))
     assert check("model_streamer")["action"] == "would_keep"
     assert check("model_streamer", "tensorizer")["action"] == "would_extend"
     dists["filelock"] = "99.0"

@@ -48,7 +48,7 @@ UV_PLATFORM = {
     "linux-aarch64-cuda": "aarch64-manylinux_2_28",
     "macos-arm64": "aarch64-apple-darwin",
 }
-MACOS_TARGET = "14.0"  # torch 2.12 and later: macosx_14_0_arm64 wheels (provision.MACOS_FOR_TORCH)
+MACOS_TARGET = "14.0"  # torch 2.12 and later: macosx_14_0_arm64 wheels (provision.hostfacts.MACOS_FOR_TORCH)
 # The CPythons each platform is locked for. The CPU build is only for 3.11: its torch wheel comes from the
 # CPU index (--cpu-source), and the copy of it this project's controller reaches holds the cp311 wheel alone.
 LOCKS = {
