@@ -64,8 +64,9 @@ bench: $(TEST_VENV)/.installed
 	PATH="$(BENCH_PATH)" $(TEST_VENV)/bin/python bench/run.py $(BENCH_ARGS)
 
 # The lab venv's hash locks, one per platform and CPython (src/disklab_host/locks/), from the pins in
-# roles/lab_venv/defaults/main.yml, with uv; after a pin changes, run this and commit the locks.
-# LOCK_ARGS: --only NAME (one lock); --cpu-source DIR|URL (repeatable) and --cpu-index-url URL where
+# roles/lab_venv/defaults/main.yml, and each production loader's on each (locks/loaders/NAME/), with uv;
+# after a pin changes, run this and commit the locks.
+# LOCK_ARGS: --only NAME (one lock and its loaders'); --extras-only (the loaders' alone); --cpu-source DIR|URL (repeatable) and --cpu-index-url URL where
 # PyTorch's CPU index or PyPI is out of reach of the lab hosts (the CPU lock in the repo was made with
 # --cpu-source /opt/wheels --cpu-source file:///opt/pypi-more/simple --cpu-index-url file:///opt/pypi/simple,
 # the wheels this project's controller and test fleet reach).

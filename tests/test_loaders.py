@@ -22,9 +22,12 @@ import yaml
 import shared
 from conftest import LAB_VENV_BASE, PROVISION_QUICKLY
 from disklab import schemas
-from disklab_host import preflight, provision, registry
+from disklab_host import lock as locklib
+from disklab_host import preflight, registry
 from disklab_host.common import result as result_line
 from disklab_host.loadlab import loaders, proof
+from disklab_host.provision import hostfacts, torchindex, venvrecord
+from disklab_host.provision import loaders as pvloaders
 from disklab_host.steps import load
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,15 +127,15 @@ def test_the_roles_offer_exactly_the_table_and_pass_the_setting_to_lab_venv():
 
 def test_every_pin_is_exact_and_says_why():
     for spec in loaders.LOADERS:
-        parsed = provision.parse_pins([*spec.pins, "torch==2.13.0"])
-        assert provision._canonical(spec.dist) in parsed, spec.name
+        parsed = hostfacts.parse_pins([*spec.pins, "torch==2.13.0"])
+        assert locklib.canonical(spec.dist) in parsed, spec.name
         assert len(spec.pin_why) > 40 and spec.import_check, spec.name
 
 
 def test_with_no_loader_set_nothing_changes():
     """The venv's record, the disk preflight counts and the cells are what they were before loaders."""
-    want = provision.wanted_record(PINS, provision.CPU_INDEX, [])
-    assert "loaders" not in want and want == provision.wanted_record(PINS, provision.CPU_INDEX, [], [])
+    want = venvrecord.wanted_record(PINS, torchindex.CPU_INDEX, [])
+    assert "loaders" not in want and want == venvrecord.wanted_record(PINS, torchindex.CPU_INDEX, [], [])
     sizes = registry.resolve("quick")
     plain = registry.needed_bytes(sizes, ["load"])["load"]
     assert registry.needed_bytes(sizes, ["load"], {"load_loaders": []})["load"] == plain
@@ -290,8 +293,18 @@ def test_provisioning_pins_the_loaders_and_a_second_run_changes_nothing(lab_venv
         got = first["loaders"][name]
         assert got["status"] == "ok" and got["pins"] == list(loaders.BY_NAME[name].pins), got
         assert f"{loaders.BY_NAME[name].dist}=={got['version']}" in got["pins"]
-    record = json.loads((venv / provision.RECORD_NAME).read_text())
+    record = json.loads((venv / venvrecord.RECORD_NAME).read_text())
     assert record["loaders"] == {n: list(loaders.BY_NAME[n].pins) for n in ALL}
+    # each from its own lock on the venv's (every loader has one for Linux x86_64, CPython 3.11, CPU), with
+    # --require-hashes: the venv holds each package of each lock at the lock's version
+    dists = record["probe"]["result"]["dists"]
+    for name in ALL:
+        lock = locklib.load(f"loaders/{name}/{record['lock']['name']}")
+        got = first["loaders"][name]["lock"]
+        assert got == {"locked": True, "name": lock.name, "sha256": lock.sha256, "why": got["why"]}
+        assert {k: dists.get(k) for k in lock.packages} == lock.packages, name
+    assert record["loader_locks"] == {n: {"name": r["lock"]["name"], "sha256": r["lock"]["sha256"]}
+                                      for n, r in first["loaders"].items()}  # fmt: skip
     again = _provision(venv)
     out = result_line.parse(again.stdout)
     assert (out["action"], out["changed"]) == ("kept", False), out
@@ -300,7 +313,7 @@ def test_provisioning_pins_the_loaders_and_a_second_run_changes_nothing(lab_venv
     would = result_line.parse(_provision(venv, "--check", loader_names=CPU).stdout)  # loaders removed
     assert (would["action"], would["changed"]) == ("would_rebuild", True) and "loaders" in would["reason"]
     assert result_line.parse(same.stdout)["action"] == "would_keep"
-    assert json.loads((venv / provision.RECORD_NAME).read_text()) == record  # --check changed nothing
+    assert json.loads((venv / venvrecord.RECORD_NAME).read_text()) == record  # --check changed nothing
 
 
 @pytest.mark.slow
@@ -310,7 +323,7 @@ def test_a_kept_venv_tries_pip_again_for_a_loader_it_could_not_install(lab_venv,
     of the module's venv: the record is replaced by an atomic write, so the original is not touched."""
     venv = tmp_path / "venv"
     subprocess.run(["cp", "-al", str(lab_venv[0]), str(venv)], check=True)
-    record_path = venv / provision.RECORD_NAME
+    record_path = venv / venvrecord.RECORD_NAME
     record = json.loads(record_path.read_text())
     failed = {"status": "not_run", "reason": "pip could not install tensorizer==2.12.1: ERROR: (test)"}
     record[loaders.RECORD_KEY]["tensorizer"] = {**failed, "pins": list(loaders.BY_NAME["tensorizer"].pins)}
@@ -334,7 +347,7 @@ def test_a_kept_venv_tries_pip_again_for_a_loader_it_could_not_install(lab_venv,
 @pytest.mark.slow
 def test_a_loader_pip_cannot_install_is_not_run_with_pips_last_line(lab_venv):
     venv = lab_venv[0]
-    got = provision.install_loader(venv, "instanttensor", [], pins=["instanttensor==0.0.0"])
+    got = pvloaders.install_loader(venv, "instanttensor", [], pins=["instanttensor==0.0.0"])
     assert got["status"] == "not_run" and got["reason"].startswith(
         "pip could not install instanttensor==0.0.0: "
     )

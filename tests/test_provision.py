@@ -16,25 +16,28 @@ from pathlib import Path
 import pytest
 import yaml
 
-from disklab_host import provision as pv
 from disklab_host.common import result as result_line
 from disklab_host.loadlab import loaders
+from disklab_host.provision import command, errors, hostfacts, install, torchindex, venvrecord, venvstate
+from disklab_host.provision import loaders as pvloaders
 
 REPO = Path(__file__).resolve().parents[1]
 PINS = ["torch==2.13.0", "safetensors==0.8.0", "numpy==2.4.6"]
 
-LINUX = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 12))
-LINUX_GPU = pv.HostFacts("Linux", "x86_64", nvidia_gpu=True, python_version=(3, 12))
-SPARK = pv.HostFacts("Linux", "aarch64", nvidia_gpu=True, python_version=(3, 12))
-MAC_ARM = pv.HostFacts("Darwin", "arm64", nvidia_gpu=False, python_version=(3, 13), macos_version=(15, 6))
-MAC_INTEL = pv.HostFacts("Darwin", "x86_64", nvidia_gpu=False, python_version=(3, 12))
+LINUX = hostfacts.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 12))
+LINUX_GPU = hostfacts.HostFacts("Linux", "x86_64", nvidia_gpu=True, python_version=(3, 12))
+SPARK = hostfacts.HostFacts("Linux", "aarch64", nvidia_gpu=True, python_version=(3, 12))
+MAC_ARM = hostfacts.HostFacts(
+    "Darwin", "arm64", nvidia_gpu=False, python_version=(3, 13), macos_version=(15, 6)
+)
+MAC_INTEL = hostfacts.HostFacts("Darwin", "x86_64", nvidia_gpu=False, python_version=(3, 12))
 
 
 def _refusal(facts, setting="auto", pins=PINS, require_cuda=False, tmp_path=None) -> str:
     """The Refused message for a host, checked to come before the venv directory exists."""
     venv = (tmp_path or Path("/nonexistent-disklab")) / "venv"
-    with pytest.raises(pv.Refused) as info:
-        pv.provision(venv, pins, setting, require_cuda=require_cuda, facts=facts)
+    with pytest.raises(errors.Refused) as info:
+        command.provision(venv, pins, setting, require_cuda=require_cuda, facts=facts)
     assert not venv.exists()
     return str(info.value)
 
@@ -45,27 +48,27 @@ def _refusal(facts, setting="auto", pins=PINS, require_cuda=False, tmp_path=None
 @pytest.mark.parametrize(
     ("facts", "setting", "index"),
     [
-        (LINUX, "auto", pv.CPU_INDEX),
-        (LINUX_GPU, "auto", pv.CUDA_INDEX),
-        (SPARK, "auto", pv.CUDA_INDEX),
+        (LINUX, "auto", torchindex.CPU_INDEX),
+        (LINUX_GPU, "auto", torchindex.CUDA_INDEX),
+        (SPARK, "auto", torchindex.CUDA_INDEX),
         (MAC_ARM, "auto", None),
-        (LINUX_GPU, "cpu", pv.CPU_INDEX),
-        (LINUX, "cuda", pv.CUDA_INDEX),
+        (LINUX_GPU, "cpu", torchindex.CPU_INDEX),
+        (LINUX, "cuda", torchindex.CUDA_INDEX),
         (LINUX_GPU, "pypi", None),
-        (MAC_ARM, "cpu", pv.CPU_INDEX),
+        (MAC_ARM, "cpu", torchindex.CPU_INDEX),
         (LINUX, "https://mirror.example/whl/cu130", "https://mirror.example/whl/cu130"),
         (LINUX, "http://10.0.0.2/torch", "http://10.0.0.2/torch"),
         (SPARK, "file:///srv/wheels/simple", "file:///srv/wheels/simple"),
     ],
 )
 def test_the_torch_index_follows_the_setting_and_the_host(facts, setting, index):
-    assert pv.decide_index(setting, facts) == index
-    pv.check_host(facts, pv.parse_pins(PINS), setting, index, require_cuda=False)  # not refused
+    assert torchindex.decide_index(setting, facts) == index
+    hostfacts.check_host(facts, hostfacts.parse_pins(PINS), setting, index, require_cuda=False)  # not refused
 
 
 def test_one_cuda_build_for_every_gpu_host():
-    assert pv.CUDA_INDEX == "https://download.pytorch.org/whl/cu130"
-    assert pv.decide_index("auto", LINUX_GPU) == pv.decide_index("auto", SPARK)
+    assert torchindex.CUDA_INDEX == "https://download.pytorch.org/whl/cu130"
+    assert torchindex.decide_index("auto", LINUX_GPU) == torchindex.decide_index("auto", SPARK)
 
 
 @pytest.mark.parametrize("bad", ["gpu", "CUDA", "", "ftp://mirror/whl", "cu130"])
@@ -82,10 +85,10 @@ def test_an_intel_mac_is_refused_with_what_to_do(tmp_path):
     assert "Intel Mac (Darwin x86_64)" in msg and "after torch 2.2.2" in msg
     assert "torch==2.13.0 cannot be installed" in msg and "leave the host out" in msg
     # torch 2.2.2 still has Intel Mac wheels: that pin is not refused
-    pv.check_host(MAC_INTEL, pv.parse_pins(["torch==2.2.2"]), "auto", None, require_cuda=False)
+    hostfacts.check_host(MAC_INTEL, hostfacts.parse_pins(["torch==2.2.2"]), "auto", None, require_cuda=False)
 
 
-@pytest.mark.parametrize("setting", ["cuda", pv.CUDA_INDEX])
+@pytest.mark.parametrize("setting", ["cuda", torchindex.CUDA_INDEX])
 def test_cuda_on_macos_is_refused(setting, tmp_path):
     msg = _refusal(MAC_ARM, setting, tmp_path=tmp_path)
     assert "lab_venv_torch_index" in msg and "no CUDA build for macOS" in msg
@@ -95,12 +98,12 @@ def test_macos_before_14_is_refused_naming_its_version_before_any_download(monke
     """This host's facts as collect_host reads them on an Apple silicon Mac with macOS 13 (platform's
     answers injected: there is no Mac here): torch 2.13's wheels are macosx_14_0_arm64, so it is refused
     before any download, naming the host's macOS and the requirement (--check: nothing is installed)."""
-    monkeypatch.setattr(pv.platform, "system", lambda: "Darwin")
-    monkeypatch.setattr(pv.platform, "machine", lambda: "arm64")
-    monkeypatch.setattr(pv.platform, "mac_ver", lambda: ("13.6.7", ("", "", ""), "arm64"))
+    monkeypatch.setattr(hostfacts.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(hostfacts.platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(hostfacts.platform, "mac_ver", lambda: ("13.6.7", ("", "", ""), "arm64"))
     venv = tmp_path / "venv"
-    with pytest.raises(pv.Refused) as info:
-        pv.provision(venv, PINS, check=True)
+    with pytest.raises(errors.Refused) as info:
+        command.provision(venv, PINS, check=True)
     msg = str(info.value)
     assert "macOS 13.6.7" in msg and "macOS 14.0 or later" in msg and "macosx_14_0_arm64" in msg
     assert not venv.exists()
@@ -117,9 +120,11 @@ def test_macos_before_14_is_refused_naming_its_version_before_any_download(monke
     ],
 )
 def test_the_macos_needed_by_the_pinned_torch(macos, pins, ok, tmp_path):
-    facts = pv.HostFacts("Darwin", "arm64", nvidia_gpu=False, python_version=(3, 13), macos_version=macos)
+    facts = hostfacts.HostFacts(
+        "Darwin", "arm64", nvidia_gpu=False, python_version=(3, 13), macos_version=macos
+    )
     if ok:
-        pv.check_host(facts, pv.parse_pins(pins), "auto", None, require_cuda=False)
+        hostfacts.check_host(facts, hostfacts.parse_pins(pins), "auto", None, require_cuda=False)
         return
     msg = _refusal(facts, pins=pins, tmp_path=tmp_path)
     assert "macOS 14.0 or later" in msg
@@ -130,9 +135,11 @@ def test_the_macos_needed_by_the_pinned_torch(macos, pins, ok, tmp_path):
     ("python", "ok"), [((3, 9), False), ((3, 10), True), ((3, 14), True), ((3, 15), False)]
 )
 def test_a_python_outside_the_pinned_torchs_wheels_is_refused(python, ok, tmp_path):
-    facts = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=python)
+    facts = hostfacts.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=python)
     if ok:
-        pv.check_host(facts, pv.parse_pins(PINS), "auto", pv.CPU_INDEX, require_cuda=False)
+        hostfacts.check_host(
+            facts, hostfacts.parse_pins(PINS), "auto", torchindex.CPU_INDEX, require_cuda=False
+        )
         return
     msg = _refusal(facts, tmp_path=tmp_path)
     assert "torch==2.13.0 has wheels for CPython 3.10 to 3.14" in msg
@@ -158,9 +165,11 @@ def test_pins_must_be_exact_and_include_torch(pins, named, tmp_path):
 
 
 def test_a_torch_release_outside_the_table_is_not_checked():
-    facts = pv.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 7))
-    pv.check_host(facts, pv.parse_pins(["torch==9.9.9"]), "auto", pv.CPU_INDEX, require_cuda=False)
-    assert "2.13.0" in pv.TORCH_PYTHONS
+    facts = hostfacts.HostFacts("Linux", "x86_64", nvidia_gpu=False, python_version=(3, 7))
+    hostfacts.check_host(
+        facts, hostfacts.parse_pins(["torch==9.9.9"]), "auto", torchindex.CPU_INDEX, require_cuda=False
+    )
+    assert "2.13.0" in hostfacts.TORCH_PYTHONS
 
 
 # --- the GPU, from the driver ----------------------------------------------------------------------
@@ -168,18 +177,18 @@ def test_a_torch_release_outside_the_table_is_not_checked():
 
 def test_an_nvidia_gpu_is_found_in_proc_or_with_nvidia_smi(tmp_path):
     proc = tmp_path / "proc"
-    assert not pv.nvidia_gpu(proc, nvidia_smi=str(tmp_path / "missing"))
+    assert not hostfacts.nvidia_gpu(proc, nvidia_smi=str(tmp_path / "missing"))
     (proc / "driver" / "nvidia" / "gpus").mkdir(parents=True)
-    assert not pv.nvidia_gpu(proc, nvidia_smi=str(tmp_path / "missing"))  # driver loaded, no GPU
+    assert not hostfacts.nvidia_gpu(proc, nvidia_smi=str(tmp_path / "missing"))  # driver loaded, no GPU
     (proc / "driver" / "nvidia" / "gpus" / "000f:01:00.0").mkdir()
-    assert pv.nvidia_gpu(proc, nvidia_smi=str(tmp_path / "missing"))
+    assert hostfacts.nvidia_gpu(proc, nvidia_smi=str(tmp_path / "missing"))
 
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA GB10 (UUID: GPU-5a1f)'\n")
     smi.chmod(0o755)
-    assert pv.nvidia_gpu(tmp_path / "empty", nvidia_smi=str(smi))
+    assert hostfacts.nvidia_gpu(tmp_path / "empty", nvidia_smi=str(smi))
     smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate'\nexit 9\n")
-    assert not pv.nvidia_gpu(tmp_path / "empty", nvidia_smi=str(smi))
+    assert not hostfacts.nvidia_gpu(tmp_path / "empty", nvidia_smi=str(smi))
 
 
 # --- keep, rebuild, or leave alone -----------------------------------------------------------------
@@ -214,32 +223,40 @@ def _cli(venv: Path, *args: str, python: str = sys.executable, timeout: int = 90
 
 def test_plan_rebuilds_a_venv_without_record_or_with_other_settings(tmp_path):
     venv = tmp_path / "venv"
-    want = pv.wanted_record(PINS, pv.CUDA_INDEX, [])
-    pins = pv.parse_pins(PINS)
-    assert pv.plan(venv, want, pins)[0] == "create"
+    want = venvrecord.wanted_record(PINS, torchindex.CUDA_INDEX, [])
+    pins = hostfacts.parse_pins(PINS)
+    assert venvrecord.plan(venv, want, pins)[0] == "create"
     venv.mkdir()
-    assert pv.plan(venv, want, pins)[:2] == ("create", f"{venv} is an empty directory")
+    assert venvrecord.plan(venv, want, pins)[:2] == ("create", f"{venv} is an empty directory")
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    action, reason, _ = pv.plan(venv, want, pins)
+    action, reason, _ = venvrecord.plan(venv, want, pins)
     assert action == "rebuild" and "no disklab-venv.json" in reason
     # a GPU host whose venv got the CPU build
-    (venv / pv.RECORD_NAME).write_text(json.dumps({**want, "torch_index": pv.CPU_INDEX}))
-    action, reason, _ = pv.plan(venv, want, pins)
-    assert action == "rebuild" and f"torch_index {pv.CPU_INDEX!r} -> {pv.CUDA_INDEX!r}" in reason
+    (venv / venvrecord.RECORD_NAME).write_text(json.dumps({**want, "torch_index": torchindex.CPU_INDEX}))
+    action, reason, _ = venvrecord.plan(venv, want, pins)
+    assert (
+        action == "rebuild" and f"torch_index {torchindex.CPU_INDEX!r} -> {torchindex.CUDA_INDEX!r}" in reason
+    )
     # the record matches, but there is no python that imports the pins
-    (venv / pv.RECORD_NAME).write_text(json.dumps(want))
-    action, reason, _ = pv.plan(venv, want, pins)
+    (venv / venvrecord.RECORD_NAME).write_text(json.dumps(want))
+    action, reason, _ = venvrecord.plan(venv, want, pins)
     assert action == "rebuild" and "its python does not run" in reason
 
 
 def test_only_the_pip_arguments_that_may_change_what_is_installed_count():
     args = ["--retries", "0", "--find-links=/w", "--no-compile", "-q", "--timeout=5", "--index-url", "X"]
-    assert pv.content_pip_args(args) == ["--find-links=/w", "--index-url", "X"]
-    assert pv.content_pip_args(None) == [] and pv.content_pip_args(["--retries=0", "-qq", "-vvv"]) == []
+    assert venvrecord.content_pip_args(args) == ["--find-links=/w", "--index-url", "X"]
+    assert (
+        venvrecord.content_pip_args(None) == []
+        and venvrecord.content_pip_args(["--retries=0", "-qq", "-vvv"]) == []
+    )
     # the value of an option that takes one is a value, whatever it looks like
-    assert pv.content_pip_args(["--global-option", "--quiet"]) == ["--global-option", "--quiet"]
-    assert pv.content_pip_args(["--constraint", "--retries", "-q"]) == ["--constraint", "--retries"]
-    assert pv.content_pip_args(["--timeout", "-1", "--no-binary", ":all:"]) == ["--no-binary", ":all:"]
+    assert venvrecord.content_pip_args(["--global-option", "--quiet"]) == ["--global-option", "--quiet"]
+    assert venvrecord.content_pip_args(["--constraint", "--retries", "-q"]) == ["--constraint", "--retries"]
+    assert venvrecord.content_pip_args(["--timeout", "-1", "--no-binary", ":all:"]) == [
+        "--no-binary",
+        ":all:",
+    ]
 
 
 def test_plan_keeps_a_venv_across_pip_transport_options_and_extends_it_with_added_loaders(
@@ -250,17 +267,21 @@ def test_plan_keeps_a_venv_across_pip_transport_options_and_extends_it_with_adde
     and tests/test_loaders.py, which also installs added loaders into a real kept venv)."""
     venv = tmp_path / "venv"
     venv.mkdir()
-    made = pv.wanted_record(PINS, pv.CPU_INDEX, ["--no-compile", "--retries", "0"], ["model_streamer"])
-    (venv / pv.RECORD_NAME).write_text(json.dumps(made))
+    made = venvrecord.wanted_record(
+        PINS, torchindex.CPU_INDEX, ["--no-compile", "--retries", "0"], ["model_streamer"]
+    )
+    (venv / venvrecord.RECORD_NAME).write_text(json.dumps(made))
     found = {
         "from": "probed_now",
         "result": {"dists": {"torch": "2.13.0", "safetensors": "0.8.0", "numpy": "2.4.6"}},
     }
-    monkeypatch.setattr(pv, "probe_or_recorded", lambda v, r: (found, "test"))
-    pins = pv.parse_pins(PINS)
+    monkeypatch.setattr(venvstate, "probe_or_recorded", lambda v, r: (found, "test"))
+    pins = hostfacts.parse_pins(PINS)
 
     def plan(pip_args, loaders):
-        return pv.plan(venv, pv.wanted_record(PINS, pv.CPU_INDEX, pip_args, loaders), pins)
+        return venvrecord.plan(
+            venv, venvrecord.wanted_record(PINS, torchindex.CPU_INDEX, pip_args, loaders), pins
+        )
 
     action, reason, _ = plan(["--timeout=5"], ["model_streamer"])
     assert (
@@ -277,11 +298,11 @@ def test_plan_keeps_a_venv_across_pip_transport_options_and_extends_it_with_adde
     for names in (["tensorizer"], []):  # one removed: the venv would hold more than its record says
         assert plan([], names)[0] == "rebuild"
     repinned = {**made, "loaders": {"model_streamer": ["runai-model-streamer==0.0.1"]}}
-    (venv / pv.RECORD_NAME).write_text(json.dumps(repinned))
+    (venv / venvrecord.RECORD_NAME).write_text(json.dumps(repinned))
     action, reason, _ = plan([], ["model_streamer", "tensorizer"])
     assert action == "rebuild" and "loaders" in reason
     found["result"]["dists"]["numpy"] = "2.0.0"  # extendable, but the venv no longer holds the pins
-    (venv / pv.RECORD_NAME).write_text(json.dumps(made))
+    (venv / venvrecord.RECORD_NAME).write_text(json.dumps(made))
     action, reason, _ = plan([], ["model_streamer", "tensorizer"])
     assert action == "rebuild" and "numpy 2.0.0 (pinned 2.4.6)" in reason
 
@@ -300,29 +321,31 @@ def test_extend_adds_loaders_retries_failed_ones_rechecks_the_rest_and_refuses_a
     }
     failed = {"status": "not_run", "reason": "pip could not install fastsafetensors==0.5.0: ERROR: (test)"}
     made = {
-        **pv.wanted_record(PINS, pv.CPU_INDEX, [], ["model_streamer", "fastsafetensors"]),
+        **venvrecord.wanted_record(PINS, torchindex.CPU_INDEX, [], ["model_streamer", "fastsafetensors"]),
         "loader_results": {
             "model_streamer": ok["model_streamer"],
             "fastsafetensors": {**failed, "pins": pins_of["fastsafetensors"]},
         },
     }
-    (venv / pv.RECORD_NAME).write_text(json.dumps(made))
+    (venv / venvrecord.RECORD_NAME).write_text(json.dumps(made))
     calls = []
     monkeypatch.setattr(
-        pv, "install_loader", lambda v, name, args: calls.append(("pip", name, args)) or ok[name]
+        pvloaders, "install_loader", lambda v, name, args, **kw: calls.append(("pip", name, args)) or ok[name]
     )
     monkeypatch.setattr(loaders, "import_check", lambda name, *a, **k: calls.append(("import", name)) or {
         key: ok[name][key] for key in ("status", "version")})  # fmt: skip
     dists = {"torch": "2.13.0", "safetensors": "0.8.0", "numpy": "2.4.6"}
     dists |= {pin.split("==")[0]: pin.split("==")[1] for n in loaders.NAMES for pin in pins_of[n]}
     monkeypatch.setattr(
-        pv, "probe", lambda v: {"from": "probed_now", "result": {"dists": dict(dists)}, "fingerprint": {}}
+        venvstate,
+        "probe",
+        lambda v: {"from": "probed_now", "result": {"dists": dict(dists)}, "fingerprint": {}},
     )
-    want = pv.wanted_record(
-        PINS, pv.CPU_INDEX, ["--no-compile"], ["model_streamer", "fastsafetensors", "tensorizer"]
+    want = venvrecord.wanted_record(
+        PINS, torchindex.CPU_INDEX, ["--no-compile"], ["model_streamer", "fastsafetensors", "tensorizer"]
     )
 
-    results, retried, found = pv.extend(venv, want, pv.parse_pins(PINS), ["--no-compile"])
+    results, retried, found = pvloaders.extend(venv, want, hostfacts.parse_pins(PINS), ["--no-compile"])
     # the added loader and the one pip could not install get pip; then the loader installed before is imported
     # again, in the venv those installs changed
     assert calls == [("pip", "tensorizer", ["--no-compile"]), ("pip", "fastsafetensors", ["--no-compile"]),
@@ -333,18 +356,20 @@ def test_extend_adds_loaders_retries_failed_ones_rechecks_the_rest_and_refuses_a
         "tensorizer",
     ]
     assert all(r["status"] == "ok" for r in results.values()) and found["from"] == "probed_now"
-    record = json.loads((venv / pv.RECORD_NAME).read_text())
+    record = json.loads((venv / venvrecord.RECORD_NAME).read_text())
     assert record["loaders"] == want["loaders"] and record["loader_results"] == results
     assert record["pip_args"] == [] and record["probe"]["result"]["dists"] == dists  # made with, probed now
     # what the next run plans for this record: the same settings keep it
-    monkeypatch.setattr(pv, "probe_or_recorded", lambda v, r: (found, "test"))
-    assert pv.plan(venv, want, pv.parse_pins(PINS))[0] == "keep"
+    monkeypatch.setattr(venvstate, "probe_or_recorded", lambda v, r: (found, "test"))
+    assert venvrecord.plan(venv, want, hostfacts.parse_pins(PINS))[0] == "keep"
 
-    (venv / pv.RECORD_NAME).write_text(json.dumps(made))
+    (venv / venvrecord.RECORD_NAME).write_text(json.dumps(made))
     dists["humanize"] = "4.0.0"  # the added loader's install moved a pin of a loader installed before
-    with pytest.raises(pv.Failed, match=r"into .*: it holds humanize 4\.0\.0 \(pinned 4\.17\.0\)"):
-        pv.extend(venv, want, pv.parse_pins(PINS), [])
-    assert json.loads((venv / pv.RECORD_NAME).read_text()) == made  # the next run sees the venv as it is
+    with pytest.raises(errors.Failed, match=r"into .*: it holds humanize 4\.0\.0 \(pinned 4\.17\.0\)"):
+        pvloaders.extend(venv, want, hostfacts.parse_pins(PINS), [])
+    assert (
+        json.loads((venv / venvrecord.RECORD_NAME).read_text()) == made
+    )  # the next run sees the venv as it is
 
 
 def test_check_mode_changes_nothing_on_a_fresh_host(tmp_path):
@@ -353,7 +378,7 @@ def test_check_mode_changes_nothing_on_a_fresh_host(tmp_path):
     assert cp.returncode == 0, cp.stderr
     out = result_line.parse(cp.stdout)
     assert out["ok"] and out["changed"] and out["action"] == "would_create" and out["versions"] is None
-    assert out["torch_index"] == pv.CPU_INDEX
+    assert out["torch_index"] == torchindex.CPU_INDEX
     assert not (tmp_path / "lab").exists()
 
 
@@ -363,15 +388,17 @@ def test_removal_keeps_pyvenv_cfg_until_last(tmp_path):
     (venv / "bin").mkdir()
     (venv / "bin" / "python").symlink_to(sys.executable)
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    (venv / pv.RECORD_NAME).write_text("{}")
-    pv._remove_venv(venv)
+    (venv / venvrecord.RECORD_NAME).write_text("{}")
+    install.remove_venv(venv)
     assert not venv.exists() and Path(sys.executable).exists()
 
 
 def test_versions_match_the_way_pip_reads_a_pin():
-    assert pv._matches("2.13.0+cpu", "2.13.0") and pv._matches("2.13.0", "2.13.0")
-    assert not pv._matches("2.13.0+cpu", "2.13.0+cu130") and not pv._matches("2.12.1", "2.13.0")
-    assert not pv._matches(None, "2.13.0")
+    assert venvrecord._matches("2.13.0+cpu", "2.13.0") and venvrecord._matches("2.13.0", "2.13.0")
+    assert not venvrecord._matches("2.13.0+cpu", "2.13.0+cu130") and not venvrecord._matches(
+        "2.12.1", "2.13.0"
+    )
+    assert not venvrecord._matches(None, "2.13.0")
 
 
 # --- one real run ----------------------------------------------------------------------------------
@@ -396,14 +423,14 @@ def test_a_real_venv_from_a_python_without_pip_is_created_kept_and_rebuilt(tmp_p
     assert first.returncode == 0, first.stderr
     out = result_line.parse(first.stdout)
     assert (out["ok"], out["changed"], out["action"]) == (True, True, "created"), out
-    assert out["torch_index"] == pv.CPU_INDEX and out["python"] == str(venv / "bin" / "python")
+    assert out["torch_index"] == torchindex.CPU_INDEX and out["python"] == str(venv / "bin" / "python")
     assert out["lock"]["locked"] and out["lock"]["name"] == "linux-x86_64-cpu-py3.11"  # /usr/bin/python3 here
     v = out["versions"]
     assert v["torch"].split("+")[0] == "2.13.0" and v["safetensors"] == "0.8.0" and v["numpy"] == "2.4.6"
     assert v["torch_cuda"] is None and v["cuda_available"] is False and v["mps_available"] is False
-    record = json.loads((venv / pv.RECORD_NAME).read_text())
+    record = json.loads((venv / venvrecord.RECORD_NAME).read_text())
     assert record["base_python"] == base_py and record["pins"] == PINS
-    assert record["torch_index"] == pv.CPU_INDEX and record["pip_args"] == ["--no-compile"]
+    assert record["torch_index"] == torchindex.CPU_INDEX and record["pip_args"] == ["--no-compile"]
     bare_env = {k: val for k, val in os.environ.items() if k != "PYTHONPATH"}
     imports = subprocess.run(
         [out["python"], "-c", "import torch, safetensors.torch, numpy; print(torch.ones(3).sum().item())"],
@@ -422,14 +449,14 @@ def test_a_real_venv_from_a_python_without_pip_is_created_kept_and_rebuilt(tmp_p
         _cli(venv, "--torch-index", "pypi", *unlocked, "--check", python=base_py).stdout
     )
     assert (would["changed"], would["action"]) == (True, "would_rebuild")
-    assert f"torch_index {pv.CPU_INDEX!r} -> None" in would["reason"]
-    assert json.loads((venv / pv.RECORD_NAME).read_text()) == record  # --check changed nothing
+    assert f"torch_index {torchindex.CPU_INDEX!r} -> None" in would["reason"]
+    assert json.loads((venv / venvrecord.RECORD_NAME).read_text()) == record  # --check changed nothing
 
     rebuilt = _cli(venv, "--torch-index", "pypi", *unlocked, python=base_py)
     assert rebuilt.returncode == 0, rebuilt.stderr
     out = result_line.parse(rebuilt.stdout)
     assert (out["changed"], out["action"], out["torch_index"]) == (True, "rebuilt", "pypi"), out
-    assert json.loads((venv / pv.RECORD_NAME).read_text())["torch_index"] is None
+    assert json.loads((venv / venvrecord.RECORD_NAME).read_text())["torch_index"] is None
     assert out["versions"]["torch"].split("+")[0] == "2.13.0"
     assert out["lock"] == {"locked": False, "name": None, "sha256": None, "why": "lab_venv_lock is never"}
 
@@ -504,7 +531,7 @@ ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics
 def test_a_failed_pip_is_reported_by_the_line_that_names_the_failure(output, words, tmp_path):
     script = tmp_path / "fake_pip.py"
     script.write_text(f"import sys\nsys.stderr.write({output!r})\nsys.exit(1)\n")
-    with pytest.raises(pv.Failed) as exc:
-        pv._run([sys.executable, str(script)], "installing the loader tensorizer")
+    with pytest.raises(errors.Failed) as exc:
+        install.run([sys.executable, str(script)], "installing the loader tensorizer")
     assert exc.value.last == words
     assert str(exc.value).endswith(f": {words}")

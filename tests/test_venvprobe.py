@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from disklab_host import lock as locklib
-from disklab_host import provision as pv
 from disklab_host import venvprobe
 from disklab_host.audit import collect as audit
 from disklab_host.common.fsio import atomic_write_json
+from disklab_host.provision import command, hostfacts, torchindex, venvrecord, venvstate
 
 PINS = ["torch==2.13.0", "safetensors==0.8.0", "numpy==2.4.6"]
 RESULT = {
@@ -32,7 +32,7 @@ RESULT = {
     "torch_version_cuda": {"unavailable": "CPU-only torch build: torch.version.cuda is None"},
     "torch_mps_available": False,
 }
-HOST = pv.HostFacts(system="Linux", machine="x86_64", nvidia_gpu=False, python_version=(3, 11))
+HOST = hostfacts.HostFacts(system="Linux", machine="x86_64", nvidia_gpu=False, python_version=(3, 11))
 
 
 def fake_venv(tmp_path: Path) -> tuple[Path, Path]:
@@ -59,26 +59,33 @@ def probes(counter: Path) -> int:
 def want() -> dict:
     """The record of a venv provision made on HOST with the CPU build: from its hash lock."""
     lock, _ = locklib.choose(
-        "auto", HOST.system, HOST.machine, HOST.python_version, pv.CPU_INDEX, pv.parse_pins(PINS)
+        "auto",
+        HOST.system,
+        HOST.machine,
+        HOST.python_version,
+        torchindex.CPU_INDEX,
+        hostfacts.parse_pins(PINS),
     )
-    return pv.wanted_record(PINS, pv.CPU_INDEX, [], lock=lock)
+    return venvrecord.wanted_record(PINS, torchindex.CPU_INDEX, [], lock=lock)
 
 
 def provisioned(tmp_path: Path) -> tuple[Path, Path]:
     """A fake venv with a record as provision writes it after an install: the wanted settings and a probe."""
     venv, counter = fake_venv(tmp_path)
-    found = pv.probe(venv)
-    atomic_write_json(venv / pv.RECORD_NAME, {**want(), venvprobe.PROBE_KEY: pv._record_entry(found)})
+    found = venvstate.probe(venv)
+    atomic_write_json(
+        venv / venvrecord.RECORD_NAME, {**want(), venvprobe.PROBE_KEY: venvstate.record_entry(found)}
+    )
     assert probes(counter) == 1
     return venv, counter
 
 
 def test_a_kept_venv_is_not_probed_again_while_nothing_changed(tmp_path):
     venv, counter = provisioned(tmp_path)
-    out = pv.provision(venv, PINS, "cpu", facts=HOST)
+    out = command.provision(venv, PINS, "cpu", facts=HOST)
     assert (out["action"], out["changed"]) == ("kept", False)
     assert out["versions_source"]["from"] == "venv_record"
-    assert out["versions_source"]["probed_utc"] == pv.read_record(venv)["probe"]["probed_utc"]
+    assert out["versions_source"]["probed_utc"] == venvrecord.read_record(venv)["probe"]["probed_utc"]
     assert "versions from its record" in out["reason"]
     assert out["versions"]["torch"] == "2.13.0+cpu" and out["versions"]["torch_cuda"] is None
     assert probes(counter) == 1
@@ -87,32 +94,32 @@ def test_a_kept_venv_is_not_probed_again_while_nothing_changed(tmp_path):
 def test_an_extra_dist_info_makes_provision_probe_again_and_keep_the_new_probe(tmp_path):
     venv, counter = provisioned(tmp_path)
     (venv / "lib" / "python3.11" / "site-packages" / "extra-1.0.dist-info").mkdir()
-    action, reason, found = pv.plan(venv, want(), pv.parse_pins(PINS))
+    action, reason, found = venvrecord.plan(venv, want(), hostfacts.parse_pins(PINS))
     assert action == "keep" and found["from"] == "probed_now" and probes(counter) == 2
     assert "extra-1.0.dist-info" in reason
-    checked = pv.provision(venv, PINS, "cpu", check=True, facts=HOST)  # --check probes, stores nothing
+    checked = command.provision(venv, PINS, "cpu", check=True, facts=HOST)  # --check probes, stores nothing
     assert checked["versions_source"]["from"] == "probed_now" and probes(counter) == 3
-    out = pv.provision(venv, PINS, "cpu", facts=HOST)
+    out = command.provision(venv, PINS, "cpu", facts=HOST)
     assert out["versions_source"]["from"] == "probed_now" and probes(counter) == 4
-    record = pv.read_record(venv)
+    record = venvrecord.read_record(venv)
     assert "python3.11/extra-1.0.dist-info" in record["probe"]["fingerprint"]["dists"]
     assert record["pins"] == PINS  # the settings the venv was made from are kept
-    again = pv.provision(venv, PINS, "cpu", facts=HOST)
+    again = command.provision(venv, PINS, "cpu", facts=HOST)
     assert again["versions_source"]["from"] == "venv_record" and probes(counter) == 4
 
 
 def test_a_record_without_a_probe_is_probed(tmp_path):
     venv, counter = fake_venv(tmp_path)
-    (venv / pv.RECORD_NAME).write_text(json.dumps(want()))  # a record from before the probe was kept
-    out = pv.provision(venv, PINS, "cpu", facts=HOST)
+    (venv / venvrecord.RECORD_NAME).write_text(json.dumps(want()))  # a record from before the probe was kept
+    out = command.provision(venv, PINS, "cpu", facts=HOST)
     assert out["versions_source"]["from"] == "probed_now" and probes(counter) == 1
-    assert pv.read_record(venv)["probe"]["result"] == RESULT
+    assert venvrecord.read_record(venv)["probe"]["result"] == RESULT
 
 
 def test_a_recorded_probe_with_a_wrong_pin_rebuilds_only_after_probing(tmp_path):
     """The recorded probe is trusted for what it says; a pin it does not show is a rebuild."""
     venv, counter = provisioned(tmp_path)
-    action, reason, _ = pv.plan(venv, want(), pv.parse_pins(["torch==2.13.0", "numpy==2.5.0"]))
+    action, reason, _ = venvrecord.plan(venv, want(), hostfacts.parse_pins(["torch==2.13.0", "numpy==2.5.0"]))
     assert action == "rebuild" and "numpy 2.4.6 (pinned 2.5.0)" in reason and probes(counter) == 1
 
 
@@ -124,8 +131,8 @@ def test_the_audit_reuses_the_recorded_probe_and_says_so(tmp_path):
     venv, counter = provisioned(tmp_path)
     versions, source = audit.collect_versions(audit.Probe(run=refusing_run), str(venv / "bin" / "python"))
     assert versions["torch"] == "2.13.0+cpu" and versions["io_default_buffer_size_bytes"] == 8192
-    assert source["from"] == "venv_record" and source["record"] == str(venv / pv.RECORD_NAME)
-    assert source["probed_utc"] == pv.read_record(venv)["probe"]["probed_utc"]
+    assert source["from"] == "venv_record" and source["record"] == str(venv / venvrecord.RECORD_NAME)
+    assert source["probed_utc"] == venvrecord.read_record(venv)["probe"]["probed_utc"]
     assert probes(counter) == 1
 
 
@@ -136,7 +143,7 @@ def test_the_audit_probes_when_the_venv_changed(tmp_path):
     assert source["from"] == "probed_now" and "extra-1.0.dist-info" in source["why"]
     assert versions["numpy"] == "2.4.6" and probes(counter) == 2
     # the audit writes nothing: the record keeps the probe from before the change
-    assert pv.read_record(venv)["probe"]["fingerprint"] != venvprobe.fingerprint(venv)
+    assert venvrecord.read_record(venv)["probe"]["fingerprint"] != venvprobe.fingerprint(venv)
 
 
 @pytest.mark.parametrize("change", ["driver", "gpu", "cuda_visible", "binary"])

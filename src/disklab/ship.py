@@ -24,9 +24,9 @@ _MAIN = b"from disklab_host.__main__ import main\nraise SystemExit(main())\n"
 
 
 def host_sources() -> list[Path]:
-    """Every .py file of disklab_host and its hash locks (locks/*.txt, disklab_host.lock), sorted by
-    their path inside the package."""
-    files = [*HOST_PACKAGE.rglob("*.py"), *HOST_PACKAGE.glob("locks/*.txt")]
+    """Every .py file of disklab_host and its hash locks (locks/*.txt and the extras' locks/GROUP/NAME/
+    *.txt, disklab_host.lock), sorted by their path inside the package."""
+    files = [*HOST_PACKAGE.rglob("*.py"), *HOST_PACKAGE.glob("locks/**/*.txt")]
     return sorted(p for p in files if "__pycache__" not in p.parts)
 
 

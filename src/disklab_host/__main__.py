@@ -17,7 +17,7 @@ COMMANDS = {
     "preflight": "disklab_host.preflight",
     "audit": "disklab_host.audit.collect",
     "powercut": "disklab_host.powercut.simulate",
-    "provision": "disklab_host.provision",
+    "provision": "disklab_host.provision.command",
     "stop": "disklab_host.stop",
 }
 

@@ -11,6 +11,11 @@ Which lock (:func:`choose`), by ``lab_venv_lock``: ``auto`` takes the lock of th
 holds one made from the same pins, and otherwise installs the pins alone, as before, recorded not locked
 with why; ``required`` refuses a host without one before any download; ``never`` installs the pins alone.
 
+An extra (a production loader now, a saver later: :data:`EXTRA_GROUPS`) has its own lock per base lock,
+``locks/GROUP/NAME/PLATFORM-pyX.Y.txt``: only the packages it adds to that base lock's venv, resolved
+with the base lock's versions as constraints, and the base lock's sha256 in its header
+(:func:`choose_extra` takes it only for a venv installed from exactly that base lock).
+
 Standard library only: it runs with the host's own Python, inside the zipapp.
 """
 
@@ -29,8 +34,12 @@ CUDA_INDEX = "https://download.pytorch.org/whl/cu130"
 SETTINGS = ("auto", "required", "never")
 LOCK_DIR = "locks"
 PINS_PREFIX = "# pins: "  # the lock's header line with the pins it was made from (disklab.locks.header)
-# Where a venv keeps the lock it was installed from, beside its record.
+EXTENDS_PREFIX = "# extends: "  # an extra's lock: "BASE sha256:HEX", the base lock it adds packages to
+# Where a venv keeps the lock it was installed from, beside its record (an extra's: Lock.copy_name).
 COPY_NAME = "disklab-lock.txt"
+# The groups of extras, each a folder of locks/ with one folder per extra: the production loaders
+# (loadlab.loaders.LOADERS, lab_venv_loaders); the savers (issue 43) will be the next.
+EXTRA_GROUPS = ("loaders",)
 
 
 @dataclass(frozen=True)
@@ -58,8 +67,9 @@ PLATFORMS = {
 
 @dataclass(frozen=True)
 class Lock:
-    """One lock file: its ``name`` (PLATFORM-pyX.Y), ``text``, the ``sha256`` of its bytes, the ``pins`` it
-    was made from and every package it installs (``packages``), both ``{PEP 503 name: version}``."""
+    """One lock file: its ``name`` (PLATFORM-pyX.Y; an extra's GROUP/NAME/PLATFORM-pyX.Y), ``text``, the
+    ``sha256`` of its bytes, the ``pins`` it was made from and every package it installs (``packages``),
+    both ``{PEP 503 name: version}``; an extra's lock also the base lock it ``extends``: (name, sha256)."""
 
     name: str
     platform: str
@@ -67,17 +77,25 @@ class Lock:
     sha256: str
     pins: dict[str, str]
     packages: dict[str, str]
+    extends: tuple[str, str] | None = None
 
     @property
     def extra_index(self) -> str | None:
-        """The index torch's file comes from (None: pip's own, with every other package)."""
-        return PLATFORMS[self.platform].extra_index
+        """The index torch's file comes from (None: pip's own, with every other package, or no torch)."""
+        return PLATFORMS[self.platform].extra_index if "torch" in self.packages else None
+
+    @property
+    def copy_name(self) -> str:
+        """The file in the venv this lock is installed from (:func:`commands`)."""
+        group_name = self.name.split("/")[:-1]
+        return f"disklab-lock-{'-'.join(group_name)}.txt" if group_name else COPY_NAME
 
 
 @dataclass(frozen=True)
 class Parsed:
     pins: dict[str, str]
     packages: dict[str, str]
+    extends: tuple[str, str] | None = None
 
 
 _REQ = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
@@ -92,7 +110,11 @@ def parse(text: str) -> Parsed:
     """A lock's pins (its header line) and packages (each ``NAME==VERSION`` line uv wrote)."""
     pins: dict[str, str] = {}
     packages: dict[str, str] = {}
+    extends = None
     for line in text.splitlines():
+        if line.startswith(EXTENDS_PREFIX):
+            base, _, digest = line[len(EXTENDS_PREFIX) :].strip().partition(" sha256:")
+            extends = (base, digest)
         if line.startswith(PINS_PREFIX):
             for spec in line[len(PINS_PREFIX) :].split():
                 m = _REQ.fullmatch(spec)
@@ -101,7 +123,7 @@ def parse(text: str) -> Parsed:
         m = _REQ.match(line)
         if m:
             packages[canonical(m[1])] = m[2]
-    return Parsed(pins, packages)
+    return Parsed(pins, packages, extends)
 
 
 def platform_of(system: str, machine: str, index: str | None) -> str | None:
@@ -126,15 +148,28 @@ def names() -> list[str]:
     return sorted(p.name[: -len(".txt")] for p in folder.iterdir() if p.name.endswith(".txt"))
 
 
+def extra_names(group: str, name: str) -> list[str]:
+    """The base locks the extra ``group/name`` has a lock for, sorted."""
+    folder = resources.files(__package__).joinpath(LOCK_DIR, group, name)
+    if not folder.is_dir():
+        return []
+    return sorted(p.name[: -len(".txt")] for p in folder.iterdir() if p.name.endswith(".txt"))
+
+
 def load(name: str) -> Lock | None:
-    """The lock NAME from this package (also inside the zipapp), or None when it holds none."""
-    path = resources.files(__package__).joinpath(LOCK_DIR, f"{name}.txt")
+    """The lock NAME (PLATFORM-pyX.Y, or GROUP/NAME/PLATFORM-pyX.Y) from this package (also inside the
+    zipapp), or None when it holds none."""
+    *folders, base = name.split("/")
+    path = resources.files(__package__).joinpath(LOCK_DIR, *folders, f"{base}.txt")
     if not path.is_file():
         return None
     data = path.read_bytes()
     parsed = parse(data.decode())
-    platform = name.rpartition("-py")[0]
-    return Lock(name, platform, data.decode(), hashlib.sha256(data).hexdigest(), parsed.pins, parsed.packages)
+    platform = base.rpartition("-py")[0]
+    return Lock(
+        name, platform, data.decode(), hashlib.sha256(data).hexdigest(), parsed.pins, parsed.packages,
+        parsed.extends,
+    )  # fmt: skip
 
 
 def choose(
@@ -175,6 +210,43 @@ def choose(
     return lock, f"the lock {name}: {len(lock.packages)} packages, each file checked by its sha256"
 
 
+def choose_extra(
+    setting: str, base: Lock | None, group: str, name: str, pins: dict[str, str]
+) -> tuple[Lock | None, str]:
+    """``(lock, why)``: the lock of the extra ``group/name`` (a loader: group ``loaders``) that extends
+    ``base``, the lock the venv is installed from, or None and why not (then the extra is installed from
+    its pins alone, as without locks). ``pins`` are the extra's own, ``{PEP 503 name: version}``."""
+    if setting == "never":
+        return None, "lab_venv_lock is never"
+    if base is None:
+        return None, "the venv is not installed from a lock"
+    full = f"{group}/{name}/{base.name}"
+    lock = load(full)
+    if lock is None:
+        made = extra_names(group, name)
+        return None, (
+            f"no lock {full} (`make locks` writes none where uv finds no wheel of it for that platform and "
+            f"CPython; made for: {', '.join(made) or 'none'})"
+        )
+    if lock.pins != pins:
+        want = " ".join(f"{k}=={v}" for k, v in sorted(pins.items()))
+        have = " ".join(f"{k}=={v}" for k, v in sorted(lock.pins.items()))
+        return (
+            None,
+            f"the lock {full} was made from {have}, {name} pins {want}; make the locks again (`make locks`)",
+        )
+    if lock.extends != (base.name, base.sha256):
+        was = f"{lock.extends[0]} sha256 {lock.extends[1][:12]}" if lock.extends else "no base lock"
+        return None, (
+            f"the lock {full} extends {was}, not the venv's lock {base.name} (sha256 {base.sha256[:12]}); "
+            "make the locks again with `make locks`"
+        )
+    return (
+        lock,
+        f"the lock {full}: {len(lock.packages)} packages beside {base.name}, each file checked by its sha256",
+    )
+
+
 def entry(lock: Lock | None, why: str) -> dict:
     """What the venv's record and provision's result keep: ``{"locked", "name", "sha256", "why"}``."""
     if lock is None:
@@ -182,23 +254,33 @@ def entry(lock: Lock | None, why: str) -> dict:
     return {"locked": True, "name": lock.name, "sha256": lock.sha256, "why": why}
 
 
-def torch_part(text: str) -> str:
-    """The lock's torch requirement with its hashes (its line and the indented lines after it)."""
-    out, inside = [], False
+def requirements(text: str) -> dict[str, str]:
+    """Each requirement of uv's output or a lock, by its PEP 503 name: its ``NAME==VERSION`` line and the
+    indented hash lines after it, as written."""
+    out: dict[str, str] = {}
+    name = None
     for line in text.splitlines(keepends=True):
         if line[:1] not in (" ", "\t", ""):
-            inside = line.startswith("torch==")
-        if inside:
-            out.append(line)
-    return "".join(out)
+            m = _REQ.match(line)
+            name = canonical(m[1]) if m else None
+            if name:
+                out[name] = ""
+        if name:
+            out[name] += line
+    return out
+
+
+def torch_part(text: str) -> str:
+    """The lock's torch requirement with its hashes (its line and the indented lines after it)."""
+    return requirements(text).get("torch", "")
 
 
 def commands(pip: list[str], venv: Path, lock: Lock, pip_args: list[str]) -> list[list[str]]:
-    """pip's installs of the lock, which this writes into ``venv`` (:data:`COPY_NAME`, and torch's part
+    """pip's installs of the lock, which this writes into ``venv`` (``lock.copy_name``, and torch's part
     beside it where torch comes from its own index), each file checked by its hash (``--require-hashes``)
     and nothing pulled in that the lock does not name (``--no-deps``). As without a lock, only torch comes
     from PyTorch's index (the whole lock then finds it installed); everything else from pip's own."""
-    copy = venv / COPY_NAME
+    copy = venv / lock.copy_name
     copy.write_text(lock.text)
     hashed = [*pip, "--require-hashes", "--no-deps"]
     out = []

@@ -35,8 +35,8 @@ from ..common.facts import not_run
 
 SETTING = "lab_run_load_loaders"
 KNOBS_SETTING = "lab_run_load_loader_knobs"
-# The venv's record (provision.RECORD_NAME, venvprobe.RECORD_NAME), read here by name: this module is
-# imported by provision, so it cannot import provision back.
+# The venv's record (venvprobe.RECORD_NAME), read here by name: this module is imported by provision, so
+# it cannot import provision back.
 VENV_RECORD = "disklab-venv.json"
 RECORD_KEY = "loader_results"  # where provision keeps each loader's install and import outcome
 IMPORT_TIMEOUT_S = 300
