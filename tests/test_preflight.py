@@ -182,8 +182,13 @@ def test_stage_to_from_a_source_tree_is_refused_naming_the_setting(tmp_path, wor
 
 
 def _special(tmp_path, kind: str) -> tuple[str, str]:
-    """A real FIFO, socket or device for lab_run_load_model (or a model directory holding one): the
-    setting, and what the refusal calls it."""
+    """A real FIFO, socket or device for lab_run_load_model (or a model directory holding one), or a path
+    or repo id that names nothing on this host: the setting, and what the refusal calls it."""
+    if kind == "missing":
+        path = tmp_path / "nowhere" / "model.safetensors"
+        return str(path), f"{path}: no such file or directory on this host, and not an ORG/NAME repo id"
+    if kind == "repo":  # HF_HUB_CACHE is an empty directory (the test sets it)
+        return "acme/never-fetched", "acme/never-fetched: not in the Hugging Face cache on this host"
     if kind == "device":
         return "/dev/zero", "/dev/zero is a character device"
     if kind == "socket":
@@ -201,10 +206,15 @@ def _special(tmp_path, kind: str) -> tuple[str, str]:
     return str(fifo), f"{fifo} is a FIFO (named pipe)"
 
 
-@pytest.mark.parametrize("kind", ["fifo", "socket", "device", "dir"])
-def test_a_model_that_is_not_regular_files_is_refused_in_one_line_before_any_work(tmp_path, kind):
-    """Before: a FIFO hung the load step at its open(), and /dev/zero ran the lab with the step not
-    measured. Now the preflight refuses, naming the setting, the path and what it is."""
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device", "dir", "missing", "repo"])
+def test_a_model_that_is_missing_or_not_regular_files_is_refused_in_one_line_before_any_work(
+    tmp_path, kind, monkeypatch
+):
+    """Before: a FIFO hung the load step at its open(), /dev/zero ran the lab with the step not measured,
+    and a path or repo id naming nothing failed the load step only after the steps before it had run.
+    Now the preflight refuses, naming the setting, the path and what it is."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    (tmp_path / "hub").mkdir()
     setting, said = _special(tmp_path, kind)
     wb = tmp_path / "not-made-yet"
     cfg = _cfg(wb, workbench_create=True, steps=["load"], settings={"load_model": setting})

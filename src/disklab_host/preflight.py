@@ -8,8 +8,9 @@ Checks, in order, each refusal naming the setting:
 - the steps (registry.check_steps);
 - the production loaders and their knobs (loadlab.loaders.check_settings: lab_run_load_loaders,
   lab_run_load_loader_knobs);
-- when the load step runs, that lab_run_load_model names no FIFO, socket or device, nor a directory
-  holding one (loadlab.usermodel.refuse_special: it reads file types only, so it cannot block);
+- when the load step runs, that lab_run_load_model names a file, a directory or a repo id in the host's
+  Hugging Face cache, and no FIFO, socket or device, nor a directory holding one
+  (loadlab.usermodel.refuse_special: it reads file types only, so it cannot block);
 - the workbench exists (or lab_run_workbench_create allows creating it) and is writable;
 - the free space on the workbench's filesystem covers the profile's peak need.
 

@@ -108,22 +108,33 @@ def _special_kind(path: Path) -> str | None:
     return next((what for test, what in SPECIAL_KINDS if test(mode)), None)
 
 
+def locate(setting: str, env: dict | None = None) -> tuple[Path, dict]:
+    """Where ``setting`` points on this host: ``(path, {})`` for a file or directory there, or a repo id's
+    snapshot directory in the Hugging Face cache with ``{"repo_id", "revision", "hub_cache",
+    "hub_cache_from"}``. Raises UserModelError (one line) when it names nothing here. Reads file types and
+    the cache's ``refs/main`` only."""
+    text = str(setting).strip()
+    path = Path(text).expanduser()
+    if path.exists():
+        return path, {}
+    if REPO_ID.match(text) and not text.endswith((".safetensors", ".json", ".bin", ".pt", ".pth")):
+        return _snapshot(text, env)
+    raise UserModelError(f"{text}: no such file or directory on this host, and not an ORG/NAME repo id")
+
+
 def refuse_special(setting: str, env: dict | None = None) -> None:
-    """Raise UserModelError when ``setting`` (``lab_run_load_model``) names, or a directory it names holds,
-    anything that is not a regular file or a directory: a FIFO, a socket, a character or block device.
+    """Raise UserModelError naming ``lab_run_load_model`` when ``setting`` names nothing on this host
+    (:func:`locate`), or names, or a directory it names holds, anything that is not a regular file or a
+    directory: a FIFO, a socket, a character or block device.
 
     Reads only file types (stat(2), following symlinks), never the files: it cannot block on a FIFO. A
     directory's own entries are checked (the files a load reads sit there, shards named by an index
-    included), not its subdirectories; a repo id's snapshot directory likewise, when it is in the cache.
-    A setting that names nothing is left to :func:`resolve`, which says so.
+    included), not its subdirectories; a repo id's snapshot directory likewise.
     """
-    text = str(setting).strip()
-    path = Path(text).expanduser()
-    if not path.exists() and REPO_ID.match(text):
-        try:
-            path = _snapshot(text, env)[0]
-        except UserModelError:
-            return
+    try:
+        path = locate(setting, env)[0]
+    except UserModelError as exc:
+        raise UserModelError(f"{SETTING}: {exc}") from None
     what = _special_kind(path)
     if what:
         raise UserModelError(
@@ -499,17 +510,9 @@ def resolve(setting: str, env: dict | None = None) -> dict:
     line naming the file or repo id) when it is missing or not what it claims.
     """
     refuse_special(setting, env)
-    text = str(setting).strip()
-    path = Path(text).expanduser()
-    extra: dict = {}
-    if path.exists():
-        kind = "file" if path.is_file() and path.name not in INDEX_NAMES else "sharded"
-        base = path
-    elif REPO_ID.match(text) and not text.endswith((".safetensors", ".json", ".bin", ".pt", ".pth")):
-        base, extra = _snapshot(text, env)
-        kind = "hf_repo"
-    else:
-        raise UserModelError(f"{text}: no such file or directory on this host, and not an ORG/NAME repo id")
+    base, extra = locate(setting, env)
+    single = base.is_file() and base.name not in INDEX_NAMES
+    kind = "hf_repo" if extra else "file" if single else "sharded"
     if base.is_dir():
         listed, indexed = _shards_of(base)
         if kind != "hf_repo":
@@ -543,7 +546,7 @@ def resolve(setting: str, env: dict | None = None) -> dict:
             )
     real = [str(s.resolve()) for s in shards]
     return {
-        "setting": text,
+        "setting": str(setting).strip(),
         "kind": kind,
         "format": fmt,
         "shards": real,
