@@ -45,6 +45,49 @@ def test_fact_changes_are_exactly_the_kernel_and_dirty_expire(runs):
     ]
 
 
+def test_facts_only_one_runs_format_records_are_listed_apart_not_counted_as_changed():
+    """The kept runs of results 2 and 6 (tests/fixtures/stored): the device facts of facts 4, the run's
+    own workbench and noise context, and the size settings one lab code lacks are recorded in one run only,
+    not changes of the host; the workbench's path, which moved, is a change. The text says both."""
+    from disklab import stored
+
+    kept = Path(__file__).resolve().parent / "fixtures" / "stored"
+    old, new = (
+        stored.read(next((kept / v / "localhost" / "runs").glob("*.json")), "results") for v in ("v2", "v6")
+    )
+    cmp = compare_runs(old, new)
+    assert {c["path"] for c in cmp["fact_changes"]} == {
+        "facts.workbench.audited_path", "facts.workbench.requested_path",
+        "facts.workbench.df.command", "facts.workbench.findmnt.command",
+    }  # fmt: skip
+    apart = {c["path"]: (c["old"], c["new"]) for c in cmp["facts_recorded_in_one"]}
+    assert apart["facts.workbench.device.write_cache"][0]["unavailable"].startswith(
+        "not audited: written before"
+    )
+    assert {"workbench", "noise_context", "sizes.ceiling_mib", "sizes.load_big_tensors"} <= set(apart)
+    text = compare.render_compare_text(cmp)
+    assert "Facts that changed: 4\n" in text and "Recorded in one run only, not counted" in text
+    # a package installed since is a change of the host, though the older run has no value for it
+    before, after = copy.deepcopy(new), copy.deepcopy(new)
+    before["facts"]["versions"]["packages"] = {"torch": "2.13.0"}
+    after["facts"]["versions"]["packages"] = {"torch": "2.13.0", "pydantic": "2.12.0"}
+    changed = {c["path"]: c["new"] for c in compare_runs(before, after)["fact_changes"]}
+    assert changed == {"facts.versions.packages.pydantic": "2.12.0"}
+
+
+def test_how_the_versions_were_read_is_no_fact(runs):
+    """Whether the versions were probed now or read from the venv's record, and when, moves from run to
+    run (a rebuilt venv is probed again): never a changed fact."""
+    old, new = (copy.deepcopy(r) for r in runs)
+    old["facts"]["versions_source"] = {"from": "probed_now", "probed_utc": "2026-12-01T10:00:00Z"}
+    new["facts"]["versions_source"] = {
+        "from": "venv_record",
+        "probed_utc": "2026-12-01T10:00:00Z",
+        "why": "kept",
+    }
+    assert not [c for c in compare_runs(old, new)["fact_changes"] if "versions_source" in c["path"]]
+
+
 def test_unavailable_facts_are_values_and_missing_ones_say_so(runs):
     old, new = runs
     new = copy.deepcopy(new)

@@ -74,9 +74,12 @@ RULE = (
 # on), ``noise_context`` the run's governor, turbo, swap and delay accounting (results 6 on).
 RUN_KEYS = ("host", "profile", "sizes", "lab_python", "lab_platform", "workbench", "noise_context")
 _NOT_RECORDED = {"unavailable": "not recorded in this run"}
+# Why a fact recorded in one run only is no change of the host (the compare text and the since-block).
+ONE_RUN_ONLY = "only one run's format or lab code records them"
 # Leaves that record when or how a probe ran, or what moves on every run, not a property of the host:
 # never a "changed fact".
 NOT_FACTS = {
+    "facts.versions_source",  # whether the versions were probed now or read from the venv's record, and when
     "facts.collected_utc",
     "facts.versions.python_executable",
     "workbench.collected_utc",
@@ -136,6 +139,29 @@ def _one_line_where_unrecorded(flat: dict[str, object], other: dict[str, object]
             flat[path] = f"recorded ({len(under)} values)"
 
 
+def _not_a_fact(path: str) -> bool:
+    """True for a leaf of :data:`NOT_FACTS` or a leaf under one of its paths."""
+    return any(path == p or path.startswith(p + ".") for p in NOT_FACTS)
+
+
+def _unrecorded(path: str, value: object) -> bool:
+    """True where a run has no value for ``path`` because its format or lab code does not record it: what
+    disklab.stored's upgrade of an older file wrote in its place, or a size setting the run's lab code
+    did not have (a size exists only where the registry defines it). Elsewhere a leaf only one run has
+    is a change of the host (a package installed since), and stays one."""
+    reason = value.get("unavailable") if isinstance(value, dict) and set(value) == {"unavailable"} else None
+    predates = isinstance(reason, str) and stored.PREDATES in reason
+    return predates or (value == _NOT_RECORDED and path.startswith("sizes."))
+
+
+def recorded_in_one(changes: list[dict]) -> tuple[list[dict], list[dict]]:
+    """``changes`` (:func:`fact_changes`) split into the facts that changed and those only one run's format
+    or lab code records (:func:`_unrecorded` on either side): no change of the host, listed apart and
+    not counted."""
+    one = [c for c in changes if _unrecorded(c["path"], c["old"]) or _unrecorded(c["path"], c["new"])]
+    return [c for c in changes if c not in one], one
+
+
 def fact_changes(old: dict, new: dict) -> list[dict]:
     """Every fact leaf whose value differs between the runs, sorted by path.
 
@@ -158,7 +184,7 @@ def fact_changes(old: dict, new: dict) -> list[dict]:
     paths = {
         p for p in set(flat_old) | set(flat_new) if p != CONDITIONS and not p.startswith(CONDITIONS + ".")
     }
-    for path in sorted(paths - NOT_FACTS):
+    for path in sorted(p for p in paths if not _not_a_fact(p)):
         a = flat_old.get(path, _NOT_RECORDED)
         b = flat_new.get(path, _NOT_RECORDED)
         explained = EXPLAINS.get(path)
@@ -424,7 +450,7 @@ def compare_runs(
         {"old_run_id", "new_run_id", "old_host", "new_host", "results_schema_version",
          "rule": RULE, "level": 0.95, "fdr": 0.05, "min_effects": {kind: T},
          "expected_false_calls": str, "context": {"old": run_context, "new": run_context},
-         "fact_changes": [{"path", "old", "new"}],
+         "fact_changes": [{"path", "old", "new"}], "facts_recorded_in_one": [{"path", "old", "new"}],
          "section_changes": [{"name", "old", "new"}],
          "lab_code_changes": {"known", "disklab_version", "steps"},
          "figures": [{"path", "label", "name", "experiment", "unit", "stage", "cache", "method", "file",
@@ -457,6 +483,7 @@ def compare_runs(
         )
     found = compare_figures(old, new, min_effects, earlier)
     figures = found["figures"]
+    changed_facts, facts_in_one = recorded_in_one(fact_changes(old, new))
     return {
         "old_run_id": old.get("run_id"),
         "new_run_id": new.get("run_id"),
@@ -470,7 +497,8 @@ def compare_runs(
         "expected_false_calls": verdicts.expected_false_calls(len(figures)),
         "context": {"old": run_context(old), "new": run_context(new)},
         "drift_runs": min(verdicts.HISTORY_MAX_RUNS, 1 + sum(comparable(d, old) for d in earlier or [])),
-        "fact_changes": fact_changes(old, new),
+        "fact_changes": changed_facts,
+        "facts_recorded_in_one": facts_in_one,
         "condition_changes": condition_changes(old, new),
         "section_changes": section_changes(old, new),
         "lab_code_changes": lab_code_changes(old, new),
@@ -670,6 +698,10 @@ def render_compare_text(cmp: dict, show_all: bool = False) -> str:
     lines = [head, ""]
     lines.append(f"Facts that changed: {len(cmp['fact_changes'])}")
     for c in cmp["fact_changes"]:
+        lines.append(f"  {c['path']}: {_fact_text(c['old'])} -> {_fact_text(c['new'])}")
+    if cmp.get("facts_recorded_in_one"):
+        lines.append(f"Recorded in one run only, not counted ({ONE_RUN_ONLY}):")
+    for c in cmp.get("facts_recorded_in_one") or []:
         lines.append(f"  {c['path']}: {_fact_text(c['old'])} -> {_fact_text(c['new'])}")
     if cmp.get("condition_changes"):
         lines.append("Conditions at each run's audit (how quiet the host was then, not a fact of the host):")

@@ -287,6 +287,7 @@ def host_context(host_dir: Path, known_valid: set[str] | None = None) -> dict | 
         "sections": sections,
         "since": since,
         "statistics_link": f"../{STATISTICS_PAGE}",
+        "one_run_only": compare.ONE_RUN_ONLY,
         "since_shown": [g for g in since["figures"] if compare.shown(g)] if since else [],
         "since_noise": compare.noise_missing(since) if since else {},
         "n_runs": n_runs,

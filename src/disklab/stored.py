@@ -34,6 +34,11 @@ class StoredFileError(ValueError):
     names the file."""
 
 
+# Every reason an upgrade (update_to_N below) writes in place of what an older file did not record says
+# this, so disklab.compare can tell a fact the older run's format predates from a fact that changed.
+PREDATES = "written before"
+
+
 # --- update_to_N: each upgrades a version N-1 document of its kind in place ----------------------
 
 
