@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import lock as locklib
-from . import torchindex
 from .errors import Refused
 
 # The CPython versions (first, last) each torch release has wheels for. This is the project's own
@@ -115,7 +114,7 @@ def check_host(facts: HostFacts, pins: dict[str, str], setting: str, index: str 
         )
     if facts.system == "Darwin" and facts.machine != "x86_64":
         _check_macos(facts.macos_version, torch)
-    if facts.system == "Darwin" and index == torchindex.CUDA_INDEX:
+    if facts.system == "Darwin" and index == locklib.CUDA_INDEX:
         raise Refused(
             f"lab_venv_torch_index is {setting!r} on macOS: PyTorch has no CUDA build for macOS; "
             "set lab_venv_torch_index to auto (Apple silicon uses PyPI's torch, with MPS)"
@@ -128,11 +127,11 @@ def check_host(facts: HostFacts, pins: dict[str, str], setting: str, index: str 
             f"torch=={torch} has wheels for CPython {lo} to {hi}, this host's Python is {have}; set "
             "lab_venv_python (or ansible_python_interpreter) to a Python in that range"
         )
-    if require_cuda and (facts.system == "Darwin" or index == torchindex.CPU_INDEX):
+    if require_cuda and (facts.system == "Darwin" or index == locklib.CPU_INDEX):
         why = (
             "macOS has no CUDA"
             if facts.system == "Darwin"
-            else f"lab_venv_torch_index {setting!r} chose the CPU build ({torchindex.CPU_INDEX})"
+            else f"lab_venv_torch_index {setting!r} chose the CPU build ({locklib.CPU_INDEX})"
             + ("" if setting == "cpu" else ": no NVIDIA GPU in /proc/driver/nvidia/gpus or `nvidia-smi -L`")
         )
         raise Refused(
