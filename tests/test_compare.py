@@ -67,6 +67,11 @@ def test_facts_only_one_runs_format_records_are_listed_apart_not_counted_as_chan
     assert {"workbench", "noise_context", "sizes.ceiling_mib", "sizes.load_big_tensors"} <= set(apart)
     text = compare.render_compare_text(cmp)
     assert "Facts that changed: 4\n" in text and "Recorded in one run only, not counted" in text
+    # a host's own reason that merely holds the words is no upgrade's: the broken import is a change
+    broken = copy.deepcopy(new)
+    why = "import numpy failed: RuntimeError: CUDA driver written before the toolkit"
+    broken["facts"]["versions"]["numpy"] = {"unavailable": why}
+    assert [c["path"] for c in compare_runs(new, broken)["fact_changes"]] == ["facts.versions.numpy"]
     # a package installed since is a change of the host, though the older run has no value for it
     before, after = copy.deepcopy(new), copy.deepcopy(new)
     before["facts"]["versions"]["packages"] = {"torch": "2.13.0"}

@@ -323,12 +323,14 @@ def test_compare_names_a_transitive_package_that_moved():
     assert "  facts.versions.packages.filelock: 4.3.2 -> 4.3.3" in render_compare_text(cmp).splitlines()
 
 
-def test_packages_first_recorded_in_the_newer_run_are_one_line_of_compare():
+def test_packages_first_recorded_in_the_newer_run_are_one_line_recorded_in_one_run_only():
     old = json.loads((FIXTURES / "old.json").read_text())
     new = copy.deepcopy(json.loads((FIXTURES / "new.json").read_text()))
     old["facts"]["versions"]["packages"] = {"unavailable": "not recorded: written before facts version 7"}
     new["facts"]["versions"]["packages"] = {"filelock": "4.3.2", "sympy": "1.14.0", "torch": "2.13.0+cpu"}
-    changes = [c for c in compare_runs(old, new)["fact_changes"] if "packages" in c["path"]]
+    cmp = compare_runs(old, new)
+    assert not [c for c in cmp["fact_changes"] if "packages" in c["path"]]  # the older format predates it
+    changes = [c for c in cmp["facts_recorded_in_one"] if "packages" in c["path"]]
     assert changes == [
         {
             "path": "facts.versions.packages",
@@ -487,9 +489,15 @@ def test_lab_venv_lock_required_refuses_a_loader_without_a_lock_before_any_downl
                            "lab_run_load_loaders")  # fmt: skip
         assert "\n" not in msg and not venv.exists()
     out = command.provision(
-        venv, PINS, facts=mac, loader_names=["model_streamer"], check=True
+        venv, PINS, facts=mac, loader_names=["model_streamer", "tensorizer"], check=True
     )  # auto: its pins
     assert out["action"] == "would_create" and out["lock"]["locked"]
+    # and --check says which loader would be installed from its pins alone, and why
+    streamer, tensorizer = out["loader_locks"]["model_streamer"], out["loader_locks"]["tensorizer"]
+    assert not streamer["locked"] and streamer["why"].startswith(
+        "no lock loaders/model_streamer/macos-arm64-py3.12"
+    )
+    assert tensorizer["locked"] and tensorizer["name"] == "loaders/tensorizer/macos-arm64-py3.12"
 
 
 def test_a_locked_loader_is_installed_from_its_lock_with_hashes_and_its_record_names_the_file(

@@ -550,3 +550,12 @@ def test_a_stored_run_and_audit_are_known_valid_so_their_first_render_does_not_c
     run.write_bytes(run.read_bytes().replace(b'"profile": "quick"', b'"profile": "full"'))
     stored.read(run, "results", known_valid=keys, host="beta")
     assert checked == ["results"]
+    # the keys are a cache: where they cannot be written, the run is stored all the same
+    (reports / "gamma").mkdir()
+    (reports / "gamma" / stored.VALID_FILE).mkdir()
+    staging.mkdir(parents=True)
+    (staging / "gamma.json").write_text(json.dumps(_results(host="gamma", run_id=run_id)))
+    assert store.store_fetched(reports, run_id, "runs", {"gamma": HostOutcome(host="gamma")}) == {
+        "gamma": "ok"
+    }
+    assert (reports / "gamma" / "runs" / f"{run_id}.json").is_file() and not staging.exists()

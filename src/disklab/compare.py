@@ -150,7 +150,7 @@ def _unrecorded(path: str, value: object) -> bool:
     did not have (a size exists only where the registry defines it). Elsewhere a leaf only one run has
     is a change of the host (a package installed since), and stays one."""
     reason = value.get("unavailable") if isinstance(value, dict) and set(value) == {"unavailable"} else None
-    predates = isinstance(reason, str) and stored.PREDATES in reason
+    predates = isinstance(reason, str) and stored.PREDATES.match(reason) is not None
     return predates or (value == _NOT_RECORDED and path.startswith("sizes."))
 
 

@@ -13,10 +13,12 @@ message starts with the file's path and says what is wrong in one line.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,9 +36,11 @@ class StoredFileError(ValueError):
     names the file."""
 
 
-# Every reason an upgrade (update_to_N below) writes in place of what an older file did not record says
-# this, so disklab.compare can tell a fact the older run's format predates from a fact that changed.
-PREDATES = "written before"
+# How every reason an upgrade (update_to_N below) writes in place of what an older file did not record
+# begins ("not recorded: written before facts version 7 ..."), so disklab.compare can tell a fact the
+# older run's format predates from a fact that changed. Anchored: a host's own reason that merely holds
+# the words (an import error's text) is not one.
+PREDATES = re.compile(r"(?:not [a-z ]+: )?written before (?:results|facts) ")
 
 
 # --- update_to_N: each upgrades a version N-1 document of its kind in place ----------------------
@@ -607,5 +611,7 @@ def known_valid(host_dir: Path) -> set[str]:
 
 
 def remember_valid(host_dir: Path, valid: set[str]) -> None:
-    """Write the host's :data:`VALID_FILE`: a cache, written without fsync (a lost key costs one check)."""
-    atomic_write_text(host_dir / VALID_FILE, "".join(f"{k}\n" for k in sorted(valid)), durable=False)
+    """Write the host's :data:`VALID_FILE`: a cache, written without fsync, and not at all where it cannot
+    be (a full disk, a directory in its place): a lost key costs one schema check, never a stored run."""
+    with contextlib.suppress(OSError):
+        atomic_write_text(host_dir / VALID_FILE, "".join(f"{k}\n" for k in sorted(valid)), durable=False)

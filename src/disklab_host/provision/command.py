@@ -71,6 +71,8 @@ def provision(
     source = lock.extra_index if lock else index  # torch's index (None: PyPI's; the CUDA locks are PyPI's)
     out = {"torch_index": source or "pypi", "python": str(install.venv_python(venv)), "venv": str(venv),
            "lock": locklib.entry(lock, lock_why)}  # fmt: skip
+    if loader_names:  # each loader's lock, or why it is installed from its pins alone (--check says it too)
+        out["loader_locks"] = {name: locklib.entry(x, why) for name, (x, why) in locks.items()}
     if check:
         kept = action in ("keep", "extend") and found
         versions = venvstate.versions(found) if kept else None
