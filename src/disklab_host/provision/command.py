@@ -7,7 +7,8 @@ auto|required|never] [--check]
 Prints one JSON object: ``{"ok", "changed", "action", "reason", "torch_index", "python", "versions",
 "versions_source", "lock"}`` (lock: ``{"locked", "name", "sha256", "why"}``; versions_source: ``{"from":
 "probed_now" | "venv_record", "probed_utc"}``; and, when a loader is set, ``loaders``: each one's
-``{"status": "ok", "version", "pins", "lock"}`` or ``{"status": "not_run", "reason", "pins", "lock"}``)
+``{"status": "ok", "version", "pins", "lock"}`` or ``{"status": "not_run", "reason", "pins", "lock"}``,
+and ``loader_locks``: each one's lock as ``lock`` is, or why it has none, in ``--check`` too)
 with action kept, extended, created or rebuilt (``--check``: would_keep, would_extend, would_create or
 would_rebuild, which change nothing; ``changed`` then says whether the real run would change the host).
 Exit status 0; 2 for a refusal and 1 for a failed command or file operation, with ``{"ok": false,
