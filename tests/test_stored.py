@@ -519,8 +519,8 @@ def test_a_run_moved_into_another_hosts_directory_is_named_by_every_reader_and_n
 def test_a_stored_run_and_audit_are_known_valid_so_their_first_render_does_not_check_them(
     tmp_path, monkeypatch
 ):
-    """store_fetched checks each fetched file and keeps the validity key of the bytes it stored in the
-    host's VALID_FILE: the report reads them without a second schema check; other bytes are checked."""
+    """store_fetched checks each fetched file once and keeps the validity key of the bytes it stored in the
+    host's VALID_FILE: the report reads them without another schema check; other bytes are checked."""
     from disklab import store
     from disklab.runner import HostOutcome
 
@@ -528,7 +528,12 @@ def test_a_stored_run_and_audit_are_known_valid_so_their_first_render_does_not_c
     staging = store.incoming_dir(reports, run_id)
     staging.mkdir(parents=True)
     (staging / "beta.json").write_text(json.dumps(_results(host="beta", run_id=run_id)))
+    checks = []
+    real = schemas.first_error
+    monkeypatch.setattr(schemas, "first_error", lambda kind, doc: checks.append(kind) or real(kind, doc))
     assert store.store_fetched(reports, run_id, "runs", {"beta": HostOutcome(host="beta")}) == {"beta": "ok"}
+    assert checks == ["results"]  # checked once, as it is read: written as read, not checked again
+    monkeypatch.setattr(schemas, "first_error", real)
     staging.mkdir(parents=True)
     (staging / "beta.json").write_text(json.dumps(FACTS))  # a facts file is stored as an audit
     assert store.store_fetched(reports, run_id, "audits", {"beta": HostOutcome(host="beta")}) == {

@@ -114,7 +114,7 @@ def store_fetched(
                         f"{path}: results of run {doc.get('run_id')!r}, fetched for run {run_id!r}: kept as "
                         "it came, not stored"
                     )
-                stored.write(dest, "results", doc, known_valid=valid)
+                stored.write(dest, "results", doc, known_valid=valid, read_just_now=True)
                 failed = {  # a step that failed, or one with a part that failed (partial)
                     n: s.get("error") or "; ".join(s.get("failed_parts") or [])
                     for n, s in doc["experiments"].items()

@@ -583,7 +583,13 @@ def read(
 
 
 def write(
-    path: str | Path, kind: str, doc: dict, *, overwrite: bool = False, known_valid: set[str] | None = None
+    path: str | Path,
+    kind: str,
+    doc: dict,
+    *,
+    overwrite: bool = False,
+    known_valid: set[str] | None = None,
+    read_just_now: bool = False,
 ) -> Path:
     """Stamp ``doc`` with ``kind`` and its version, validate it, and write it atomically.
 
@@ -591,9 +597,11 @@ def write(
     existing file is never replaced: FileExistsError. Raises StoredFileError
     when the document does not match its kind's schema or holds a value :func:`read` would refuse.
     With ``known_valid``: the :func:`validity_key` of the bytes written is added to it.
+    ``read_just_now``: ``doc`` is what :func:`read` returned for a ``kind`` file, unchanged, so it passed
+    these same checks already (disklab.store storing a fetched run): they are not run a second time.
     """
     doc = stamp(kind, doc)
-    error = values.first_error(doc) or schemas.first_error(kind, doc)
+    error = None if read_just_now else values.first_error(doc) or schemas.first_error(kind, doc)
     if error:
         raise StoredFileError(f"{path}: refusing to write a {kind} file that {error}")
     written = atomic_write_json(path, doc, overwrite=overwrite)
