@@ -158,8 +158,10 @@ def recorded_in_one(changes: list[dict]) -> tuple[list[dict], list[dict]]:
     """``changes`` (:func:`fact_changes`) split into the facts that changed and those only one run's format
     or lab code records (:func:`_unrecorded` on either side): no change of the host, listed apart and
     not counted."""
-    one = [c for c in changes if _unrecorded(c["path"], c["old"]) or _unrecorded(c["path"], c["new"])]
-    return [c for c in changes if c not in one], one
+    changed, one = [], []
+    for c in changes:
+        (one if _unrecorded(c["path"], c["old"]) or _unrecorded(c["path"], c["new"]) else changed).append(c)
+    return changed, one
 
 
 def fact_changes(old: dict, new: dict) -> list[dict]:

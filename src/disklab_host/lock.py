@@ -200,14 +200,22 @@ def choose(
             f"no lock {name} for this host's CPython {python[0]}.{python[1]} (made for {platform}: "
             f"{', '.join(made) or 'none'})"
         )
-    if lock.pins != pins:
-        want = " ".join(f"{k}=={v}" for k, v in sorted(pins.items()))
-        have = " ".join(f"{k}=={v}" for k, v in sorted(lock.pins.items()))
-        return None, (
-            f"the lock {name} was made from {have}, lab_venv_packages pins {want}; make "
-            "the locks again with `make locks`"
-        )
+    stale = _other_pins(lock, name, pins, "lab_venv_packages")
+    if stale:
+        return None, stale
     return lock, f"the lock {name}: {len(lock.packages)} packages, each file checked by its sha256"
+
+
+def _other_pins(lock: Lock, name: str, pins: dict[str, str], whose: str) -> str | None:
+    """Why the lock ``name`` does not serve ``pins`` (``whose``: the setting or the extra that pins them),
+    or None when it was made from exactly those."""
+    if lock.pins == pins:
+        return None
+    want = " ".join(f"{k}=={v}" for k, v in sorted(pins.items()))
+    have = " ".join(f"{k}=={v}" for k, v in sorted(lock.pins.items()))
+    return (
+        f"the lock {name} was made from {have}, {whose} pins {want}; make the locks again with `make locks`"
+    )
 
 
 def choose_extra(
@@ -228,13 +236,9 @@ def choose_extra(
             f"no lock {full} (`make locks` writes none where uv finds no wheel of it for that platform and "
             f"CPython; made for: {', '.join(made) or 'none'})"
         )
-    if lock.pins != pins:
-        want = " ".join(f"{k}=={v}" for k, v in sorted(pins.items()))
-        have = " ".join(f"{k}=={v}" for k, v in sorted(lock.pins.items()))
-        return (
-            None,
-            f"the lock {full} was made from {have}, {name} pins {want}; make the locks again (`make locks`)",
-        )
+    stale = _other_pins(lock, full, pins, name)
+    if stale:
+        return None, stale
     if lock.extends != (base.name, base.sha256):
         was = f"{lock.extends[0]} sha256 {lock.extends[1][:12]}" if lock.extends else "no base lock"
         return None, (

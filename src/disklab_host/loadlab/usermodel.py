@@ -122,17 +122,17 @@ def locate(setting: str, env: dict | None = None) -> tuple[Path, dict]:
     raise UserModelError(f"{text}: no such file or directory on this host, and not an ORG/NAME repo id")
 
 
-def refuse_special(setting: str, env: dict | None = None) -> None:
-    """Raise UserModelError naming ``lab_run_load_model`` when ``setting`` names nothing on this host
-    (:func:`locate`), or names, or a directory it names holds, anything that is not a regular file or a
-    directory: a FIFO, a socket, a character or block device.
+def refuse_special(setting: str, env: dict | None = None) -> tuple[Path, dict]:
+    """Where ``setting`` points (:func:`locate`); raise UserModelError naming ``lab_run_load_model`` when it
+    names nothing on this host, or names, or a directory it names holds, anything that is not a regular
+    file or a directory: a FIFO, a socket, a character or block device.
 
     Reads only file types (stat(2), following symlinks), never the files: it cannot block on a FIFO. A
     directory's own entries are checked (the files a load reads sit there, shards named by an index
     included), not its subdirectories; a repo id's snapshot directory likewise.
     """
     try:
-        path = locate(setting, env)[0]
+        path, extra = locate(setting, env)
     except UserModelError as exc:
         raise UserModelError(f"{SETTING}: {exc}") from None
     what = _special_kind(path)
@@ -142,7 +142,7 @@ def refuse_special(setting: str, env: dict | None = None) -> None:
             "name the model's weight file or its directory"
         )
     if not path.is_dir():
-        return
+        return path, extra
     try:
         entries = sorted(path.iterdir())
     except OSError as exc:
@@ -154,6 +154,7 @@ def refuse_special(setting: str, env: dict | None = None) -> None:
                 f"{SETTING}: the directory {path} holds {entry.name}, {what}: the model's directory must "
                 "hold only regular files and directories"
             )
+    return path, extra
 
 
 def hf_hub_cache(env: dict | None = None) -> tuple[Path, str]:
@@ -509,8 +510,7 @@ def resolve(setting: str, env: dict | None = None) -> dict:
     "revision", "hub_cache", "hub_cache_from"}``. Raises UserModelError (one
     line naming the file or repo id) when it is missing or not what it claims.
     """
-    refuse_special(setting, env)
-    base, extra = locate(setting, env)
+    base, extra = refuse_special(setting, env)
     single = base.is_file() and base.name not in INDEX_NAMES
     kind = "hf_repo" if extra else "file" if single else "sharded"
     if base.is_dir():
