@@ -28,6 +28,7 @@ PART_ORDER = [
     "fleet_scaling",
     "report_rendering",
     "changed_or_busy",
+    "together_start",
 ]
 
 

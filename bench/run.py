@@ -2,14 +2,15 @@
 
     python bench/run.py [--tiny] [--parts NAME ...] [--repeats N] [--workbench DIR]
 
-Eight parts (bench/README.md): fsync fidelity, cold-read fidelity and
+Nine parts (bench/README.md): fsync fidelity, cold-read fidelity and
 parallel-ceiling fidelity against fio, the I/O record's overhead on load
 timings (with against without, paired),
 harness overhead (``disklab run`` vs lab.py started directly), fleet
 scaling (``disklab audit`` on 16 test-fleet hosts vs 1), report rendering
 (``disklab report`` over 500 synthetic hosts) and changed or busy (does
 ``disklab compare`` call a quiet host unchanged, a busy one disturbed and a
-throttled one slower). Each comparison is taken in
+throttled one slower), and together start (how simultaneous one common start
+is on four test-fleet hosts: an absolute figure, not a ratio). Each comparison is taken in
 pairs, the order alternating, and judged on the median of the pair ratios.
 Writes bench/results/<host>-<run_id>.json, prints a markdown table, and ends
 with a one-line summary. A part that cannot run here is recorded as not_run
@@ -49,7 +50,8 @@ def _settings(tiny: bool, repeats: int | None) -> dict:
     quick = profile_sizes("quick")
     if tiny:
         return {"fsync_blocks": 30, "read_bytes": 4 * MIB, "ceiling_bytes": 4 * MIB,
-                "io_repeats": repeats or 2, "other_repeats": repeats or 1, "report_hosts": 5}  # fmt: skip
+                "io_repeats": repeats or 2, "other_repeats": repeats or 1, "report_hosts": 5,
+                "together_repeats": repeats or 1}  # fmt: skip
     return {
         "fsync_blocks": quick["fsync_blocks"],
         "read_bytes": quick["load_big_mib"] * MIB,
@@ -59,6 +61,7 @@ def _settings(tiny: bool, repeats: int | None) -> dict:
         "io_repeats": repeats or 9,
         "other_repeats": repeats or 3,
         "report_hosts": 500,
+        "together_repeats": repeats or 9,
     }
 
 
@@ -116,6 +119,15 @@ def _part(name: str, args, s: dict, fio: str | None) -> dict:
         import changed_part
 
         return changed_part.changed_or_busy(args.lab_root, args.changed_load_repeats)
+    if name == "together_start":
+        if args.tiny:
+            return not_run(title, "cannot be tiny: four namespace hosts with sshd and a playbook per start")
+        if os.geteuid() != 0:
+            return not_run(title, "the test fleet needs root (network namespaces, loop mounts)")
+        import together_part
+
+        with tempfile.TemporaryDirectory(prefix="dlb-", dir="/tmp") as state_root:
+            return together_part.together_start(s["together_repeats"], Path(state_root))
     import report_part
 
     return report_part.report_rendering(s["report_hosts"], s["other_repeats"], args.reports)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from common import target_text
 
-UNIT_TEXT = {"us": "µs", "s": "s", "mib_s": "MiB/s"}
+UNIT_TEXT = {"us": "µs", "ms": "ms", "s": "s", "mib_s": "MiB/s"}
 
 
 def _side(side: dict, unit: str) -> str:
@@ -134,6 +134,17 @@ def markdown(doc: dict) -> str:
         extra += [f"- changed or busy: {line}" for line in cb["lines"]]
         extra.append(
             f"- changed or busy: the background was fio {cb['background']}; the throttle {cb['throttle']}"
+        )
+    ts = doc["parts"].get("together_start", {})
+    if ts.get("status") == "ok":
+        c, b, rt = ts["corrected_spread"], ts["spread_bound"], ts["round_trip"]
+        extra.append(
+            f"- together start, {ts['hosts']} hosts, {ts['value']['n']} runs: raw spread (one kernel "
+            f"clock) {_side(ts['value'], 'ms')}; moved back by the measured offsets {_side(c, 'ms')}, at "
+            f"most {_side(b, 'ms')} with their uncertainty (best round trip {_side(rt, 'ms')}); called "
+            f"together in {ts['called_together']} of {ts['value']['n']} runs; the stated bound held the true "
+            f"spread in {ts['bound_held']} of {ts['value']['n']}; the worst wait's overshoot "
+            f"{_side(ts['overshoot'], 'ms')}"
         )
     shares = {n: p["machine_cpu"] for n, p in doc["parts"].items() if p.get("machine_cpu")}
     if shares:

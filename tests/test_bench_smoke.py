@@ -105,7 +105,7 @@ def test_tiny_run_has_every_part_and_skips_the_slow_ones_with_a_reason(tiny_run)
     doc, _ = tiny_run
     assert doc["bench_schema_version"] == 1 and doc["tiny"] is True
     assert doc["part_order"] == common.PART_ORDER and sorted(doc["parts"]) == sorted(common.PART_ORDER)
-    for name in ("harness_overhead", "fleet_scaling"):
+    for name in ("harness_overhead", "fleet_scaling", "together_start"):
         assert doc["parts"][name]["status"] == "not_run"
         assert "cannot be tiny" in doc["parts"][name]["reason"]
 

@@ -28,6 +28,7 @@ DOC = BIN / "ansible-doc"
 # The controller-side code the collection's filters share (plugins/plugin_utils/NAME.py): each a link to the
 # host package's standard-library module, its one source.
 PLUGIN_UTILS = {
+    "clock": "src/disklab_host/together/clock.py",
     "hostnames": "src/disklab_host/common/hostnames.py",
     "result": "src/disklab_host/common/result.py",
 }

@@ -191,6 +191,31 @@ def test_audit_reports_each_hosts_true_filesystem_and_flags(fleet, tmp_path):
 
 
 @_fleet_marks
+def test_one_common_start_on_four_hosts_is_kept_by_each_and_the_stated_bound_holds_the_true_spread(
+    fleet, tmp_path
+):
+    """Issue 42, a together run's start (bench/together_part.py's run, on this module's fleet): each host's
+    clock offset to the controller is measured over its SSH connection (lab_clock), and each host waits for
+    one common start moved onto its own clock. The hosts share this machine's kernel clock, so the true
+    offsets are 0 and the true spread of the starts is the spread of the raw starts: the bound the
+    controller states must hold it."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import together_part
+
+    pyz = tmp_path / "disklab_host.pyz"
+    subprocess.run([sys.executable, "-m", "disklab.ship", str(pyz)], check=True, cwd=REPO, timeout=120)
+    # a wide margin: four SSH launches on a machine as busy as make test's must fit in it
+    run = together_part.one_run(fleet.inventory_path, pyz, tmp_path / "together.json", TIMEOUT_S, 8 * 10**9)
+    hosts = sorted(h.name for h in fleet.hosts)
+    assert sorted(run["overshoot_ms"]) == hosts and run["late_hosts"] == {}
+    assert all(0 <= ms < 8000 for ms in run["overshoot_ms"].values())  # never before its start
+    for host in hosts:  # the host's clock is this machine's: 0 is within the measured offset's bound
+        assert abs(run["offset_ms"][host]) <= run["round_trip_ms"][host] / 2 + 1e-6, host
+    assert run["bound_held"] and run["raw_spread_ms"] <= run["spread_bound_ms"]
+    assert run["corrected_spread_ms"] <= run["spread_bound_ms"]
+
+
+@_fleet_marks
 def test_quick_lab_on_two_hosts_writes_both_reports(fleet, reports, first_run):
     assert first_run.returncode == 0, first_run.stdout + first_run.stderr
     assert "host0: ok" in first_run.stdout and "host1: ok" in first_run.stdout

@@ -1,8 +1,9 @@
 """Entry point of the shipped zipapp: ``python disklab_host.pyz COMMAND [ARGS]``.
 
 Commands: ``lab`` (the lab runner), ``preflight``, ``audit``, ``powercut`` (the
-simulator's command line), ``provision`` (the lab venv) and ``stop`` (end a running
-lab). Each is the ``main(argv)`` of its module.
+simulator's command line), ``provision`` (the lab venv), ``stop`` (end a running
+lab) and ``together-start`` (wait for a together run's common start). Each is the
+``main(argv)`` of its module.
 The archive's own path goes first on PYTHONPATH for every child process.
 """
 
@@ -19,6 +20,7 @@ COMMANDS = {
     "powercut": "disklab_host.powercut.simulate",
     "provision": "disklab_host.provision.command",
     "stop": "disklab_host.stop",
+    "together-start": "disklab_host.together.start",
 }
 
 
