@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from disklab import compare, verdicts
+from disklab import compare, stored, verdicts
 from disklab.compare import (
     CHANGED,
     DISTURBED,
@@ -164,6 +164,30 @@ def test_disjoint_samples_are_changed_with_their_direction_ratio_and_interval(ru
     assert f["low"] < f["low_within"] and f["high"] > f["high_within"]  # the drift widens the interval
     swapped = _figure(compare_runs(runs[1], runs[0]), f["path"])
     assert swapped["verdict"] == CHANGED and swapped["direction"] == "down" and swapped["words"] == "faster"
+
+
+def test_big_writes_rate_is_judged_with_its_write_time_and_the_family_counts_it_once():
+    """The rate is the write's size over its time, sample by sample (steps/big_write.py): one piece of
+    evidence. It is judged with the time (its q, its verdict) and the family's size leaves it out."""
+    old = stored.read(
+        FIXTURES.parent / "stored" / "v6" / "localhost" / "runs" / "20261205T132915Z.json", "results"
+    )
+    new = copy.deepcopy(old)
+    big = new["experiments"]["big_write"]
+    big["write_samples_s"] = [t * 2 for t in big["write_samples_s"]]
+    big["write_rate_samples_mib_s"] = [r / 2 for r in big["write_rate_samples_mib_s"]]
+    cmp = compare_runs(old, new)
+    rate = _figure(cmp, "experiments.big_write.write_rate_samples_mib_s")
+    time = _figure(cmp, "experiments.big_write.write_samples_s")
+    assert rate["judged_with"] == time["path"] and time["judged_with"] is None
+    assert rate["q"] == time["q"] and rate["verdict"] == time["verdict"]
+    assert rate["ratio"] == pytest.approx(1 / time["ratio"])
+    others = [f for f in cmp["figures"] if f["judged_with"] is None]
+    assert len(others) == cmp["counts"]["judged"] - 1
+    assert (
+        f"over {len(others)} judged figures (1 more figure, computed sample by sample"
+        in (cmp["expected_false_calls"])
+    )
 
 
 def test_single_samples_are_inconclusive_and_one_sided_figures_are_listed(runs):

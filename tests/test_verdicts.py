@@ -186,6 +186,33 @@ def test_many_figures_share_one_false_discovery_budget():
     assert "q = " in few["why"] and "> 0.05" in few["why"]
 
 
+def test_a_figure_computed_from_anothers_samples_is_judged_with_it_and_not_counted_twice():
+    """big_write's rate is its size over its write time, sample by sample: as a family member of its own,
+    one piece of evidence would count twice and widen every other figure's q. Judged with the time, it
+    takes the time's q and verdict (the other way round), and the family is as if it were not there."""
+
+    def with_rate(old_t: list[float], new_t: list[float], **kw) -> list[verdicts.Pair]:
+        rate = (Side([64 / t for t in old_t]), Side([64 / t for t in new_t]))  # 64 MiB over each time
+        return [verdicts.Pair(Side(old_t), Side(new_t), "time"), verdicts.Pair(*rate, "rate", **kw)]
+
+    other = verdicts.Pair(Side(_around(1.0, 8)), Side(_around(1.3, 8)), "load_time")  # p = 2 / C(16, 8)
+    unmoved = (_around(1.0, 8), _around(1.0, 8))
+    without = verdicts.judge_many([other, with_rate(*unmoved)[0]])[0]
+    together = verdicts.judge_many([other, *with_rate(*unmoved, judged_with=1)])
+    twice = verdicts.judge_many([other, *with_rate(*unmoved)])[0]
+    assert without["q"] == pytest.approx(2 * without["p"]) and together[0]["q"] == without["q"]
+    assert twice["q"] == pytest.approx(3 * without["p"])  # counted twice, it would widen the other's q
+    assert together[2]["q"] == together[1]["q"] and together[2]["verdict"] == together[1]["verdict"]
+    t, r = verdicts.judge_many(with_rate(_around(1.0, 8), _around(1.3, 8), judged_with=0))
+    assert r["q"] == t["q"] and r["p"] == pytest.approx(t["p"])  # the same ranks, reversed
+    assert (t["verdict"], t["direction"], t["words"]) == (CHANGED, "up", "slower")
+    assert (r["verdict"], r["direction"], r["words"]) == (CHANGED, "down", "slower")
+    assert r["ratio"] == pytest.approx(1 / t["ratio"])
+    assert "over 2 judged figures (1 more figure, computed sample by sample from another's, takes" in (
+        verdicts.expected_false_calls(3, judged_with=1)
+    )
+
+
 # --- run-to-run drift: two runs of one host ----------------------------------------------------------
 
 

@@ -320,14 +320,24 @@ def compare_figures(
                     "changed": fo.value != fn.value,
                 }
             )
+    index = {fn.key: i for i, (_, fn) in enumerate(pairs)}
+    with_key = [
+        figs.SAME_SAMPLES.get(fn.key) if figs.SAME_SAMPLES.get(fn.key) in index else None for _, fn in pairs
+    ]
     judged = verdicts.judge_many(
         [
-            verdicts.Pair(fo.side(), fn.side(), fn.measure, fn.unit_kind, drift=drift_of(fn.key, fo, before))
-            for fo, fn in pairs
+            verdicts.Pair(
+                fo.side(), fn.side(), fn.measure, fn.unit_kind, drift=drift_of(fn.key, fo, before),
+                judged_with=index[other] if other else None,
+            )
+            for (fo, fn), other in zip(pairs, with_key, strict=True)
         ],
         min_effects=min_effects,
-    )
-    out["figures"] = [_figure_entry(fo, fn, j) for (fo, fn), j in zip(pairs, judged, strict=True)]
+    )  # fmt: skip
+    out["figures"] = [
+        {**_figure_entry(fo, fn, j), "judged_with": other}
+        for (fo, fn), j, other in zip(pairs, judged, with_key, strict=True)
+    ]
     for key, fo in a.items():
         if key in b:
             continue
@@ -496,7 +506,9 @@ def compare_runs(
         "level": verdicts.LEVEL,
         "fdr": verdicts.FDR,
         "min_effects": {k: verdicts.min_effect(k, min_effects) for k in verdicts.MIN_EFFECT},
-        "expected_false_calls": verdicts.expected_false_calls(len(figures)),
+        "expected_false_calls": verdicts.expected_false_calls(
+            len(figures), judged_with=sum(f["judged_with"] is not None for f in figures)
+        ),
         "context": {"old": run_context(old), "new": run_context(new)},
         "drift_runs": min(verdicts.HISTORY_MAX_RUNS, 1 + sum(comparable(d, old) for d in earlier or [])),
         "fact_changes": changed_facts,

@@ -70,6 +70,10 @@ CEILING = (
 )
 POWERCUT_MODELS = (("process_kill", "process-kill"), ("power_cut", "power-cut"))
 SAMPLES, VALUE, VERDICT = "samples", "value", "verdict"
+# A figure computed sample by sample from another figure's samples, keyed by its key: the other's. A compare
+# judges it with that figure (disklab.verdicts.Pair.judged_with), as one piece of evidence, not two.
+# big_write's rate is its size over its write time, sample by sample (steps/big_write.py).
+SAME_SAMPLES = {"experiments.big_write.write_rate_samples_mib_s": "experiments.big_write.write_samples_s"}
 
 # Keys that name an element of a list of dicts, so list items match by name, not position.
 LABEL_KEYS = ("name", "mode", "method", "stage", "kind", "label", "id")

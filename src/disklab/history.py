@@ -35,6 +35,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from disklab import compare, console, figures, hostnames, plotting, store, stored, verdicts
@@ -345,6 +346,11 @@ def _since_previous(
                 pairs.append(verdicts.Pair(a.side(), b.side(), b.measure, b.unit_kind, drift=drift))
                 keys.append((f.key, before))
             last[f.key] = i
+        at = {key_before: n for n, key_before in enumerate(keys)}  # a figure judged with another (compare)
+        pairs = [
+            replace(p, judged_with=at.get((figures.SAME_SAMPLES.get(key), before)))
+            for p, (key, before) in zip(pairs, keys, strict=True)
+        ]
         for (key, before), j in zip(keys, verdicts.judge_many(pairs), strict=True):
             out[(i, key)] = {k: j[k] for k in ("verdict", "direction", "words", "ratio", "low", "high")}
             out[(i, key)]["against_run"] = before

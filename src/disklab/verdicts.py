@@ -229,6 +229,10 @@ class Pair:
     # what the two sides are called where a verdict names them (two cells of one run, two hosts)
     names: tuple[str, str] = ("old run", "new run")
     drift: Drift | None = None
+    # the index of another pair of the same family whose samples this pair's are computed from, sample by
+    # sample (a rate from its times): judged with that pair, its p is left out of Benjamini–Hochberg's
+    # family, which would otherwise count one piece of evidence twice, and it takes that pair's q
+    judged_with: int | None = None
 
 
 def min_effect(measure: str, overrides: dict[str, float] | None = None) -> float:
@@ -393,7 +397,8 @@ def judge_many(
                    "all" | "undisturbed", "reasons": [str]}}
 
     ``ratio`` is exp(the Hodges–Lehmann log shift): new over old. A pair whose values include one at
-    or below zero, or with no unit on a side, is inconclusive with the reason.
+    or below zero, or with no unit on a side, is inconclusive with the reason. A pair ``judged_with``
+    another is not one of the family: it takes that pair's q (its own p, ratio and interval stay its own).
     """
     chosen, full = [], []
     for pair in pairs:
@@ -406,9 +411,12 @@ def judge_many(
         )
         full.append(all_st)
         chosen.append(quiet_st if any_disturbed else all_st)
-    judged = [i for i, st in enumerate(chosen) if st is not None]
+    judged = [i for i, st in enumerate(chosen) if st is not None and pairs[i].judged_with is None]
     qs = ranktests.benjamini_hochberg([chosen[i]["p"] for i in judged]) if judged else []
     q_of = dict(zip(judged, qs, strict=True))
+    for i, pair in enumerate(pairs):
+        if pair.judged_with is not None and chosen[i] is not None and pair.judged_with in q_of:
+            q_of[i] = q_of[pair.judged_with]
     # the largest p that BH called (every p at or below it is called): a disturbed pair's full p is read
     # against it, to say whether all its units together would have been called changed
     called = [chosen[i]["p"] for i in judged if q_of[i] <= fdr]
@@ -743,14 +751,24 @@ def against_value(units: Sequence[float], value: float, factor: float, level: fl
     }
 
 
-def expected_false_calls(n_judged: int, fdr: float = FDR) -> str:
-    """What a comparison of ``n_judged`` figures says of its false calls, in one sentence."""
+def expected_false_calls(n_judged: int, fdr: float = FDR, judged_with: int = 0) -> str:
+    """What a comparison of ``n_judged`` figures says of its false calls, in one sentence; ``judged_with``
+    of them are judged with another figure whose samples theirs are computed from (Pair.judged_with), so
+    the family is ``n_judged - judged_with``."""
     if not n_judged:
         return "no figure had samples to judge"
+    n = n_judged - judged_with
+    with_other = (
+        f" ({judged_with} more figure{'s' if judged_with != 1 else ''}, computed sample by sample from "
+        f"another's, {'take' if judged_with != 1 else 'takes'} that figure's verdict and "
+        f"{'are' if judged_with != 1 else 'is'} not counted twice)"
+        if judged_with
+        else ""
+    )
     return (
-        f"Benjamini–Hochberg at q = {fdr:g} over {n_judged} judged figure{'s' if n_judged != 1 else ''}: "
+        f"Benjamini–Hochberg at q = {fdr:g} over {n} judged figure{'s' if n != 1 else ''}{with_other}: "
         f"of the figures called changed, at most {fdr * 100:g} % are expected to be false calls, and "
         f"where nothing changed the chance of any call is at most {fdr * 100:g} % (each figure tested "
-        f"alone at p < {fdr:g} would expect {n_judged * fdr:.1f} false calls); between two runs of one "
+        f"alone at p < {fdr:g} would expect {n * fdr:.1f} false calls); between two runs of one "
         "host this holds as far as each figure's run-to-run drift, measured or assumed, is right"
     )
