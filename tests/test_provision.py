@@ -372,6 +372,36 @@ def test_extend_adds_loaders_retries_failed_ones_rechecks_the_rest_and_refuses_a
     )  # the next run sees the venv as it is
 
 
+def test_a_kept_venv_must_hold_every_package_its_loaders_locks_installed(tmp_path, monkeypatch):
+    """A loader from its lock installs its pins and their dependencies at the lock's versions: a kept venv
+    in which one of those dependencies moved (a user's pip install) is rebuilt, naming it; the lock of a
+    loader pip could not install asks for nothing."""
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    streamer = list(loaders.BY_NAME["model_streamer"].pins)
+    want = venvrecord.wanted_record(PINS, torchindex.CPU_INDEX, [], ["model_streamer", "tensorizer"])
+    results = {
+        "model_streamer": {"status": "ok", "version": streamer[0].split("==")[1], "pins": streamer},
+        "tensorizer": {"status": "not_run", "reason": "pip could not install tensorizer: (test)"},
+    }
+    (venv / venvrecord.RECORD_NAME).write_text(json.dumps({**want, "loader_results": results}))
+    dists = {"torch": "2.13.0", "safetensors": "0.8.0", "numpy": "2.4.6"}
+    dists |= {pin.split("==")[0]: pin.split("==")[1] for pin in streamer}
+    locked = {  # what each loader's lock installs (a made-up dependency of each)
+        "model_streamer": {**dict(p.split("==") for p in streamer), "boto3-stub": "1.0.0"},
+        "tensorizer": {"redis-stub": "5.0.0"},
+    }
+    probed = {"from": "probed_now", "result": {"dists": dists}, "fingerprint": {}}
+    monkeypatch.setattr(venvstate, "probe_or_recorded", lambda v, r: (probed, "test"))
+    pins = hostfacts.parse_pins(PINS)
+    dists["boto3-stub"] = "1.0.0"
+    assert venvrecord.plan(venv, want, pins, locked)[0] == "keep"  # tensorizer's lock asks for nothing
+    dists["boto3-stub"] = "1.2.0"
+    action, reason, _ = venvrecord.plan(venv, want, pins, locked)
+    assert action == "rebuild" and reason.endswith("it holds boto3-stub 1.2.0 (pinned 1.0.0)")
+    assert venvrecord.plan(venv, want, pins)[0] == "keep"  # without the locks' packages it was not seen
+
+
 def test_check_mode_changes_nothing_on_a_fresh_host(tmp_path):
     venv = tmp_path / "lab" / "venv"
     cp = _cli(venv, "--torch-index", "cpu", "--check")

@@ -68,7 +68,11 @@ def provision(
     # a kept venv must hold every package of its lock at the lock's version (unless a loader, installed
     # without a lock, may have moved one: a loader's lock holds the venv's lock's versions)
     held = lock and all(x for x, _ in locks.values())
-    action, reason, found = venvrecord.plan(venv, want, {**lock.packages, **parsed} if held else parsed)
+    # and every package each loader's lock installs, for a loader installed (venvrecord.held_pins)
+    loader_packages = {name: x.packages for name, (x, _) in locks.items()} if held else None
+    action, reason, found = venvrecord.plan(
+        venv, want, {**lock.packages, **parsed} if held else parsed, loader_packages
+    )
     source = lock.extra_index if lock else index  # torch's index (None: PyPI's; the CUDA locks are PyPI's)
     out = {"torch_index": source or "pypi", "python": str(install.venv_python(venv)), "venv": str(venv),
            "lock": locklib.entry(lock, lock_why)}  # fmt: skip
@@ -93,7 +97,7 @@ def provision(
                 **({"loaders": recorded} if recorded else {})}  # fmt: skip
     results, retried = None, []
     if action == "extend":
-        results, retried, found = loaders.extend(venv, want, parsed, pip_args, locks)
+        results, retried, found = loaders.extend(venv, want, parsed, pip_args, locks, loader_packages)
     elif action != "keep":
         if action == "rebuild":
             install.remove_venv(venv)
@@ -102,7 +106,7 @@ def provision(
             name: loaders.install_loader(venv, name, pip_args, locked=locks[name]) for name in loader_names
         }
         found = venvstate.probe(venv)
-        problem = venvrecord.probe_problem(found, venvrecord.held_pins(parsed, results))
+        problem = venvrecord.probe_problem(found, venvrecord.held_pins(parsed, results, loader_packages))
         if problem:
             raise Failed(f"the new venv at {venv} was installed but {problem}")
         extra = {loaderlib.RECORD_KEY: results} if loader_names else {}
@@ -125,7 +129,9 @@ def provision(
                 found = venvstate.probe(
                     venv
                 )  # what the loader's install may have moved must still match the pins
-                problem = venvrecord.probe_problem(found, venvrecord.held_pins(parsed, results))
+                problem = venvrecord.probe_problem(
+                    found, venvrecord.held_pins(parsed, results, loader_packages)
+                )
                 if problem:
                     raise Failed(f"installing the loader(s) {', '.join(retried)} into {venv}: {problem}")
             record = {**record, loaderlib.RECORD_KEY: results}

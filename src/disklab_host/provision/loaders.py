@@ -113,7 +113,12 @@ def recheck_loaders(venv: Path, results: dict) -> dict:
 
 
 def extend(
-    venv: Path, want: dict, pins: dict[str, str], pip_args: list[str], locks: dict | None = None
+    venv: Path,
+    want: dict,
+    pins: dict[str, str],
+    pip_args: list[str],
+    locks: dict | None = None,
+    loader_packages: dict[str, dict[str, str]] | None = None,
 ) -> tuple[dict, list[str], dict]:
     """Install the loaders ``want`` adds (plan's extend) into the kept venv at ``venv``, one pip install
     each as on a new venv, and try pip again for a recorded loader pip could not install before (as a kept
@@ -121,7 +126,8 @@ def extend(
     venv must still hold its pins and each installed loader's (Failed otherwise, with the record left as
     it was, so the next run sees the venv as it is). Writes the record (the loaders now held and each one's
     outcome) and returns every loader's outcome, the loaders tried again, and the probe. ``locks``: each
-    loader's (lock, why), :func:`loader_locks` (None: each from its pins alone)."""
+    loader's (lock, why), :func:`loader_locks` (None: each from its pins alone); ``loader_packages``: what
+    each loader's lock installs, held too (venvrecord.held_pins)."""
     record = venvrecord.read_record(venv) or {}
     had = record.get(loaderlib.RECORD_KEY) or {}
     retried = pip_failed_names(had)
@@ -133,7 +139,7 @@ def extend(
     carried = recheck_loaders(venv, {n: r for n, r in had.items() if n not in retried})
     results = {name: {**carried, **new}[name] for name in want["loaders"]}
     found = venvstate.probe(venv)
-    problem = venvrecord.probe_problem(found, venvrecord.held_pins(pins, results))
+    problem = venvrecord.probe_problem(found, venvrecord.held_pins(pins, results, loader_packages))
     if problem:
         raise Failed(f"installing the loader(s) {', '.join(new)} into {venv}: {problem}")
     entry = {

@@ -112,13 +112,20 @@ def read_record(venv: Path) -> dict | None:
     return venvprobe.read_record(venv)
 
 
-def held_pins(pins: dict[str, str], loader_results: dict | None) -> dict[str, str]:
+def held_pins(
+    pins: dict[str, str],
+    loader_results: dict | None,
+    loader_packages: dict[str, dict[str, str]] | None = None,
+) -> dict[str, str]:
     """The versions a venv must hold: its ``pins`` and the pins of each loader installed in it (status ok
-    in ``loader_results``), so that a loader still is there, at its pins."""
+    in ``loader_results``), so that a loader still is there, at its pins; and, for such a loader installed
+    from its lock, every package that lock installs (``loader_packages``: {loader: {PEP 503 name:
+    version}}, each lock's packages), so that a dependency moved under it is seen too."""
     out = dict(pins)
-    for rec in (loader_results or {}).values():
+    for name, rec in (loader_results or {}).items():
         if rec.get("status") == "ok":
             out.update(hostfacts.parse_pins([*rec.get("pins", []), "torch==" + pins["torch"]]))
+            out.update((loader_packages or {}).get(name, {}))
     return out
 
 
@@ -148,9 +155,12 @@ def probe_problem(found: dict | None, pins: dict[str, str]) -> str | None:
     return f"it holds {', '.join(wrong)}" if wrong else None
 
 
-def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict | None]:
+def plan(
+    venv: Path, want: dict, pins: dict[str, str], loader_packages: dict[str, dict[str, str]] | None = None
+) -> tuple[str, str, dict | None]:
     """``(action, reason, probe)`` with action keep, extend (keep, and install the loaders ``want`` adds:
-    :func:`added_loaders`), create or rebuild.
+    :func:`added_loaders`), create or rebuild. A kept venv must hold ``pins`` and what :func:`held_pins`
+    adds for its loaders (``loader_packages``: the packages of each loader's lock).
 
     Raises Refused for a path that exists and is neither a venv nor an empty directory: nothing that
     disklab did not make is ever deleted.
@@ -187,7 +197,7 @@ def plan(venv: Path, want: dict, pins: dict[str, str]) -> tuple[str, str, dict |
         parts = [f"{k} {record.get(k)!r} -> {want.get(k)!r}" for k in changed]
         return "rebuild", f"the venv was made from other settings: {'; '.join(parts)}", None
     found, why = venvstate.probe_or_recorded(venv, record)
-    problem = probe_problem(found, held_pins(pins, record.get(loaderlib.RECORD_KEY)))
+    problem = probe_problem(found, held_pins(pins, record.get(loaderlib.RECORD_KEY), loader_packages))
     if problem:
         return "rebuild", f"the venv matches its record but {problem}", found
     source = "probed now" if found["from"] == "probed_now" else "versions from its record"
