@@ -73,6 +73,7 @@ def one_run(inventory: Path, pyz: Path, out: Path, timeout_s: float, margin_ns: 
         "late_hosts": verdict["late_hosts"],
         "overshoot_ms": {h: (s["started_ns"] - s["at_ns"]) / 1e6 for h, s in starts.items()},
         "offset_ms": {h: c["offset_ns"] / 1e6 for h, c in doc["clock"].items()},
+        "method": {h: c["method"] for h, c in doc["clock"].items()},
         "round_trip_ms": {h: c["round_trip_ns"] / 1e6 for h, c in doc["clock"].items()},
         "playbook_wall_s": wall_s,
     }

@@ -71,6 +71,9 @@ def test_together_start_waits_for_the_start_on_the_real_clock_and_prints_its_res
     far = subprocess.run([sys.executable, "-m", "disklab_host", "together-start", "--at", str(at + 10**13)],
                          capture_output=True, text=True, timeout=30, cwd=REPO / "src")  # fmt: skip
     assert far.returncode == 2 and far.stderr.startswith("together-start: --at is 10000 s away")
+    past = subprocess.run([sys.executable, "-m", "disklab_host", "together-start", "--at", str(at // 10**9)],
+                          capture_output=True, text=True, timeout=30, cwd=REPO / "src")  # fmt: skip
+    assert past.returncode == 2 and "s past, more than the 3600 s allowed" in past.stderr  # seconds, not ns
 
 
 def test_the_offset_comes_from_the_exchange_with_the_smallest_round_trip():
@@ -94,6 +97,7 @@ def test_the_offset_comes_from_the_exchange_with_the_smallest_round_trip():
 def test_the_host_clock_is_read_from_the_last_line_and_a_date_without_ns_is_none():
     assert clock.host_ns("Welcome to host1\n1796495485623887510\n") == 1796495485623887510
     assert clock.host_ns("1796495485N\n") is None  # BSD and macOS date print %N as N
+    assert clock.host_ns("\u00b2\n") is None and clock.host_ns("\u0661\u0662\n") is None  # digits, not ASCII
     assert clock.host_ns("") is None
 
 
@@ -143,11 +147,17 @@ def test_the_spread_is_taken_on_the_controllers_clock_and_judged_with_its_bound(
     )
     with pytest.raises(ValueError, match="no clock offset for d"):
         spread({**starts, "d": at}, clocks)
+    # the latest and the earliest start are two different hosts' (or the spread is 0): one host's own
+    # uncertainty does not count twice
+    wide = {"a": HostClock(0, 6 * MS), "b": HostClock(0, MS // 10)}
+    assert spread({"a": at, "b": at}, wide)["spread_bound_ns"] == 6 * MS + MS // 10
+    assert spread({"a": at}, wide)["spread_bound_ns"] == 0
 
 
-def _clock_play(tmp_path: Path, date: str, *args: dict) -> list[dict]:
-    """lab_clock over the local connection, once with each of ``args``, with ``date`` replaced by a shell
-    script of that body; the results."""
+def _clock_play(tmp_path: Path, date: str, *args: dict, interpreter: str = sys.executable) -> list[dict]:
+    """lab_clock over the local connection, once with each of ``args`` (a failure is kept, not raised),
+    with ``date`` replaced by a shell script of that body and ``interpreter`` as the clock tasks'
+    ansible_python_interpreter; the results."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "date").write_text(f"#!/bin/sh\n{date}\n")
@@ -155,21 +165,19 @@ def _clock_play(tmp_path: Path, date: str, *args: dict) -> list[dict]:
     outs = [tmp_path / f"clock{i}.json" for i in range(len(args))]
     tasks = []
     for i, (arg, out) in enumerate(zip(args, outs, strict=True)):
+        clock, keep = {"exchanges": 5, **arg}, {"content": f"{{{{ r{i} | to_json }}}}", "dest": str(out)}
         tasks += [
-            {"name": f"clock {i}", "disklab.lab.lab_clock": {"exchanges": 5, **arg}, "register": f"r{i}"},
-            {
-                "name": f"keep {i}",
-                "ansible.builtin.copy": {"content": f"{{{{ r{i} | to_json }}}}", "dest": str(out)},
-            },
-        ]
-    (tmp_path / "play.yml").write_text(
-        json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}])
-    )
+            {"name": f"clock {i}", "disklab.lab.lab_clock": clock, "register": f"r{i}", "ignore_errors": True,
+             "vars": {"ansible_python_interpreter": interpreter}},
+            {"name": f"keep {i}", "ansible.builtin.copy": keep},
+        ]  # fmt: skip
+    play = {"hosts": "localhost", "gather_facts": False, "tasks": tasks,
+            "vars": {"ansible_python_interpreter": sys.executable}}  # fmt: skip
+    (tmp_path / "play.yml").write_text(json.dumps([play]))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "PATH": f"{bin_dir}:{os.environ['PATH']}"}  # fmt: skip
     cp = subprocess.run(
-        [ANSIBLE_PLAYBOOK, "-c", "local", "-i", "localhost,", "-e",
-         f"ansible_python_interpreter={sys.executable}", str(tmp_path / "play.yml")],
+        [ANSIBLE_PLAYBOOK, "-c", "local", "-i", "localhost,", str(tmp_path / "play.yml")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert cp.returncode == 0, cp.stdout + cp.stderr
@@ -210,3 +218,41 @@ def test_lab_clock_asks_the_hosts_python_where_date_has_no_nanoseconds(tmp_path)
     assert got["command"].startswith(f"{sys.executable} -c ") and "time.time_ns()" in got["command"]
     assert got["method"] == "one session"
     assert abs(got["offset_ns"]) <= got["uncertainty_ns"]  # the same clock as the controller's
+
+
+@pytest.mark.slow
+def test_lab_clock_refuses_a_bad_count_and_reads_auto_as_no_interpreter_named(tmp_path):
+    """Ansible's auto values for ansible_python_interpreter name no Python: the session uses the one Ansible
+    discovered, else python3, not the word "auto"; a count that is not a whole number from 1 to 100 fails
+    the task, naming it."""
+    date = "exec /bin/date +%s%N"
+    got, zero, yes, frac = _clock_play(
+        tmp_path,
+        date,
+        {},
+        {"exchanges": 0},
+        {"exchanges": True},
+        {"exchanges": 9.5},
+        interpreter="auto_silent",
+    )
+    assert got["method"] == "one session" and abs(got["offset_ns"]) <= got["uncertainty_ns"]
+    for bad, shown in ((zero, "0"), (yes, "True"), (frac, "9.5")):
+        assert (
+            bad["failed"]
+            and bad["msg"] == f"lab_clock: exchanges must be a whole number from 1 to 100, got {shown}"
+        )
+
+
+@pytest.mark.slow
+def test_a_session_that_never_answers_falls_back_and_leaves_nothing_running(tmp_path):
+    """A host Python that never starts the clock loop (here a sleep in its place): the action gives up on
+    the session after SESSION_TIMEOUT_S, kills it whole (its own process group), and exchanges a command
+    each."""
+    marker = f"{os.getpid()}{time.time_ns() % 10**6}"
+    python = tmp_path / "python-hangs"
+    python.write_text(f"#!/bin/sh\nsleep 1{marker}\n")  # not exec'd: the shell and its sleep both must go
+    python.chmod(0o755)
+    (got,) = _clock_play(tmp_path, "exec /bin/date +%s%N", {"python": str(python)})
+    assert got["method"] == "a command each" and abs(got["offset_ns"]) <= got["uncertainty_ns"]
+    left = subprocess.run(["pgrep", "-f", f"sleep 1{marker}"], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout

@@ -6,16 +6,18 @@ host package's disklab_host/together/clock.py). The exchange with the smallest r
 within half that round trip. Where chronyc answers on the host, chronyd's own bound on the host clock's
 error is read too.
 
-The first exchange is a shell command of its own (``date +%s%N``; the host's Python where date has no %N,
-as on macOS): it opens the connection. The others run in one session of the host's Python, a line each way
-per exchange (``clock.PYTHON_LOOP``), over the local connection's shell or ssh's own command line for this
-host (ansible.builtin.ssh's, sharing its ControlMaster where it has one). A command per exchange pays the
-login shell's start inside each round trip, before the host reads its clock: about 100 ms on the test
-fleet, against about 0.1 ms in one session. Another connection, a connection password, or a session that
-does not answer falls back to a command per exchange; ``method`` says which was used.
+A first exchange, a shell command of its own (``date +%s%N``; the host's Python where date has no %N, as
+on macOS), opens the connection and checks that the host prints its clock. Then ``exchanges`` exchanges run
+in one session of the host's Python, a line each way (``clock.PYTHON_LOOP``), over the local connection's
+shell or ssh's own command line for this host (ansible.builtin.ssh's, sharing its ControlMaster where it
+has one), and the first exchange is not used. A command per exchange pays the login shell's start inside
+each round trip, before the host reads its clock: about 100 ms on the test fleet, against about 0.1 ms in
+one session. Another connection, a connection password, or a session that does not answer within
+SESSION_TIMEOUT_S falls back to a command per exchange, the first one counted; ``method`` says which.
 
-Options: ``exchanges`` (how many, default 9), ``python`` (the host's Python for a date without %N; default
-the host's ansible_python_interpreter, else python3).
+Options: ``exchanges`` (how many, 1 to 100, default 9), ``python`` (the host's Python, for the session
+and for a date without %N; default the host's ansible_python_interpreter where it is a path, else the
+interpreter Ansible discovered there, else python3).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import contextlib
 import os
 import select
 import shlex
+import signal
 import subprocess
 import time
 
@@ -33,6 +36,22 @@ from ansible_collections.disklab.lab.plugins.plugin_utils import clock as _clock
 
 DEFAULT_EXCHANGES = 9
 SESSION_TIMEOUT_S = 20.0  # for the clock loop to start on the host, and for each of its answers
+END_TIMEOUT_S = 2.0  # for the session to end once its input has ended
+
+
+def host_python(given: object, task_vars: dict) -> str:
+    """The host's Python for the clock: ``given`` (the option), else ansible_python_interpreter where it
+    names one (Ansible's ``auto`` values name none), else the one Ansible discovered on the host, else
+    python3."""
+    facts = task_vars.get("ansible_facts") or {}
+    for value in (
+        given,
+        task_vars.get("ansible_python_interpreter"),
+        facts.get("discovered_interpreter_python"),
+    ):
+        if value and not str(value).startswith("auto"):
+            return str(value)
+    return "python3"
 
 
 class ActionModule(ActionBase):
@@ -51,7 +70,7 @@ class ActionModule(ActionBase):
         """The command line of one session on the host running the clock loop, or None where this connection
         cannot give one: the local connection's shell, or ssh's own command line for the connection
         (ControlMaster shared, so no new login); another connection, or a password to type, gets None."""
-        remote = f"{shlex.quote(python)} -c {shlex.quote(_clock.PYTHON_LOOP)}"
+        remote = f"exec {shlex.quote(python)} -c {shlex.quote(_clock.PYTHON_LOOP)}"
         conn = self._connection
         if conn.transport in ("local", "ansible.builtin.local"):
             return ["/bin/sh", "-c", remote]
@@ -66,17 +85,16 @@ class ActionModule(ActionBase):
 
     def _session_exchanges(self, argv: list, count: int) -> list[tuple[int, int, int]] | None:
         """``count`` exchanges in one session of the clock loop; None when the session did not answer."""
-        try:
+        try:  # its own process group: a session that does not end is killed whole
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL)  # fmt: skip
+                                    stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         except OSError:
             return None
         lines = _Lines(proc.stdout.fileno())
         try:
-            for _ in range(200):  # a login banner or an rc file's words come first
-                line = lines.next(SESSION_TIMEOUT_S)
-                if line is None or line.strip() == _clock.READY:
-                    break
+            ready = time.monotonic() + SESSION_TIMEOUT_S  # a login banner or an rc file's words come first
+            while (line := lines.next(ready - time.monotonic())) is not None and line.strip() != _clock.READY:
+                pass
             if line is None:
                 return None
             exchanges = []
@@ -97,24 +115,24 @@ class ActionModule(ActionBase):
             for stream in (proc.stdin, proc.stdout):
                 with contextlib.suppress(OSError):
                     stream.close()
-            try:
-                proc.wait(timeout=SESSION_TIMEOUT_S)
+            try:  # the loop ends at the end of its input; one that does not is killed
+                proc.wait(timeout=END_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        try:
-            count = int(self._task.args.get("exchanges", DEFAULT_EXCHANGES))
-        except (TypeError, ValueError):
-            count = 0
-        if not 1 <= count <= 100:
-            got = self._task.args.get("exchanges")
-            raise AnsibleActionFail(f"lab_clock: exchanges must be 1 to 100, got {got!r}")
-        python = self._task.args.get("python") or task_vars.get("ansible_python_interpreter") or "python3"
-        python = str(self._templar.template(python))
+        got = self._task.args.get("exchanges", DEFAULT_EXCHANGES)
+        count = int(got) if isinstance(got, str) and got.strip().isascii() and got.strip().isdigit() else got
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100:
+            raise AnsibleActionFail(f"lab_clock: exchanges must be a whole number from 1 to 100, got {got!r}")
+        python = host_python(
+            self._task.args.get("python"), {**task_vars, **self._templar.template(
+                {k: task_vars.get(k) for k in ("ansible_python_interpreter", "ansible_facts")})}
+        )  # fmt: skip
         # the first exchange is a command of its own: it opens the connection (and ssh's ControlMaster)
         command = _clock.DATE_CLOCK
         sent, received, host, said = self._exchange(command)

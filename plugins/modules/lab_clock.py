@@ -22,12 +22,15 @@ version_added: 0.3.0
 author: disklab developers (@disklab)
 options:
   exchanges:
-    description: How many exchanges to make (1 to 100).
+    description: How many exchanges the offset is taken from (1 to 100), after a first one that opens the
+      connection.
     type: int
     default: 9
   python:
     description:
-      - The host's Python, for a host whose date has no C(%N); by default its ansible_python_interpreter.
+      - The host's Python, for the session and for a host whose date has no C(%N). By default its
+        ansible_python_interpreter where that names one (not an C(auto) value), else the interpreter
+        Ansible discovered on the host, else C(python3).
     type: str
 attributes:
   check_mode:
@@ -63,7 +66,7 @@ uncertainty_ns:
   returned: success
   type: int
 exchanges:
-  description: How many exchanges were made.
+  description: How many exchanges the offset was taken from.
   returned: success
   type: int
 round_trips_ns:

@@ -7,8 +7,9 @@ back onto the controller's clock, host i started at ``c_i = started_i - offset_i
 the offset's own bound (half its exchange's round trip) plus chronyd's bound where chrony runs on the host
 (it slews the clock between the exchange and the start).
 
-The spread of the starts is ``max c_i - min c_i``. Its upper bound, ``max (c_i + u_i) - min (c_i - u_i)``,
-is what the verdict judges: a run is called together only when that bound is within ``bound_ns``;
+The spread of the starts is ``max c_i - min c_i``. Its upper bound, ``max over i != j of (c_i + u_i) -
+(c_j - u_j)`` (0 for one host: the latest and the earliest start are two hosts' or the spread is 0), is what
+the verdict judges: a run is called together only when that bound is within ``bound_ns``;
 otherwise its figures are labelled not simultaneous, as a failed cache proof labels a figure.
 """
 
@@ -62,8 +63,9 @@ def spread(starts: dict[str, int], clocks: dict[str, HostClock], late: dict[str,
     first = min(on_controller, key=on_controller.get)
     last = max(on_controller, key=on_controller.get)
     measured = on_controller[last] - on_controller[first]
-    upper = max(c + clocks[h].uncertainty_ns for h, c in on_controller.items()) - min(
-        c - clocks[h].uncertainty_ns for h, c in on_controller.items()
+    upper = _bound(
+        {h: c + clocks[h].uncertainty_ns for h, c in on_controller.items()},
+        {h: c - clocks[h].uncertainty_ns for h, c in on_controller.items()},
     )
     late_hosts = {h: ns for h, ns in sorted((late or {}).items()) if ns > 0}
     together = upper <= bound_ns and not late_hosts
@@ -85,3 +87,14 @@ def spread(starts: dict[str, int], clocks: dict[str, HostClock], late: dict[str,
         "together": together,
         "why": why,
     }
+
+
+def _bound(latest: dict[str, int], earliest: dict[str, int]) -> int:
+    """max over two different hosts i, j of ``latest[i] - earliest[j]``, at least 0: the largest the true
+    spread can be when host i's true start lies in [earliest[i], latest[i]]."""
+    if len(latest) < 2:
+        return 0
+    top = sorted(latest, key=latest.get, reverse=True)[:2]
+    low = sorted(earliest, key=earliest.get)[:2]
+    pairs = [(i, j) for i in top for j in low if i != j]
+    return max(0, max(latest[i] - earliest[j] for i, j in pairs))

@@ -32,9 +32,13 @@ PYTHON_CLOCK = "-c 'import time; print(time.time_ns())'"
 # started, then answers each line it reads with its clock in ns, until its stdin ends. A command per
 # exchange pays the login shell's start before the host reads its clock (tens to hundreds of ms over SSH,
 # more than the offset it bounds); in one session an exchange is one round trip of the connection.
+# The loop ends itself after LOOP_LIMIT_S (an alarm), so a controller that stopped waiting for it leaves
+# nothing running on the host.
 READY = "disklab-clock-ready"
+LOOP_LIMIT_S = 60
 PYTHON_LOOP = (
-    "import sys, time\n"
+    "import signal, sys, time\n"
+    f"signal.alarm({LOOP_LIMIT_S})\n"
     f"sys.stdout.write('{READY}\\n'); sys.stdout.flush()\n"
     "while sys.stdin.readline():\n"
     "    sys.stdout.write(str(time.time_ns()) + '\\n'); sys.stdout.flush()\n"
@@ -53,7 +57,7 @@ _TRACKING_FIELDS = (
 def host_ns(text: str) -> int | None:
     """The host clock a clock command printed (its last non-empty line, digits only), or None."""
     lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
-    return int(lines[-1]) if lines and lines[-1].isdigit() else None
+    return int(lines[-1]) if lines and lines[-1].isascii() and lines[-1].isdigit() else None
 
 
 def best_exchange(exchanges: list[tuple[int, int, int]]) -> dict:

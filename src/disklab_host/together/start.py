@@ -14,7 +14,8 @@ spin. A host that arrives
 after the start does not wait: it starts at once and records how late it was.
 
 Prints one result line (common.result): {"at_ns", "started_ns", "late_ns", "clock"}; ``late_ns`` is 0 when
-the host was on time. Exit status 2 on bad input, one line on stderr.
+the host was on time. Exit status 2 on bad input: argparse's usage and error for a malformed ``--at``, one
+line for a start more than LONGEST_WAIT_S away, ahead or past (a start given in s, not ns, say).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..common.result import emit as emit_result
 CLOCK = "CLOCK_REALTIME"
 SPIN_S = 0.002  # the last 2 ms are a spin on the clock, not a sleep
 SLEEP_SLICE_S = 0.5  # read the clock again at least this often while sleeping
-LONGEST_WAIT_S = 3600.0  # a start further away than this is a mistake, not a plan
+LONGEST_WAIT_S = 3600.0  # a start further away than this, ahead or past, is a mistake, not a plan
 
 
 def wait_until(at_ns: int, clock=time.time_ns, sleep=time.sleep) -> tuple[int, int]:
@@ -36,12 +37,13 @@ def wait_until(at_ns: int, clock=time.time_ns, sleep=time.sleep) -> tuple[int, i
 
     ``started_ns`` is the clock when the wait ended, never before ``at_ns``; ``late_ns`` is how far past
     ``at_ns`` the clock was already when this was called (0 when it was called in time). Raises ValueError
-    when ``at_ns`` is more than LONGEST_WAIT_S away.
+    when ``at_ns`` is more than LONGEST_WAIT_S away, ahead or past.
     """
     now = clock()
-    if at_ns - now > LONGEST_WAIT_S * 1e9:
+    if abs(at_ns - now) > LONGEST_WAIT_S * 1e9:
         away_s = (at_ns - now) / 1e9
-        raise ValueError(f"--at is {away_s:.0f} s away, more than the {LONGEST_WAIT_S:.0f} s allowed")
+        where = f"{away_s:.0f} s away" if away_s > 0 else f"{-away_s:.0f} s past"
+        raise ValueError(f"--at is {where}, more than the {LONGEST_WAIT_S:.0f} s allowed")
     if now >= at_ns:
         return now, now - at_ns
     while (remaining_s := (at_ns - clock()) / 1e9) > SPIN_S:
