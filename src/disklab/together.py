@@ -5,7 +5,10 @@ measured offset (the collection's ``lab_clock`` action; disklab_host.together.cl
 on its own clock (disklab_host.together.start) and records when it actually started, on that clock. Moved
 back onto the controller's clock, host i started at ``c_i = started_i - offset_i``, known within ``u_i``:
 the offset's own bound (half its exchange's round trip) plus chronyd's bound where chrony runs on the host
-(it slews the clock between the exchange and the start).
+(it slews the clock between the exchange and the start). What that does not cover: a step of a clock (the
+host's or the controller's) between a host's exchange and the start, which chronyd's bound, the host
+clock's error against true time at one moment, does not bound; each host's offset is measured seconds
+before the start, so only a step in those seconds would go unseen.
 
 The spread of the starts is ``max c_i - min c_i``. Its upper bound, ``max over i != j of (c_i + u_i) -
 (c_j - u_j)`` (0 for one host: the latest and the earliest start are two hosts' or the spread is 0), is what
