@@ -74,6 +74,9 @@ def test_together_start_waits_for_the_start_on_the_real_clock_and_prints_its_res
     past = subprocess.run([sys.executable, "-m", "disklab_host", "together-start", "--at", str(at // 10**9)],
                           capture_output=True, text=True, timeout=30, cwd=REPO / "src")  # fmt: skip
     assert past.returncode == 2 and "s past, more than the 3600 s allowed" in past.stderr  # seconds, not ns
+    huge = subprocess.run([sys.executable, "-m", "disklab_host", "together-start", "--at", str(10**400)],
+                          capture_output=True, text=True, timeout=30, cwd=REPO / "src")  # fmt: skip
+    assert huge.returncode == 2 and len(huge.stderr.splitlines()) == 1 and " s away, more than" in huge.stderr
 
 
 def test_the_offset_comes_from_the_exchange_with_the_smallest_round_trip():
@@ -256,3 +259,44 @@ def test_a_session_that_never_answers_falls_back_and_leaves_nothing_running(tmp_
     assert got["method"] == "a command each" and abs(got["offset_ns"]) <= got["uncertainty_ns"]
     left = subprocess.run(["pgrep", "-f", f"sleep 1{marker}"], capture_output=True, text=True)
     assert left.stdout == "", left.stdout
+
+
+def _together_play(tmp_path: Path, hosts: list[str], *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """bench/together_start.yml (playbooks/tasks/together_start.yml) on ``hosts``, each the local
+    connection, with a 3 s margin and ``args``; the play and what it kept (None when it kept nothing)."""
+    pyz, out = tmp_path / "disklab_host.pyz", tmp_path / "together.json"
+    subprocess.run([sys.executable, "-m", "disklab.ship", str(pyz)], check=True, cwd=REPO, timeout=120)
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory = {"all": {"hosts": dict.fromkeys(hosts, local)}}
+    (tmp_path / "inv.json").write_text(json.dumps(inventory))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    cp = subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "inv.json"), str(REPO / "bench" / "together_start.yml"),
+         "-e", f"together_pyz={pyz}", "-e", "disklab_together_margin_ns=3000000000",
+         "-e", f"together_out={out}", "-e", f"disklab_together_artifact={tmp_path / 'on-host.pyz'}", *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return cp, json.loads(out.read_text()) if out.exists() else None
+
+
+@pytest.mark.slow
+def test_hosts_beyond_ansibles_forks_still_start_on_time(tmp_path):
+    """Each wait starts in the background, so a fork is not held for it: three hosts, one fork, and none
+    of them late."""
+    cp, kept = _together_play(tmp_path, ["a", "b", "c"], "--forks", "1")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    starts = {h: parse(text) for h, text in kept["start"].items()}
+    assert sorted(starts) == ["a", "b", "c"]
+    assert all(s["late_ns"] == 0 and s["started_ns"] >= s["at_ns"] for s in starts.values()), starts
+    assert not list(tmp_path.glob("on-host.pyz.*.out"))  # each output file is removed once read
+
+
+@pytest.mark.slow
+def test_a_wait_that_cannot_be_started_fails_its_host_at_once_and_the_other_still_starts(tmp_path):
+    """A host whose wait's output file cannot be made (here its name holds a slash, so the file's folder
+    does not exist) fails at the start of its wait, with the shell's words, not after the poll's limit."""
+    cp, kept = _together_play(tmp_path, ["good", "bad/name"])
+    assert cp.returncode == 2
+    task = cp.stdout.split("TASK [Start the wait in the background]", 1)[1].split("TASK [", 1)[0]
+    assert "fatal: [bad/name]" in task and "on-host.pyz.bad/name." in task, task
+    assert parse(kept["start"]["good"])["late_ns"] == 0 and "bad/name" not in kept["start"]

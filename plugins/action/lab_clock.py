@@ -125,8 +125,11 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        got = self._task.args.get("exchanges", DEFAULT_EXCHANGES)
-        count = int(got) if isinstance(got, str) and got.strip().isascii() and got.strip().isdigit() else got
+        got = self._task.args.get("exchanges")
+        count = DEFAULT_EXCHANGES if got is None else got
+        digits = isinstance(count, str) and count.strip().isascii() and count.strip().isdigit()
+        if digits or (isinstance(count, float) and count.is_integer()):
+            count = int(count)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100:
             raise AnsibleActionFail(f"lab_clock: exchanges must be a whole number from 1 to 100, got {got!r}")
         python = host_python(

@@ -22,8 +22,8 @@ version_added: 0.3.0
 author: disklab developers (@disklab)
 options:
   exchanges:
-    description: How many exchanges the offset is taken from (1 to 100), after a first one that opens the
-      connection.
+    description: How many exchanges the offset is taken from (1 to 100). In one session they come after a
+      first exchange that opens the connection; with a command each, that first one is one of them.
     type: int
     default: 9
   python:

@@ -29,7 +29,7 @@ from ..common.result import emit as emit_result
 CLOCK = "CLOCK_REALTIME"
 SPIN_S = 0.002  # the last 2 ms are a spin on the clock, not a sleep
 SLEEP_SLICE_S = 0.5  # read the clock again at least this often while sleeping
-LONGEST_WAIT_S = 3600.0  # a start further away than this, ahead or past, is a mistake, not a plan
+LONGEST_WAIT_S = 3600  # a start further away than this, ahead or past, is a mistake, not a plan
 
 
 def wait_until(at_ns: int, clock=time.time_ns, sleep=time.sleep) -> tuple[int, int]:
@@ -40,10 +40,10 @@ def wait_until(at_ns: int, clock=time.time_ns, sleep=time.sleep) -> tuple[int, i
     when ``at_ns`` is more than LONGEST_WAIT_S away, ahead or past.
     """
     now = clock()
-    if abs(at_ns - now) > LONGEST_WAIT_S * 1e9:
-        away_s = (at_ns - now) / 1e9
-        where = f"{away_s:.0f} s away" if away_s > 0 else f"{-away_s:.0f} s past"
-        raise ValueError(f"--at is {where}, more than the {LONGEST_WAIT_S:.0f} s allowed")
+    if abs(at_ns - now) > LONGEST_WAIT_S * 1_000_000_000:  # whole ns: an --at of any size is an int
+        away_s = (abs(at_ns - now) + 500_000_000) // 1_000_000_000  # to the nearest s
+        where = f"{away_s} s away" if at_ns > now else f"{away_s} s past"
+        raise ValueError(f"--at is {where}, more than the {LONGEST_WAIT_S} s allowed")
     if now >= at_ns:
         return now, now - at_ns
     while (remaining_s := (at_ns - clock()) / 1e9) > SPIN_S:
