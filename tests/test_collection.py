@@ -30,6 +30,7 @@ DOC = BIN / "ansible-doc"
 PLUGIN_UTILS = {
     "clock": "src/disklab_host/together/clock.py",
     "hostnames": "src/disklab_host/common/hostnames.py",
+    "pipelines": "src/disklab_host/common/pipelines.py",
     "result": "src/disklab_host/common/result.py",
 }
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import shlex
 import signal
 import subprocess
@@ -33,6 +32,7 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.disklab.lab.plugins.plugin_utils import clock as _clock
+from ansible_collections.disklab.lab.plugins.plugin_utils.pipelines import Lines
 
 DEFAULT_EXCHANGES = 9
 SESSION_TIMEOUT_S = 20.0  # for the clock loop to start on the host, and for each of its answers
@@ -90,7 +90,7 @@ class ActionModule(ActionBase):
                                     stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         except OSError:
             return None
-        lines = _Lines(proc.stdout.fileno())
+        lines = Lines(proc.stdout.fileno(), errors="replace")
         try:
             ready = time.monotonic() + SESSION_TIMEOUT_S  # a login banner or an rc file's words come first
             while (line := lines.next(ready - time.monotonic())) is not None and line.strip() != _clock.READY:
@@ -182,24 +182,3 @@ class ActionModule(ActionBase):
             "chrony": chrony,
             "chrony_why": chrony_why,
         }
-
-
-class _Lines:
-    """Lines read from a pipe's file descriptor, each within a timeout (select(2)), decoded as UTF-8."""
-
-    def __init__(self, fd: int):
-        self.fd, self.buffer = fd, b""
-
-    def next(self, timeout_s: float) -> str | None:
-        """The next line without its newline, or None at the end of the output or after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self.buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
-                return None
-            chunk = os.read(self.fd, 65536)
-            if not chunk:
-                return None
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
-        return line.decode("utf-8", "replace")

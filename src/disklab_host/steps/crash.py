@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -33,6 +32,7 @@ from ..checkpoint import breakit, killpoint, layers, saver
 from ..checkpoint.verdict import classify
 from ..common.child import child_env, module_argv
 from ..common.facts import require_positive
+from ..common.pipelines import Lines
 from ..common.units import MIB
 
 OLD_STEP = 1000  # the good checkpoint's step; the killed save writes OLD_STEP + 1
@@ -71,26 +71,6 @@ def list_files(path: Path, fmt: str) -> list[dict]:
     return out
 
 
-class _Lines:
-    """Line reader over a pipe with a timeout (select(2)), so a stuck child cannot hang the step."""
-
-    def __init__(self, fd: int):
-        self.fd, self.buf = fd, b""
-
-    def next(self, timeout_s: float) -> str | None:
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self.buf:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
-                return None
-            chunk = os.read(self.fd, 65536)
-            if not chunk:
-                return None
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line.decode()
-
-
 class SaverServer:
     """``saver.py --serve`` as a context manager; :meth:`save` runs one save and may kill it.
 
@@ -108,7 +88,7 @@ class SaverServer:
             stderr=subprocess.PIPE,
             bufsize=0,
         )
-        self.lines = _Lines(self.proc.stdout.fileno())
+        self.lines = Lines(self.proc.stdout.fileno())
         self.plans: dict[tuple, killpoint.Plan | None] = {}
         # Why progress kills watch the file instead of stopping the saver at a call (None: they stop it).
         self.stop_unusable: str | None = killpoint.unusable()

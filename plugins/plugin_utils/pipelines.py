@@ -1,0 +1,1 @@
+../../src/disklab_host/common/pipelines.py
