@@ -47,6 +47,22 @@ def _fleet_module():
     return module
 
 
+def bring_up_fleet(hosts: int, state_root: Path, fleet_ids: range):
+    """A test fleet of ``hosts`` hosts (300 MiB workbenches) under ``state_root``, with the first fleet id
+    of ``fleet_ids`` that comes up; raises RuntimeError naming the last failures when none does."""
+    fleet_module = _fleet_module()
+    # mkfs.*, sshd, ip and losetup live in /usr/sbin or /sbin, which a non-root PATH can lack
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    os.environ["PATH"] = os.pathsep.join(path + [d for d in ("/usr/sbin", "/sbin") if d not in path])
+    errors = []
+    for fid in fleet_ids:
+        try:
+            return fleet_module.Fleet.up(hosts, state_root / f"f{fid}", fleet_id=fid, size_mib=300)
+        except (fleet_module.FleetError, ValueError) as exc:
+            errors.append(f"{fid}: {exc}")
+    raise RuntimeError(f"no test fleet could be brought up: {errors[-3:]}")
+
+
 def _timed(cmd: list[str], timeout_s: float, cpu: list[float] | None = None, **kw) -> float:
     """Run ``cmd`` to completion; its wall time in s. Raises RuntimeError on a non-zero exit.
 
@@ -213,22 +229,7 @@ def fleet_scaling(repeats: int, state_root: Path, timeout_s: float = 900) -> dic
     always takes it down. Raises RuntimeError (or the fleet's FleetError) when
     the fleet or an audit fails.
     """
-    fleet_module = _fleet_module()
-    Fleet, FleetError = fleet_module.Fleet, fleet_module.FleetError
-
-    # mkfs.*, sshd, ip and losetup live in /usr/sbin or /sbin, which a non-root PATH can lack
-    path = os.environ.get("PATH", "").split(os.pathsep)
-    os.environ["PATH"] = os.pathsep.join(path + [d for d in ("/usr/sbin", "/sbin") if d not in path])
-
-    fleet, errors = None, []
-    for fid in FLEET_IDS:
-        try:
-            fleet = Fleet.up(FLEET_HOSTS, state_root / f"f{fid}", fleet_id=fid, size_mib=300)
-            break
-        except (FleetError, ValueError) as exc:
-            errors.append(f"{fid}: {exc}")
-    if fleet is None:
-        raise RuntimeError(f"no test fleet could be brought up: {errors[-3:]}")
+    fleet = bring_up_fleet(FLEET_HOSTS, state_root, FLEET_IDS)
     reports = Path(tempfile.mkdtemp(prefix="disklab-bench-fleet-"))
     try:
         inv = str(fleet.inventory_path)

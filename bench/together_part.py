@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from common import REPO, summary
-from harness_parts import _fleet_module
+from harness_parts import bring_up_fleet
 
 from disklab.together import HostClock, spread
 from disklab_host.common.result import parse
@@ -85,19 +85,7 @@ def together_start(repeats: int, state_root: Path, timeout_s: float = 600) -> di
     Raises RuntimeError (or the fleet's FleetError) when the fleet or a run fails; the fleet is always
     taken down.
     """
-    fleet_module = _fleet_module()
-    Fleet, FleetError = fleet_module.Fleet, fleet_module.FleetError
-    path = os.environ.get("PATH", "").split(os.pathsep)
-    os.environ["PATH"] = os.pathsep.join(path + [d for d in ("/usr/sbin", "/sbin") if d not in path])
-    fleet, errors = None, []
-    for fid in FLEET_IDS:
-        try:
-            fleet = Fleet.up(HOSTS, state_root / f"f{fid}", fleet_id=fid, size_mib=fleet_module.MIN_SIZE_MIB)
-            break
-        except (FleetError, ValueError) as exc:
-            errors.append(f"{fid}: {exc}")
-    if fleet is None:
-        raise RuntimeError(f"no test fleet could be brought up: {errors[-3:]}")
+    fleet = bring_up_fleet(HOSTS, state_root, FLEET_IDS)
     work = Path(tempfile.mkdtemp(prefix="disklab-bench-together-"))
     try:
         pyz = work / "disklab_host.pyz"
