@@ -321,9 +321,7 @@ def compare_figures(
                 }
             )
     index = {fn.key: i for i, (_, fn) in enumerate(pairs)}
-    with_key = [
-        figs.SAME_SAMPLES.get(fn.key) if figs.SAME_SAMPLES.get(fn.key) in index else None for _, fn in pairs
-    ]
+    with_key = [other if (other := figs.SAME_SAMPLES.get(fn.key)) in index else None for _, fn in pairs]
     judged = verdicts.judge_many(
         [
             verdicts.Pair(
