@@ -288,7 +288,7 @@ def test_hosts_beyond_ansibles_forks_still_start_on_time(tmp_path):
     starts = {h: parse(text) for h, text in kept["start"].items()}
     assert sorted(starts) == ["a", "b", "c"]
     assert all(s["late_ns"] == 0 and s["started_ns"] >= s["at_ns"] for s in starts.values()), starts
-    assert not list(tmp_path.glob("on-host.pyz.*.out"))  # each output file is removed once read
+    assert not list(tmp_path.glob("on-host.pyz.*"))  # each output, start and ready file is removed once read
 
 
 @pytest.mark.slow
@@ -297,6 +297,6 @@ def test_a_wait_that_cannot_be_started_fails_its_host_at_once_and_the_other_stil
     does not exist) fails at the start of its wait, with the shell's words, not after the poll's limit."""
     cp, kept = _together_play(tmp_path, ["good", "bad/name"])
     assert cp.returncode == 2
-    task = cp.stdout.split("TASK [Start the wait in the background]", 1)[1].split("TASK [", 1)[0]
+    task = cp.stdout.split("TASK [Start the command in the background]", 1)[1].split("TASK [", 1)[0]
     assert "fatal: [bad/name]" in task and "on-host.pyz.bad/name." in task, task
     assert parse(kept["start"]["good"])["late_ns"] == 0 and "bad/name" not in kept["start"]

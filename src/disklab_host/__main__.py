@@ -2,8 +2,9 @@
 
 Commands: ``lab`` (the lab runner), ``preflight``, ``audit``, ``powercut`` (the
 simulator's command line), ``provision`` (the lab venv), ``stop`` (end a running
-lab) and ``together-start`` (wait for a together run's common start). Each is the
-``main(argv)`` of its module.
+lab), ``together-start`` (wait for a together run's common start), ``together-prepare`` and
+``together-load`` (a cold-start storm's shared files and one host's load in it). Each is a function
+``main(argv)`` of its module (``module:function`` names another).
 The archive's own path goes first on PYTHONPATH for every child process.
 """
 
@@ -21,6 +22,8 @@ COMMANDS = {
     "provision": "disklab_host.provision.command",
     "stop": "disklab_host.stop",
     "together-start": "disklab_host.together.start",
+    "together-prepare": "disklab_host.together.load:main_prepare",
+    "together-load": "disklab_host.together.load:main_load",
 }
 
 
@@ -33,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.update(child_env())
     os.umask(0o022)
-    return importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
+    module, _, function = COMMANDS[argv[0]].partition(":")
+    return getattr(importlib.import_module(module), function or "main")(argv[1:])
 
 
 if __name__ == "__main__":

@@ -128,6 +128,9 @@ PROFILES: dict[str, tuple[str, ...]] = {
     # the workbench is a network filesystem: sshfs (FUSE over SSH) of a directory the fleet's file server
     # exports over SFTP; NFS is not offered because this machine's kernel has no NFS client
     "netfs": ("sshfs_workbench",),
+    # netfs, but every such host mounts one export, <EXPORT_ROOT>/shared: one filesystem for all, as a
+    # fleet's clients share one NFS or Lustre directory (a together run's cold-start storm)
+    "netfs-shared": ("sshfs_workbench", "shared_export"),
 }
 # Constraints that cannot hold on one host, with the reason.
 CONFLICTS: dict[frozenset[str], str] = {
@@ -156,6 +159,7 @@ FILESERVER = "fileserver"
 FILESERVER_OCTET = 3
 EXPORT_ROOT = WORKBENCH  # in the file server's own mount namespace; <EXPORT_ROOT>/<host> is a host's export
 SSHFS = "/usr/bin/sshfs"
+SHARED_EXPORT = "shared"  # <EXPORT_ROOT>/shared: the one export every netfs-shared host mounts
 NETFS_FS = "fuse.sshfs"  # what findmnt says of a netfs host's workbench
 SSHFS_MOUNT_TIMEOUT_S = 15
 # sshfs's cache options for netfs hosts: none, as a user gets who types `sshfs host:dir mnt`. sshfs 3 then
@@ -751,7 +755,7 @@ class Fleet:
         types ``sshfs host:dir mnt`` gets none; its log is ``hosts/<host>/sshfs.log``."""
         fs = self.state["fileserver"]
         hdir = Path(h["dir"])
-        export = f"{EXPORT_ROOT}/{h['name']}"
+        export = f"{EXPORT_ROOT}/{SHARED_EXPORT if 'shared_export' in h['constraints'] else h['name']}"
         self.inside(FILESERVER, f"mkdir -p {shlex.quote(export)}").check_returncode()
         fs["exports"][h["name"]] = export
         h["export"] = f"root@{fs['address']}:{export}"

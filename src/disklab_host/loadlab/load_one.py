@@ -2,6 +2,7 @@
 
 Usage: python load_one.py METHOD PATH [PATH ...] [--model NAME --populate copy|assign
        [--decoder-config JSON]] [--state-key KEY] [--loader-knobs JSON] [--spawn-wall-ns NS] [--hold]
+       [--at NS | --start-file PATH [--ready-timeout S]]
 
 More than one PATH is a sharded safetensors model: each is loaded in turn into
 one state dict, and residency is summed over all of them.
@@ -55,8 +56,13 @@ is getrusage's ru_maxrss, the peak since this process started (imports
 included), normalised to bytes (labcommon.peak_rss_bytes); ``before`` holds the
 same right before the load call, so the load's own growth is visible.
 ``--hold`` waits for a line on stdin after printing (workers.py reads
-/proc/PID/smaps_rollup meanwhile). Interpreter start and imports are timed
-separately (``process``), never inside a stage.
+/proc/PID/smaps_rollup meanwhile). ``--at NS`` or ``--start-file PATH`` (a together run's
+cold-start storm, disklab_host.together.load) waits, after every preparation and
+just before the clock starts, for the start it gives on this host's CLOCK_REALTIME
+(together.start.start_now: PATH.ready says the process is ready), and records the
+wait as ``together``: {"at_ns", "started_ns", "late_ns", "clock"}, so every host's
+load call starts at one moment.
+Interpreter start and imports are timed separately (``process``), never inside a stage.
 """
 
 from __future__ import annotations
@@ -82,6 +88,7 @@ from ..cache import pagecache as cache  # noqa: E402
 from ..common import iorecord, noise, timesplit  # noqa: E402
 from ..common.facts import not_run, peak_rss_bytes, unavailable  # noqa: E402
 from ..common.stages import PARTIAL_METHODS, STAGES  # noqa: E402
+from ..together.start import add_start_arguments, start_now  # noqa: E402
 from . import loaders  # noqa: E402
 
 _IMPORT_NS = time.perf_counter_ns() - _IMPORT_START
@@ -497,6 +504,9 @@ def _measure(
         loader_import_s = (time.perf_counter_ns() - t0) / 1e9
     before = snapshot(held)
     before["cache"] = cache_before(paths)
+    together = None
+    if getattr(args, "at", None) is not None or getattr(args, "start_file", None) is not None:
+        together = start_now(args)  # a storm's load: every preparation is done, the clock starts next
     clock.start()
     sd, notes = load(args.method, paths, getattr(args, "state_key", None), prepared)
     clock.mark("loader_return")
@@ -552,6 +562,7 @@ def _measure(
         "stages": clock.stages,
         "probe_s": clock.probe_ns / 1e9,
         "residency_probe": "held",  # cache.HeldResidency: no probe opened the file while the clock ran
+        **({"together": together} if together is not None else {}),
         "n_tensors": len(tensors),
         "touched_bytes": touched,
         "checksum": checksum,
@@ -581,6 +592,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--spawn-wall-ns", type=int, default=0, help="parent's time.time_ns() at spawn")
     ap.add_argument("--hold", action="store_true", help="after printing, wait for a line on stdin")
     ap.add_argument("--no-io-record", action="store_true", help="leave out the I/O record (bench only)")
+    add_start_arguments(ap, required=False)  # a storm's load: its start (together.start)
     return ap.parse_args(argv)
 
 

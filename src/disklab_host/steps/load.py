@@ -322,8 +322,13 @@ def measure_one(
     model_module: str = "disklab_host.loadlab.model",
     scratch_dir: Path | None = None,
     warm_why: str | None = None,
+    start: list[str] | None = None,
 ) -> dict:
     """Set the cache state of the cell's file(s), run load_one.py once, return its record.
+
+    ``start`` (a together run's storm, disklab_host.together.load: ``["--at", NS]`` or ``["--start-file",
+    PATH, ...]``) has load_one.py start its load call at that start on this host's CLOCK_REALTIME, after
+    its imports and preparation; the record's ``together`` says when it started and how late.
 
     ``warm_why`` says why this workbench cannot keep a file warm (see
     :func:`page_cache_check`); a warm run that fails its check carries it.
@@ -359,6 +364,7 @@ def measure_one(
         cmd += ["--state-key", cell["state_key"]]
     if cell.get("loader_knobs") is not None:
         cmd += ["--loader-knobs", cell["loader_knobs"]]
+    cmd += start or []
     try:
         proc = subprocess.run(
             workers.fresh_argv(cmd),

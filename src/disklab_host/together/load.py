@@ -1,0 +1,117 @@
+"""One host's part in a cold-start storm: the shared model files, and one cold load at the common start.
+
+A together run's storm has N hosts load one copy of the model files, on shared storage, at one moment
+(disklab.storm judges what that did to each host's time). Two commands of the host package, both run with the
+lab venv's Python:
+
+- ``together-prepare --dir DIR --big-mib MIB [--seed S]``, on one host only, outside any clock: writes the
+  load lab's files (loadlab.prep, the same recipe as the load step) into DIR on the shared filesystem, or
+  keeps them when DIR already holds them; prints the manifest's summary as its result line.
+- ``together-load --dir DIR --method METHOD (--at NS | --start-file PATH) [--become-allowed]``, on each of
+  the N hosts: reads the manifest the writer left in DIR (never writing there), makes the method's file
+  cold in this host's own page cache (cache.evict) and runs one load measurement (steps.load.measure_one)
+  whose load call starts at the start given, on this host's CLOCK_REALTIME (together.start: with
+  ``--start-file``, load_one.py says it is ready once torch is imported and the files are open). Prints
+  the sample, with its cold proof and its ``together`` record (when it started, how late), as its result
+  line.
+
+Only the big file's methods that reach every readiness stage up to ``all_touched`` through a whole state dict
+are offered (:data:`METHODS`): a storm times first_response and all_touched. The file server's own page cache
+is not this host's to empty or see; the controller states it. Exit status 2 on bad input, in one line: a
+method this offers not, a directory without the writer's manifest, a start more than an hour away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+from ..common.result import emit as emit_result
+from .start import add_start_arguments, check_at
+
+# The storm's methods, each with the file it loads (the load step's BIG_CELLS, less one-tensor, which
+# returns one tensor and so reaches neither first_response nor a whole all_touched).
+METHODS = {
+    "torch.load": "big_pt",
+    "torch.load-mmap": "big_pt",
+    "load_file": "big_safetensors",
+    "load_file+willneed": "big_safetensors",
+}
+
+
+def read_manifest(directory: Path) -> dict:
+    """The writer's manifest in ``directory``; ValueError naming the directory when it has none."""
+    from ..loadlab import prep
+
+    manifest = prep._read_manifest(directory / prep.MANIFEST)
+    if manifest is None or "big_model" not in manifest:
+        raise ValueError(
+            f"{directory} holds no model files of a together run (no {prep.MANIFEST}): "
+            "together-prepare writes them on one host first"
+        )
+    return manifest
+
+
+def prepare(directory: Path, big_mib: int, seed: int) -> dict:
+    """Write (or keep) the model files in ``directory``; the manifest's summary for the result line."""
+    from ..loadlab import prep
+
+    cfg = {"sizes": {"load_big_mib": big_mib, "load_small_full_size": 0}, "prep_seed": seed}
+    manifest = prep.prepare(cfg, directory)
+    files = {k: {"path": v["path"], "size_bytes": v["size_bytes"]} for k, v in manifest["files"].items()}
+    return {"dir": str(directory), "reused": manifest["reused"], "prep_s": manifest["prep_s"], "files": files}
+
+
+def cold_sample(directory: Path, method: str, args: argparse.Namespace, become_allowed: bool) -> dict:
+    """One cold load of ``method``'s file in ``directory``, started as ``args`` say (together.start's
+    arguments)."""
+    from ..steps import load
+
+    if args.at is not None:
+        check_at(args.at, time.time_ns())  # refused before the file is evicted, not inside load_one.py
+        start = ["--at", str(args.at)]
+    else:
+        start = ["--start-file", str(args.start_file), "--ready-timeout", str(args.ready_timeout)]
+    manifest = read_manifest(directory)
+    plan, _ = load.cell_plan(manifest)
+    (cell,) = [c for c in plan if c["file"] == METHODS[method] and c["method"] == method]
+    cfg = {"become_allowed": become_allowed, "system": platform.system()}
+    return load.measure_one(cell, "cold", cfg=cfg, start=start)
+
+
+def main_prepare(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="disklab_host together-prepare", description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, required=True, help="the directory on the shared filesystem")
+    ap.add_argument("--big-mib", type=int, required=True, help="the big model's size in MiB (load_big_mib)")
+    ap.add_argument("--seed", type=int, default=0, help="the files' seed (prep_seed)")
+    args = ap.parse_args(argv)
+    try:
+        summary = prepare(args.dir, args.big_mib, args.seed)
+    except ValueError as exc:
+        print(f"together-prepare: {exc}", file=sys.stderr)
+        return 2
+    emit_result(summary)
+    return 0
+
+
+def main_load(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="disklab_host together-load", description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, required=True, help="the directory the writer prepared")
+    ap.add_argument("--method", choices=sorted(METHODS), required=True)
+    add_start_arguments(ap)
+    ap.add_argument("--become-allowed", action="store_true", help="eviction may use sudo -n (drop_caches)")
+    args = ap.parse_args(argv)
+    try:
+        sample = cold_sample(args.dir, args.method, args, args.become_allowed)
+    except ValueError as exc:
+        print(f"together-load: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # load_one.py failed: its stderr's last line says why
+        lines = str(exc).strip().splitlines()
+        print(f"together-load: {args.method} failed: {lines[-1] if lines else exc}", file=sys.stderr)
+        return 1
+    emit_result({"sample": sample})
+    return 0

@@ -1,0 +1,157 @@
+"""A cold-start storm's figures (disklab.storm) from rounds made by hand, and the start file a host's command
+waits on (disklab_host.together.start); the storm itself runs on the test fleet in test_fleet_together.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from disklab import storm
+from disklab_host.common.result import parse
+from disklab_host.together import start
+
+S = 1_000_000_000
+MIB = 1024 * 1024
+
+
+def _host(offset_ns: int, started_ns: int, first_s: float, all_s: float, *, late_ns: int = 0, state="cold"):
+    """One host's record of a round: its clock (offset, 0.1 ms uncertainty) and its sample."""
+    return {
+        "clock": {"offset_ns": offset_ns, "uncertainty_ns": 100_000},
+        "sample": {
+            "together": {"at_ns": started_ns - late_ns, "started_ns": started_ns, "late_ns": late_ns},
+            "cache_state": state,
+            "file_size_bytes": 64 * MIB,
+            "stages": {"first_response": {"time_s": first_s}, "all_touched": {"time_s": all_s}},
+        },
+    }
+
+
+def test_the_first_n_hosts_in_natural_order_and_n_doubles_up_to_the_clients():
+    hosts = ["node10", "node2", "node1", "node3"]
+    assert storm.chosen(hosts, 2) == ["node1", "node2"] and storm.chosen(hosts, 4)[-1] == "node10"
+    assert storm.ns(1) == [1] and storm.ns(4) == [1, 2, 4] and storm.ns(6) == [1, 2, 4, 6]
+    with pytest.raises(ValueError, match="between 1 and the 4 clients"):
+        storm.chosen(hosts, 5)
+    with pytest.raises(ValueError, match="at least one client"):
+        storm.ns(0)
+
+
+def test_a_round_is_timed_on_the_controllers_clock_from_its_first_start():
+    """host1's clock is 5 s ahead: its start, moved back by its offset, is 1 ms after host0's. First done is
+    host0's end (1 s after the first start); last done is host1's (1 ms + 3 s); the aggregate is both files
+    over that."""
+    t0 = 1_700_000_000 * S
+    rnd = {
+        "n": 2,
+        "method": "torch.load",
+        "hosts": {"host0": _host(0, t0, 0.5, 1.0), "host1": _host(5 * S, t0 + 5 * S + 1_000_000, 2.0, 3.0)},
+    }
+    fig = storm.round_figures(rnd)
+    assert fig["spread"]["spread_ns"] == 1_000_000 and fig["spread"]["together"]
+    at = fig["stages"]["all_touched"]
+    assert at["time_s"] == {"host0": 1.0, "host1": 3.0}
+    assert at["first_done_s"] == pytest.approx(1.0) and at["last_done_s"] == pytest.approx(3.001)
+    assert at["aggregate_bytes_per_s"] == pytest.approx(2 * 64 * MIB / 3.001)
+    assert at["median_s"] == 2.0
+    assert "aggregate_bytes_per_s" not in fig["stages"]["first_response"]  # bytes read are unknown there
+    assert fig["cold"] and fig["not_cold"] == {} and fig["failed"] == {}
+
+
+def test_a_round_says_which_hosts_were_not_cold_started_late_or_failed():
+    t0 = 1_700_000_000 * S
+    rnd = {
+        "n": 3,
+        "method": "load_file",
+        "hosts": {
+            "h0": _host(0, t0, 0.5, 1.0),
+            "h1": _host(0, t0 + 40_000_000, 0.5, 1.0, late_ns=40_000_000, state="cold_unverified"),
+            "h2": {"failed": "together-load: load_file failed: OSError: [Errno 5] Input/output error"},
+        },
+    }
+    fig = storm.round_figures(rnd)
+    assert fig["failed"] == {"h2": "together-load: load_file failed: OSError: [Errno 5] Input/output error"}
+    assert not fig["cold"] and fig["not_cold"] == {"h1": "cold_unverified"}
+    assert not fig["spread"]["together"] and fig["spread"]["late_hosts"] == {"h1": 40_000_000}
+    assert list(fig["stages"]["all_touched"]["time_s"]) == ["h0", "h1"] and fig["hosts"] == ["h0", "h1", "h2"]
+    nobody = storm.round_figures({"n": 1, "method": "load_file", "hosts": {"h0": {"failed": "gone"}}})
+    assert nobody["stages"] == {} and nobody["spread"] is None and not nobody["cold"]
+
+
+def test_slowdown_against_n_1_the_doubling_n_and_where_mapped_loading_falls_behind():
+    t0 = 1_700_000_000 * S
+
+    def rounds(method, times):  # times: {N: per-host all_touched time}
+        return [
+            {"n": n, "method": method, "hosts": {f"h{i}": _host(0, t0, t / 2, t) for i in range(n)}}
+            for n, t in times.items()
+        ]
+
+    fig = storm.figures(
+        rounds("torch.load", {1: 1.0, 2: 1.5, 4: 1.9}) + rounds("torch.load-mmap", {1: 0.8, 2: 1.6, 4: 4.0})
+    )
+    eager, mapped = fig["methods"]["torch.load"], fig["methods"]["torch.load-mmap"]
+    assert eager["all_touched"]["median_s"] == {1: 1.0, 2: 1.5, 4: 1.9}
+    assert eager["all_touched"]["doubling_n"] is None  # 1.9 s is not twice 1.0 s
+    assert mapped["all_touched"]["doubling_n"] == 2 and mapped["all_touched"]["reference_s"] == 0.8
+    four = next(r for r in fig["rounds"] if r["method"] == "torch.load-mmap" and r["n"] == 4)
+    assert four["stages"]["all_touched"]["slowdown"] == {f"h{i}": pytest.approx(5.0) for i in range(4)}
+    assert fig["mapped_behind"] == {"torch.load-mmap": 2}  # 1.6 s against 1.5 s at N = 2, ahead at N = 1
+    assert storm.doubling_n({2: 1.0}) is None  # no N = 1 to double
+
+
+def test_the_start_file_is_read_once_ready_and_refused_when_late_or_malformed(tmp_path):
+    path = tmp_path / "start"
+    clock = iter(range(0, 100))
+
+    def sleep(_):
+        if not path.exists() and (tmp_path / "start.ready").exists():
+            path.write_text("1234567890123456789\n")
+
+    assert start.await_start_file(path, 10, now=lambda: next(clock), sleep=sleep) == 1234567890123456789
+    assert (tmp_path / "start.ready").exists()
+    path.write_text("17e18\n")
+    with pytest.raises(ValueError, match=r"holds '17e18', not a start in ns"):
+        start.await_start_file(path, 10)
+    never = tmp_path / "never"
+    with pytest.raises(TimeoutError, match=r"no start was written to .*never within 0.05 s of being ready"):
+        start.await_start_file(never, 0.05)
+
+
+def test_together_start_with_a_start_file_waits_until_told_then_starts_on_time(tmp_path):
+    path = tmp_path / "start"
+    env_path = str(REPO / "src")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "disklab_host", "together-start", "--start-file", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"},
+    )
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "start.ready").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+        time.sleep(0.01)
+    at = time.time_ns() + 300_000_000
+    (tmp_path / "start.tmp").write_text(f"{at}\n")
+    (tmp_path / "start.tmp").rename(path)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    got = parse(out)
+    assert got["at_ns"] == at and got["late_ns"] == 0 and got["started_ns"] >= at
+    # no start file in time: one line, exit status 3
+    late = subprocess.run(
+        [sys.executable, "-m", "disklab_host", "together-start", "--start-file", str(tmp_path / "x")]
+        + ["--ready-timeout", "0.1"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"},
+        timeout=30,
+    )
+    assert late.returncode == 3 and late.stderr.strip().startswith("together-start: no start was written to ")
+    assert Path(tmp_path / "x.ready").exists()
