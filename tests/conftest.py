@@ -220,6 +220,7 @@ LONGEST_FIRST = (
     "test_fleet_users_world",
     "test_fleet_lab",
     "test_fleet_netfs",
+    "test_fleet_together",
     "test_load",
     "test_playbook_local",
     "test_loaders",

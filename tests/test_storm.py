@@ -1,8 +1,11 @@
-"""A cold-start storm's figures (disklab.storm) from rounds made by hand, and the start file a host's command
-waits on (disklab_host.together.start); the storm itself runs on the test fleet in test_fleet_together.py."""
+"""A cold-start storm's figures (disklab.storm) from rounds made by hand, the start file a host's command
+waits on (disklab_host.together.start), and a together run stored and rendered from what its playbook would
+send (disklab.togetherrun, disklab.togetherpage); the storm itself runs on the test fleet in
+test_fleet_together.py."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -11,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from disklab import storm
+from disklab import report, stored, storm, togetherpage, togetherrun
+from disklab.runner import HostOutcome
 from disklab_host.common.result import parse
 from disklab_host.together import start
 
@@ -155,3 +159,94 @@ def test_together_start_with_a_start_file_waits_until_told_then_starts_on_time(t
     )
     assert late.returncode == 3 and late.stderr.strip().startswith("together-start: no start was written to ")
     assert Path(tmp_path / "x.ready").exists()
+
+
+def _sent(tmp_path: Path, records: dict, clients=("h0", "h1", "h2"), ns=(1, 2, 3)) -> Path:
+    """A staging directory holding what playbooks/together.yml sends: together.json."""
+    staging = tmp_path / "staging"
+    staging.mkdir(parents=True)
+    shared_wb = {"requested_path": "/wb", "fstype": "nfs4", "source": "srv:/export", "mount_point": "/wb",
+                 "flags": {"network_or_fuse": {"state": "set"}}}  # fmt: skip
+    sent = {
+        "clients": list(clients),
+        "settings": {
+            "methods": ["torch.load"],
+            "ns": list(ns),
+            "big_mib": 18,
+            "margin_ms": 2000,
+            "bound_ms": 10.0,
+            "dir": "/wb/disklab-together",
+        },  # fmt: skip
+        "storage_servers": [],
+        "workbench": dict.fromkeys(clients, shared_wb),
+        "records": records,
+    }
+    (staging / togetherrun.INCOMING).write_text(json.dumps(sent))
+    return staging
+
+
+def _rec(n: int, host_i: int, t0: int, late_ns: int = 0) -> dict:
+    rec = _host(0, t0 + host_i * 1_000_000 + late_ns, 0.5 * n, 1.0 * n, late_ns=late_ns)
+    rec["sample"]["together"]["clock"] = "CLOCK_REALTIME"
+    return {"n": n, "method": "torch.load", **rec}
+
+
+def test_a_together_run_is_stored_once_with_each_hosts_outcome_and_its_page_says_what_it_knows(tmp_path):
+    """h2 failed every load (partial), h1 started late at N = 3 (not simultaneous); the server's cache is
+    unknown, and the page says so; a run is never written over, and one with no round is not stored."""
+    t0 = 1_700_000_000 * S
+    records = {
+        "h0": [_rec(1, 0, t0), _rec(2, 0, t0 + 10 * S), _rec(3, 0, t0 + 20 * S)],
+        "h1": [_rec(2, 1, t0 + 10 * S), _rec(3, 1, t0 + 20 * S, late_ns=30_000_000)],
+        "h2": [{"n": 3, "method": "torch.load", "failed": "together-load: torch.load failed: EIO"}],
+    }
+    reports = tmp_path / "reports"
+    outcomes = {h: HostOutcome(host=h) for h in ("h0", "h1", "h2")}
+    status = togetherrun.store(
+        reports, "20261205T120000Z", tmp_path / "inv.yml", outcomes, _sent(tmp_path, records)
+    )
+    assert status == {"h0": "ok", "h1": "ok", "h2": "partial"}
+    (path,) = togetherrun.runs(reports)
+    doc = stored.read(path, "together")
+    assert doc["hosts"]["h2"] == {"status": "partial", "task": "The cold-start storm",
+                                  "message": "together-load: torch.load failed: EIO"}  # fmt: skip
+    assert doc["storage_server"]["state"] == "unknown"
+    with pytest.raises(FileExistsError):
+        togetherrun.store(
+            reports, "20261205T120000Z", tmp_path / "inv.yml", {}, _sent(tmp_path / "again", records)
+        )
+    assert (
+        togetherrun.store(reports, "20261205T130000Z", tmp_path / "inv.yml", {}, _sent(tmp_path / "none", {}))
+        == {}
+    )
+    assert togetherrun.runs(reports) == [path]
+
+    summary = togetherpage.render(reports, report.environment())
+    page = (reports / "together.md").read_text()
+    assert summary["run_id"] == "20261205T120000Z" and summary["ns"] == [1, 2, 3] and summary["rounds"] == 3
+    assert summary["not_simultaneous"] == 1  # N = 3: h1 was late
+    assert (
+        "**The file server's page cache: unknown**: no host of the inventory's disklab_storage_servers"
+        in page
+    )
+    assert "every client's workbench is `nfs4` from `srv:/export`, network storage" in page
+    assert "| 3 | `torch.load` | **not simultaneous**: started late: h1 by 30.0 ms |" in page
+    assert "| 3 | `torch.load` | | | failed | h2: together-load: torch.load failed: EIO |" in page
+    assert 'h2 partial at "The cold-start storm"' in page
+    # N = 1 took 1 s, N = 2 2 s (each host's time is N s here): the time doubles at N = 2
+    assert "| `torch.load` | all_touched | 1.000 s | 2.000 s | 3.000 s | N = 2 |" in page
+    assert (reports / "together.png").is_file() and (reports / "together.html").is_file()
+
+
+def test_a_client_that_ran_no_round_it_was_in_is_failed_where_ansible_said_nothing(tmp_path):
+    """Plain ansible-playbook stores without Ansible's outcomes: a client in a round with no record failed."""
+    t0 = 1_700_000_000 * S
+    records = {"h0": [_rec(1, 0, t0), _rec(2, 0, t0 + 10 * S)], "h1": []}
+    status = togetherrun.store(
+        tmp_path / "r",
+        "20261205T120000Z",
+        tmp_path / "i",
+        {},
+        _sent(tmp_path, records, ("h0", "h1", "h2"), (1, 2)),
+    )
+    assert status == {"h0": "ok", "h1": "failed", "h2": "ok"}  # h2 is in no round of N = 1 or 2

@@ -353,6 +353,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ansible_options(audit)
     audit.set_defaults(func=lambda a: orchestrate.playbook_started(a, "audit.yml", "audits"))
 
+    tog = command(
+        "together",
+        help="a together run: every host, a client of one shared filesystem, loads the model cold at one "
+        "common start, for N = 1, 2, 4, ... hosts (the cold-start storm); stores it and renders together.md",
+        epilog=_PASSTHROUGH_EPILOG,
+    )
+    tog.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY), help="default: this machine only")
+    _add_ansible_options(tog)
+    tog.set_defaults(func=lambda a: orchestrate.playbook_started(a, "together.yml", "together"))
+
     doc = command(
         "doctor",
         help="how quiet each host is for measuring (the audit's pyperf-style checks, with advice): changes "
@@ -435,14 +445,14 @@ def build_parser() -> argparse.ArgumentParser:
         "playbook-begin", description="(run by the playbooks under plain ansible-playbook) a run id"
     )
     begin.add_argument("--run-id", help="use this run id (its finished results are fetched later)")
-    begin.add_argument("--kind", choices=("runs", "audits"), default="runs")
+    begin.add_argument("--kind", choices=("runs", "audits", "together"), default="runs")
     begin.add_argument("--inventory", default=str(DEFAULT_INVENTORY))
     begin.set_defaults(func=orchestrate.playbook_begin)
     st = command(
         "playbook-store", description="(run by the playbooks under plain ansible-playbook) store and render"
     )
     st.add_argument("--run-id", required=True)
-    st.add_argument("--kind", choices=("runs", "audits"), required=True)
+    st.add_argument("--kind", choices=("runs", "audits", "together"), required=True)
     st.add_argument("--inventory", required=True)
     st.add_argument(
         "--hosts",

@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from disklab import console, ownership, passthrough, room, runner, ship, store
+from disklab import console, ownership, passthrough, room, runner, ship, store, stored, togetherrun
 from disklab.runner import HostOutcome, ansible_path
 from disklab.usage import UsageError
 from disklab_host.common.lock import LockHeld, RunLock
@@ -153,7 +153,13 @@ def _recover_leftovers(reports: Path, inventory: Path, but: str) -> None:
         where = Path(left.owner.get("inventory") or inventory)
         started = left.owner.get("started_utc", "?")
         said = f"run {left.run_id} (started {started} UTC) stopped before it was stored"
-        if left.fetched:
+        if kind == "together":
+            staging = store.incoming_dir(reports, left.run_id)
+            status = togetherrun.store(reports, left.run_id, where, {}, staging)
+            if status:
+                store.record_invocation(reports, left.run_id, kind, where, status)
+            print(f"disklab: {said}; stored what it had sent: {console.text(str(status))}", file=sys.stderr)
+        elif left.fetched:
             status = store.store_fetched(reports, left.run_id, kind, {})
             store.record_invocation(reports, left.run_id, kind, where, status)
             hosts = ", ".join(f"{h} {s}" for h, s in status.items())
@@ -189,7 +195,7 @@ def _ara_vars(kind: str, run_id: str) -> dict:
     """ARA's name and labels of the playbook (where its callback is enabled), so that a run in ARA can be
     matched to its reports. ARA reads them as they are, untemplated, at each play's start: extra vars here
     replace the playbooks' own (which have no run id)."""
-    what = {"runs": "lab run", "audits": "audit", "stop": "stop"}[kind]
+    what = {"runs": "lab run", "audits": "audit", "stop": "stop", "together": "together run"}[kind]
     return {
         "ara_playbook_name": f"disklab {what} {run_id}",
         "ara_playbook_labels": ["disklab", f"kind:{kind}", f"run:{run_id}"],
@@ -327,7 +333,16 @@ def store_and_render(
             f"{where}: the results of {', '.join(short)} stay on the hosts, not fetched; {then}"
         )
     with room.guard(reports, unstored):
-        status = store.store_fetched(reports, run_id, kind, outcomes, fetched=fetched)
+        if kind == "together":  # one file for the whole run (disklab.togetherrun), not one per host
+            try:
+                status = togetherrun.store(reports, run_id, inventory, outcomes, staging)
+            except stored.StoredFileError as exc:
+                status = {h: o.status for h, o in sorted(outcomes.items())}
+                kept = f"what the hosts sent stays in {staging}"
+                return status, [f"together run {run_id} is not stored: {exc}; {kept}"]
+            store.discard_incoming(reports, run_id)
+        else:
+            status = store.store_fetched(reports, run_id, kind, outcomes, fetched=fetched)
         if status and fetched:
             store.record_invocation(reports, run_id, kind, inventory, status)
     if not status:
@@ -357,7 +372,10 @@ def _say_stored(
         print(console.text(f"{host}: {outcome.status}{where}"))
     for error in failed:
         print(f"disklab report: {console.text(error)}", file=sys.stderr)
-    what = "lab run" if kind == "runs" else "audit"
+    what = {"runs": "lab run", "together": "together run"}.get(kind, "audit")
+    if kind == "together" and togetherrun.path(reports, run_id).is_file():
+        stored_as = togetherrun.path(reports, run_id)
+        print(f"{what} {run_id}: stored as {stored_as}; its page: {reports}/together.md")
     if not fetched:  # --tags provision, --tags audit, --skip-tags fetch
         kept = [
             f"{said} of {', '.join(hosts)}"

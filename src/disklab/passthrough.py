@@ -137,7 +137,7 @@ def parse_extra(value: str, where: str = "-e") -> tuple[dict, str | None]:
 
 
 # The prefixes of the settings the roles declare (a list or mapping among them is typed by the role's spec).
-_OWN_PREFIXES = ("lab_run_", "lab_venv_", "host_audit_", "disklab_")
+_OWN_PREFIXES = ("lab_run_", "lab_venv_", "host_audit_", "together_", "disklab_")
 
 
 def _refuse_bracketed(doc: Mapping, where: str) -> None:

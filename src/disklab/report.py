@@ -36,6 +36,7 @@ from disklab import (
     reportpool,
     store,
     stored,
+    togetherpage,
     verdicts,
 )
 from disklab.fsio import atomic_write_text
@@ -513,10 +514,15 @@ INDEX_PAGES = ("index.md", "index.html", fleet.FLEET_PAGE, "fleet.html", STATIST
 
 
 def render_index(
-    reports: Path, rows: list[dict], env: jinja2.Environment, renderer: str | None = None
+    reports: Path,
+    rows: list[dict],
+    env: jinja2.Environment,
+    renderer: str | None = None,
+    together: dict | None = None,
 ) -> Path:
     """Write ``reports/index.md`` (one row per host) and beside it ``reports/fleet.md`` (disklab.fleet), each
-    with its HTML twin (``index.html``, ``fleet.html``); returns the path of ``index.md``.
+    with its HTML twin (``index.html``, ``fleet.html``); returns the path of ``index.md``. ``together``: the
+    newest together run's summary (disklab.togetherpage.render), for the fleet page's Together section.
 
     With ``renderer`` (:func:`renderer_stamp`), the four pages are left as they are when they exist and
     ``.index.sha256`` holds the digest of that renderer, the rows and the fleet plots: they are a pure
@@ -524,7 +530,7 @@ def render_index(
     at 500 hosts, most of a re-render with nothing changed).
     """
     plots = fleet.plots(reports, rows)  # a missing plot is drawn again either way
-    key = None if renderer is None else reportcache.index_key(renderer, rows, plots)
+    key = None if renderer is None else reportcache.index_key(renderer, rows, plots, together)
     if key is not None and reportcache.index_current(reports, key, INDEX_PAGES):
         return reports / "index.md"
     reportcache.forget_index(reports)
@@ -539,6 +545,7 @@ def render_index(
         plots=plots,
         columns=len(hosts) <= fleet.MAX_COLUMNS,
         max_columns=fleet.MAX_COLUMNS,
+        together=together,
     )
     text = tidy_markdown(text)
     atomic_write_text(reports / fleet.FLEET_PAGE, text)
@@ -550,6 +557,7 @@ def render_index(
         answers=fleet.answers(rows),
         fleet_page=fleet.FLEET_PAGE,
         picture=plots["sync"],
+        together=together,
     )
     text = tidy_markdown(text)
     written = atomic_write_text(reports / "index.md", text)
@@ -604,7 +612,14 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
         if _mtime(report_md) != before[host]:
             written.append(report_md)
     rows += unstored_rows(reports)
-    written.append(render_index(reports, rows, env, renderer))
+    together = None
+    try:
+        together = togetherpage.render(reports, env)
+    except stored.StoredFileError as exc:
+        errors.append(f"the Together page is not rendered: {exc}")
+    if together is not None:
+        written.append(reports / together["page"])
+    written.append(render_index(reports, rows, env, renderer, together))
     return written, errors
 
 

@@ -95,9 +95,11 @@ def remember_row(host_dir: Path, stamp: str, row: dict) -> None:
     stored.write(host_dir / STAMP_FILE, "render_stamp", {"stamp": stamp, "index_row": row}, overwrite=True)
 
 
-def index_key(renderer: str, rows: list[dict], plots: dict) -> str:
-    """The digest of what the index and fleet pages are rendered from: the renderer, the rows, the plots."""
-    inputs = json.dumps([renderer, rows, plots], sort_keys=True, default=str)
+def index_key(renderer: str, rows: list[dict], plots: dict, together: dict | None = None) -> str:
+    """The digest of what the index and fleet pages are rendered from: the renderer, the rows, the plots,
+    and the newest together run's summary (disklab.togetherpage)."""
+    inputs = [renderer, rows, plots] + ([together] if together else [])
+    inputs = json.dumps(inputs, sort_keys=True, default=str)
     return hashlib.sha256(inputs.encode()).hexdigest()
 
 

@@ -331,6 +331,13 @@ def run_playbook(
             host.status = "unreachable"
         elif name in stats.get("failures", {}) and host.status == "ok":
             host.status = "failed"
+        elif (
+            host.status == "failed"
+            and name not in stats.get("failures", {})
+            and name in stats.get("rescued", {})
+        ):
+            # every failure of this host was rescued by its block (a together round keeps why): it ran on
+            host.status, host.task, host.message, host.role = "ok", None, None, None
     kept = Path(artifact_dir) / Path(playbook).stem if artifact_dir else None
     return PlaybookRun(
         rc=r.rc,

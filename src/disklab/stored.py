@@ -425,6 +425,7 @@ UPDATES: dict[str, dict[int, Callable[[dict], None]]] = {
     "failure": {2: _run_kind_update_to_2},
     "run_record": {2: _run_kind_update_to_2},
     "render_stamp": {2: _nothing},
+    "together": {},
 }
 
 # Kinds that hold facts: their facts carry a version of their own and are upgraded by the facts chain.

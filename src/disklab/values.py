@@ -43,9 +43,11 @@ TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 # Key suffixes of sizes, rates and counts of units: never negative.
 NONNEGATIVE_UNITS = ("bytes", "kib", "mib", "gib", "kb", "mb", "mib_s", "pages")
 # Keys with a time unit that hold a point in time, not a duration (a file's st_mtime_ns, say).
-POINTS_IN_TIME = frozenset({"mtime_ns", "ctime_ns", "atime_ns"})
+POINTS_IN_TIME = frozenset({"mtime_ns", "ctime_ns", "atime_ns", "at_ns", "started_ns"})
 # Durations taken between two readings of the wall clock, which can step back: any sign.
 SIGNED = frozenset({"spawn_to_main_s", "spawn_wall_ns"})
+# Differences between two clocks (a host's clock offset to the controller's, chronyd's system time): any sign.
+SIGNED |= {"offset_ns", "system_time_s"}
 
 
 class NotANumber:

@@ -69,6 +69,9 @@ run_record (reports/.runs/<run_id>.json)
 render_stamp (reports/<host>/.rendered.json)
   1: no version.
   2: file_kind, schema_version.
+together (reports/.together/<run_id>.json: a together run, disklab.togetherrun)
+  1: clients, each host's status, the settings, the storage server's cache state, each client's workbench
+     and its cold-start storm rounds (disklab.storm).
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ VERSIONS: dict[str, int] = {
     "failure": 2,
     "run_record": 2,
     "render_stamp": 2,
+    "together": 1,
 }
 
 

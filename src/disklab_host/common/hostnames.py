@@ -27,9 +27,11 @@ import string
 
 # Characters kept as they are: a conservative set that means nothing to a shell, a filesystem or markdown.
 SAFE = frozenset(string.ascii_letters + string.digits + "-_.")
-# Names at the top of the reports directory that are not hosts (disklab.report, disklab.fleet).
+# Names at the top of the reports directory that are not hosts (disklab.report, disklab.fleet,
+# disklab.togetherpage).
 RESERVED = (
-    "index.md", "fleet.md", "fleet-plots", "index.html", "fleet.html", "statistics.md", "statistics.html"
+    "index.md", "fleet.md", "fleet-plots", "index.html", "fleet.html", "statistics.md", "statistics.html",
+    "together.md", "together.html", "together.png",
 )  # fmt: skip
 # The longest encoded name: a file name is at most 255 bytes, and ``<encoded>.json`` and temp names add some.
 MAX_ENCODED_BYTES = 200

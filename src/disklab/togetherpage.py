@@ -1,0 +1,119 @@
+"""The fleet's Together page: the newest stored together run (disklab.togetherrun), as reports/together.md
+and its HTML twin, with a plot of each method's per-host time against N.
+
+What the page states, from the stored run alone: the clients and their one shared filesystem (from each
+client's audit), the storage server's page cache (unknown unless stated; never "cold" without where), each
+round's spread of the starts with its uncertainty and whether it was together within the run's bound, each
+round's cold proofs, each host's time and slowdown, first and last done, the aggregate, the N at which
+each method's per-host time doubles, and where a mapped method falls behind torch.load's eager reads
+(disklab.storm).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from disklab import htmlpage, plotting, stored, storm, togetherrun
+from disklab_host.common.fsio import atomic_write_text
+
+PAGE = "together.md"
+PLOT = "together.png"
+TEMPLATE = "together.md.j2"
+NAV = [("fleet index", "index.html"), ("fleet side by side", "fleet.html"), ("markdown", PAGE)]
+
+
+def rounds_of(doc: dict) -> list[dict]:
+    """The stored records as disklab.storm's rounds: one per (N, method), in the run's order."""
+    rounds: dict[tuple, dict] = {}
+    for host in doc["clients"]:
+        for rec in doc["records"].get(host) or []:
+            key = (rec["n"], rec["method"])
+            rnd = rounds.setdefault(key, {"n": key[0], "method": key[1], "hosts": {}})
+            rnd["hosts"][host] = {k: rec[k] for k in ("clock", "sample", "failed") if k in rec}
+    order = {m: i for i, m in enumerate(doc["settings"]["methods"])}
+    return sorted(rounds.values(), key=lambda r: (r["n"], order.get(r["method"], len(order))))
+
+
+def context(doc: dict) -> dict:
+    """What together.md.j2 renders: the stored run, and disklab.storm's figures of it."""
+    bound_ns = round(doc["settings"]["bound_ms"] * 1e6)
+    fig = storm.figures(rounds_of(doc), bound_ns)
+    workbenches = {h: w for h, w in doc["workbench"].items() if w}
+    shared = {(w["fstype"], w["source"]) for w in workbenches.values()}
+    return {
+        "doc": doc,
+        "figures": fig,
+        "ns": sorted({r["n"] for r in fig["rounds"]}),
+        "shared": sorted(shared)[0] if len(shared) == 1 else None,
+        "network": all(w["network"] for w in workbenches.values()) if workbenches else False,
+        "writer": doc["clients"][0] if doc["clients"] else None,
+        "not_ok": {h: r for h, r in doc["hosts"].items() if r["status"] != "ok"},
+        "stages": storm.STAGES,
+    }
+
+
+def render(reports: Path, env) -> dict | None:
+    """Write together.md, together.html and together.png from the newest stored together run, and return
+    its summary for the fleet page's Together section ({"page", "plot", "run_id", "ns", "methods": {method:
+    {stage: {"median_s", "doubling_n"}}}, "mapped_behind", "not_simultaneous": rounds, "rounds"}); None
+    when there is none (nothing is written). Raises stored.StoredFileError for a run that cannot be read."""
+    found = togetherrun.runs(reports)
+    if not found:
+        return None
+    doc = stored.read(found[-1], "together")
+    ctx = context(doc)
+    ctx["plot"] = PLOT if draw(reports / PLOT, ctx["figures"], ctx["ns"]) else None
+    text = env.get_template(TEMPLATE).render(**ctx)
+    atomic_write_text(reports / PAGE, text)
+    htmlpage.write(reports / PAGE, text, NAV)
+    fig = ctx["figures"]
+    return {
+        "page": PAGE,
+        "plot": ctx["plot"],
+        "run_id": doc["run_id"],
+        "ns": ctx["ns"],
+        "methods": {
+            m: {
+                st: {"median_s": {str(n): t for n, t in v["median_s"].items()}, "doubling_n": v["doubling_n"]}
+                for st, v in by.items()
+            }
+            for m, by in fig["methods"].items()
+        },  # fmt: skip
+        "mapped_behind": fig["mapped_behind"],
+        "rounds": len(fig["rounds"]),
+        "not_simultaneous": sum(1 for r in fig["rounds"] if not (r["spread"] or {}).get("together")),
+        "server_cache": doc["storage_server"]["state"],
+    }
+
+
+def draw(path: Path, figures: dict, ns: list[int]) -> bool:
+    """Per-host time (the median host's) against N, one line per method, one panel per stage; False when
+    there is nothing to plot (no round gave a time)."""
+    methods = figures["methods"]
+    series = {stage: {m: methods[m][stage]["median_s"] for m in methods} for stage in storm.STAGES}
+    series = {st: {m: pts for m, pts in by.items() if pts} for st, by in series.items()}
+    if not any(series.values()):
+        return False
+    shown = {st: {m: sorted(p.items()) for m, p in by.items()} for st, by in series.items()}
+    data = {"series": shown, "ns": ns}
+
+    def make():
+        fig = plotting.figure(8.0, 3.4)
+        axes = fig.subplots(1, len(storm.STAGES), sharey=False)
+        for ax, stage in zip(axes, storm.STAGES, strict=True):
+            for method, points in sorted(series[stage].items()):
+                xs = sorted(points)
+                ax.plot(xs, [points[n] for n in xs], marker="o", label=method)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ns, [str(n) for n in ns])
+            ax.set_xlabel("N (hosts loading at once)")
+            ax.set_ylabel(f"median host's time to {stage} (s)")
+            ax.set_title(stage, fontsize="medium")
+            ax.set_ylim(bottom=0)
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)))
+        plotting.margins(fig, left=0.8, right=0.2, bottom=1.0, top=0.4, wspace=0.35)
+        return fig
+
+    plotting.draw_once(path, data, make, __file__)
+    return True

@@ -1,0 +1,121 @@
+"""A together run, stored: what playbooks/together.yml sent to the controller, with each host's outcome.
+
+The playbook's last task writes ``together.json`` into the run's staging directory: the clients (the play's
+hosts, in order), the settings, the storage-server group, each client's audited workbench and each host's
+cold-start storm rounds (roles/together). :func:`store` adds what Ansible said of each host (ok, failed,
+unreachable, with the task and its message), states the storage server's page cache, and writes it once as
+``reports/.together/<run_id>.json`` (disklab.stored: schema-checked, atomic, never over an earlier file).
+disklab.togetherpage renders the newest one. A run in which some hosts failed says which host failed where;
+one in which no host ran a round is not stored (Ansible's output and the command's lines say why).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from disklab import stored
+from disklab.runner import HostOutcome
+
+DIR = ".together"  # under the reports directory: one file per together run, named by its run id
+INCOMING = "together.json"  # what the playbook writes into the run's staging directory
+SERVERS_GROUP = "disklab_storage_servers"
+
+
+def path(reports: Path, run_id: str) -> Path:
+    return Path(reports) / DIR / f"{run_id}.json"
+
+
+def runs(reports: Path) -> list[Path]:
+    """Every stored together run, oldest first (run ids sort by time)."""
+    d = Path(reports) / DIR
+    return sorted(d.glob("*.json")) if d.is_dir() else []
+
+
+def storage_server(servers: list[str]) -> dict:
+    """The file server's page cache, as far as this run knows it. No host of the storage-server group: each
+    client's own page cache was emptied and proven before each load, the server's was neither emptied nor
+    looked at, so a round may have been served from the server's memory."""
+    if not servers:
+        return {
+            "state": "unknown",
+            "why": (
+                f"no host of the inventory's {SERVERS_GROUP} group, so the file server's page cache was "
+                "neither emptied nor read: after a file's first read the server may have served it from "
+                "its memory"
+            ),
+            "servers": [],
+        }
+    return {
+        "state": "unknown",
+        "why": (
+            f"the {SERVERS_GROUP} group names {', '.join(servers)}, but this disklab does not yet empty or "
+            "read a file server's page cache"
+        ),
+        "servers": list(servers),
+    }
+
+
+def store(
+    reports: Path, run_id: str, inventory: Path, outcomes: dict[str, HostOutcome], staging: Path
+) -> dict:
+    """Store the together run ``run_id`` from ``staging``/together.json and ``outcomes``; host -> status.
+
+    A host that ran the storm with every round failed is ``partial``. Without together.json (the play
+    stopped before it wrote it: every host failed, or --check) nothing is stored and the status is
+    Ansible's alone; so it is when no host ran a round (the run was refused, or every host failed before
+    the storm): a run with no round is not stored, so the Together page keeps the newest run that has one.
+    Raises stored.StoredFileError when what the playbook sent is not a together run.
+    """
+    sent_path = staging / INCOMING
+    status = {h: o.status for h, o in sorted(outcomes.items())}
+    if not sent_path.is_file():
+        return status
+    sent = json.loads(sent_path.read_text(encoding="utf-8"))
+    records = {
+        host: [{**r, "n": int(r["n"])} for r in recs] for host, recs in (sent.get("records") or {}).items()
+    }
+    if not any(records.values()):  # refused, or every host failed before the storm: no round to keep
+        sent_path.unlink()
+        return status
+    ns = [int(n) for n in (sent.get("settings") or {}).get("ns") or []]
+    in_a_round = set(sent["clients"][: max(ns, default=0)])  # the first N clients run each round of N
+    hosts = {}
+    for host in sent["clients"]:
+        outcome = outcomes.get(host) or HostOutcome(host=host)
+        mine = records.get(host) or []
+        state, task, message = outcome.status, outcome.task, outcome.message
+        if state == "ok" and mine and all("failed" in r for r in mine):
+            state, task, message = "partial", "The cold-start storm", mine[-1]["failed"]
+        elif state == "ok" and not mine and host in in_a_round:  # plain ansible-playbook: no outcomes known
+            state, task, message = "failed", "The cold-start storm", "ran no round: Ansible's output says why"
+        hosts[host] = {"status": state, "task": task if state != "ok" else None,
+                       "message": message if state != "ok" else None}  # fmt: skip
+        status[host] = state
+    doc = {
+        "run_id": run_id,
+        "inventory": str(Path(inventory).resolve()),
+        "clients": list(sent["clients"]),
+        "hosts": hosts,
+        "settings": {**sent["settings"], "ns": [int(n) for n in sent["settings"].get("ns") or []]},
+        "storage_server": storage_server(list(sent.get("storage_servers") or [])),
+        "workbench": {h: _workbench(w) for h, w in (sent.get("workbench") or {}).items()},
+        "records": records,
+    }
+    stored.write(path(reports, run_id), "together", doc)
+    sent_path.unlink()
+    return dict(sorted(status.items()))
+
+
+def _workbench(w: dict | None) -> dict | None:
+    """The audit's workbench, as much as the Together page states: filesystem, source, mount, network."""
+    if not isinstance(w, dict):
+        return None
+    network = ((w.get("flags") or {}).get("network_or_fuse") or {}).get("state")
+    return {
+        "path": w.get("requested_path"),
+        "fstype": w.get("fstype"),
+        "source": w.get("source"),
+        "mount_point": w.get("mount_point"),
+        "network": network == "set",
+    }
