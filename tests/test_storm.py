@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, run_disklab
 from disklab import report, stored, storm, togetherpage, togetherrun
 from disklab.runner import HostOutcome
 from disklab_host.common.result import parse
@@ -250,3 +250,28 @@ def test_a_client_that_ran_no_round_it_was_in_is_failed_where_ansible_said_nothi
         _sent(tmp_path, records, ("h0", "h1", "h2"), (1, 2)),
     )
     assert status == {"h0": "ok", "h1": "failed", "h2": "ok"}  # h2 is in no round of N = 1 or 2
+
+
+REFUSED = [
+    ({"together_ns": [0, 3]}, "together_ns [0, 3] holds 0, 3: each N must be from 1 to the 1 clients"),
+    ({"together_big_mib": 4}, "together_big_mib must be at least 18 (the smallest model the load lab makes)"),
+    ({"together_metods": ["load_file"]}, "no role declares them; did you mean together_methods?"),
+]
+
+
+@pytest.mark.slow  # Ansible runs the first play on localhost: a few s each
+@pytest.mark.parametrize(("setting", "said"), REFUSED)
+def test_disklab_together_refuses_a_bad_setting_before_any_work_naming_it(tmp_path, setting, said):
+    proc = run_disklab("together", "-e", json.dumps(setting), reports=tmp_path / "reports", timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert said in proc.stdout, proc.stdout
+    assert "no host ran a round, so nothing was stored" in proc.stdout
+    assert togetherrun.runs(tmp_path / "reports") == []
+
+
+def test_the_roles_smallest_model_is_the_load_labs():
+    """roles/together/tasks/refuse.yml states the load lab's smallest model (disklab_host.registry)."""
+    from disklab_host.registry import BIG_MIN_MIB
+
+    text = (REPO / "roles" / "together" / "tasks" / "refuse.yml").read_text()
+    assert f"together_big_mib | int >= {BIG_MIN_MIB}" in text and f"must be at least {BIG_MIN_MIB} (" in text

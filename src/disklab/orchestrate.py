@@ -372,10 +372,14 @@ def _say_stored(
         print(console.text(f"{host}: {outcome.status}{where}"))
     for error in failed:
         print(f"disklab report: {console.text(error)}", file=sys.stderr)
-    what = {"runs": "lab run", "together": "together run"}.get(kind, "audit")
-    if kind == "together" and togetherrun.path(reports, run_id).is_file():
+    what = "lab run" if kind == "runs" else "audit"
+    if kind == "together":  # one file for the run, or none when no host ran a round (disklab.togetherrun)
         stored_as = togetherrun.path(reports, run_id)
-        print(f"{what} {run_id}: stored as {stored_as}; its page: {reports}/together.md")
+        if stored_as.is_file():
+            print(f"together run {run_id}: stored as {stored_as}; its page: {reports}/together.md")
+        else:
+            print(f"together run {run_id}: no host ran a round, so nothing was stored")
+        return
     if not fetched:  # --tags provision, --tags audit, --skip-tags fetch
         kept = [
             f"{said} of {', '.join(hosts)}"
