@@ -453,6 +453,7 @@ def test_a_big_fleet_turns_the_tables_round(lab_doc):
             plots={},
             columns=False,
             max_columns=fleet.MAX_COLUMNS,
+            together=None,
         )
     )
     assert "hosts are rows here" in text

@@ -125,6 +125,14 @@ def test_the_start_file_is_read_once_ready_and_refused_when_late_or_malformed(tm
     never = tmp_path / "never"
     with pytest.raises(TimeoutError, match=r"no start was written to .*never within 0.05 s of being ready"):
         start.await_start_file(never, 0.05)
+    with pytest.raises(ValueError, match=r"cannot say ready in .*/no-dir/start.ready: No such file"):
+        start.await_start_file(tmp_path / "no-dir" / "start", 1)
+    (tmp_path / "a-dir").mkdir()
+    with pytest.raises(ValueError, match=r"cannot read the start file .*/a-dir: Is a directory"):
+        start.await_start_file(tmp_path / "a-dir", 1)
+    for bad in (float("nan"), float("inf"), -5.0):
+        with pytest.raises(ValueError, match="--ready-timeout must be a number of s above 0"):
+            start.await_start_file(path, bad)
 
 
 def test_together_start_with_a_start_file_waits_until_told_then_starts_on_time(tmp_path):
@@ -221,7 +229,8 @@ def test_a_together_run_is_stored_once_with_each_hosts_outcome_and_its_page_says
     )
     assert togetherrun.runs(reports) == [path]
 
-    summary = togetherpage.render(reports, report.environment())
+    summary, unreadable = togetherpage.render(reports, report.environment())
+    assert unreadable == []
     page = (reports / "together.md").read_text()
     assert summary["run_id"] == "20261205T120000Z" and summary["ns"] == [1, 2, 3] and summary["rounds"] == 3
     assert summary["not_simultaneous"] == 1  # N = 3: h1 was late
@@ -232,7 +241,7 @@ def test_a_together_run_is_stored_once_with_each_hosts_outcome_and_its_page_says
     assert "every client's workbench is `nfs4` from `srv:/export`, network storage" in page
     assert "| 3 | `torch.load` | **not simultaneous**: started late: h1 by 30.0 ms |" in page
     assert "| 3 | `torch.load` | | | failed | h2: together-load: torch.load failed: EIO |" in page
-    assert 'h2 partial at "The cold-start storm"' in page
+    assert 'h2: partial at "The cold-start storm": together-load: torch.load failed: EIO' in page
     # N = 1 took 1 s, N = 2 2 s (each host's time is N s here): the time doubles at N = 2
     assert "| `torch.load` | all_touched | 1.000 s | 2.000 s | 3.000 s | N = 2 |" in page
     assert (reports / "together.png").is_file() and (reports / "together.html").is_file()
@@ -253,7 +262,7 @@ def test_a_client_that_ran_no_round_it_was_in_is_failed_where_ansible_said_nothi
 
 
 REFUSED = [
-    ({"together_ns": [0, 3]}, "together_ns [0, 3] holds 0, 3: each N must be from 1 to the 1 clients"),
+    ({"together_ns": [0, 3]}, "together_ns [0, 3] holds 0, 3: each N must be at least 1 and at most"),
     ({"together_big_mib": 4}, "together_big_mib must be at least 18 (the smallest model the load lab makes)"),
     ({"together_metods": ["load_file"]}, "no role declares them; did you mean together_methods?"),
 ]

@@ -70,7 +70,7 @@ def test_together_start_waits_for_the_start_on_the_real_clock_and_prints_its_res
     assert parse(late.stdout)["late_ns"] > 0  # the same start, now past
     far = subprocess.run([sys.executable, "-m", "disklab_host", "together-start", "--at", str(at + 10**13)],
                          capture_output=True, text=True, timeout=30, cwd=REPO / "src")  # fmt: skip
-    assert far.returncode == 2 and far.stderr.startswith("together-start: --at is 10000 s away")
+    assert far.returncode == 2 and far.stderr.startswith("together-start: the start is 10000 s away")
     past = subprocess.run([sys.executable, "-m", "disklab_host", "together-start", "--at", str(at // 10**9)],
                           capture_output=True, text=True, timeout=30, cwd=REPO / "src")  # fmt: skip
     assert past.returncode == 2 and "s past, more than the 3600 s allowed" in past.stderr  # seconds, not ns
@@ -261,13 +261,16 @@ def test_a_session_that_never_answers_falls_back_and_leaves_nothing_running(tmp_
     assert left.stdout == "", left.stdout
 
 
-def _together_play(tmp_path: Path, hosts: list[str], *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+def _together_play(
+    tmp_path: Path, hosts: list[str], *args: str, host_vars: dict | None = None
+) -> tuple[subprocess.CompletedProcess, dict]:
     """bench/together_start.yml (playbooks/tasks/together_start.yml) on ``hosts``, each the local
-    connection, with a 3 s margin and ``args``; the play and what it kept (None when it kept nothing)."""
+    connection (with ``host_vars`` of its own), with a 3 s margin and ``args``; the play and what it kept
+    (None when it kept nothing)."""
     pyz, out = tmp_path / "disklab_host.pyz", tmp_path / "together.json"
     subprocess.run([sys.executable, "-m", "disklab.ship", str(pyz)], check=True, cwd=REPO, timeout=120)
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    inventory = {"all": {"hosts": dict.fromkeys(hosts, local)}}
+    inventory = {"all": {"hosts": {h: {**local, **(host_vars or {}).get(h, {})} for h in hosts}}}
     (tmp_path / "inv.json").write_text(json.dumps(inventory))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     cp = subprocess.run(
@@ -292,11 +295,17 @@ def test_hosts_beyond_ansibles_forks_still_start_on_time(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_wait_that_cannot_be_started_fails_its_host_at_once_and_the_other_still_starts(tmp_path):
-    """A host whose wait's output file cannot be made (here its name holds a slash, so the file's folder
-    does not exist) fails at the start of its wait, with the shell's words, not after the poll's limit."""
-    cp, kept = _together_play(tmp_path, ["good", "bad/name"])
-    assert cp.returncode == 2
-    task = cp.stdout.split("TASK [Start the command in the background]", 1)[1].split("TASK [", 1)[0]
-    assert "fatal: [bad/name]" in task and "on-host.pyz.bad/name." in task, task
+def test_a_command_that_cannot_start_fails_its_host_at_once_and_the_other_still_starts(tmp_path):
+    """A host whose command cannot run (its Python is not there) ends before it is ready: the wait for
+    ready ends with it, and its host fails at the read with the shell's words, not after the poll's limit;
+    the other host starts on time. A host name that is no file name (a slash) names its files through the
+    host-file rule, so its own files are made."""
+    missing = {"disklab_together_python": str(tmp_path / "no-such-python")}
+    t0 = time.monotonic()
+    cp, kept = _together_play(tmp_path, ["good", "bad/name"], host_vars={"bad/name": missing})
+    assert cp.returncode == 2 and time.monotonic() - t0 < 60
+    read = "TASK [Read each host's start once its command has ended]"
+    task = cp.stdout.split(read, 1)[1].split("TASK [", 1)[0]
+    assert "fatal: [bad/name]" in task and "no-such-python" in task, task
     assert parse(kept["start"]["good"])["late_ns"] == 0 and "bad/name" not in kept["start"]
+    assert not list(tmp_path.glob("on-host.pyz.*"))  # the failed host's files are removed by its read too

@@ -54,7 +54,7 @@ def cmd_report(args) -> int:
     kept = "no stored file changed, and each report file is the old one or the new one"
     with room.guard(reports, kept):
         written, failed = report.render_all(reports, force=args.force)
-    n = len(written) - 1
+    n = sum(1 for p in written if p.name == "report.md")
     print(f"rendered {n} host report{'' if n == 1 else 's'} and the index under {reports}")
     for error in failed:
         print(f"disklab report: {console.text(error)}", file=sys.stderr)

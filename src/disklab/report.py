@@ -612,11 +612,8 @@ def render_all(reports: Path, force: bool = False) -> tuple[list[Path], list[str
         if _mtime(report_md) != before[host]:
             written.append(report_md)
     rows += unstored_rows(reports)
-    together = None
-    try:
-        together = togetherpage.render(reports, env)
-    except stored.StoredFileError as exc:
-        errors.append(f"the Together page is not rendered: {exc}")
+    together, unreadable = togetherpage.render(reports, env)
+    errors.extend(unreadable)
     if together is not None:
         written.append(reports / together["page"])
     written.append(render_index(reports, rows, env, renderer, together))

@@ -40,6 +40,16 @@ def context(doc: dict) -> dict:
     fig = storm.figures(rounds_of(doc), bound_ns)
     workbenches = {h: w for h, w in doc["workbench"].items() if w}
     shared = {(w["fstype"], w["source"]) for w in workbenches.values()}
+    missed: dict[str, list[str]] = {}  # host -> why it did not run each round it was in
+    for host, state in doc["hosts"].items():
+        if state["status"] != "ok":
+            where = f' at "{state["task"]}"' if state.get("task") else ""
+            said = state.get("message") or "no message"
+            missed.setdefault(host, []).append(f"{state['status']}{where}: {said}")
+    for host in doc["clients"]:
+        for rec in doc["records"].get(host) or []:
+            if "failed" in rec and doc["hosts"].get(host, {}).get("status") == "ok":
+                missed.setdefault(host, []).append(f"N = {rec['n']}, {rec['method']}: {rec['failed']}")
     return {
         "doc": doc,
         "figures": fig,
@@ -47,21 +57,29 @@ def context(doc: dict) -> dict:
         "shared": sorted(shared)[0] if len(shared) == 1 else None,
         "network": all(w["network"] for w in workbenches.values()) if workbenches else False,
         "writer": doc["clients"][0] if doc["clients"] else None,
-        "not_ok": {h: r for h, r in doc["hosts"].items() if r["status"] != "ok"},
+        "missed": missed,
         "stages": storm.STAGES,
     }
 
 
-def render(reports: Path, env) -> dict | None:
-    """Write together.md, together.html and together.png from the newest stored together run, and return
-    its summary for the fleet page's Together section ({"page", "plot", "run_id", "ns", "methods": {method:
-    {stage: {"median_s", "doubling_n"}}}, "mapped_behind", "not_simultaneous": rounds, "rounds"}); None
-    when there is none (nothing is written). Raises stored.StoredFileError for a run that cannot be read."""
-    found = togetherrun.runs(reports)
-    if not found:
-        return None
-    doc = stored.read(found[-1], "together")
-    ctx = context(doc)
+def render(reports: Path, env) -> tuple[dict | None, list[str]]:
+    """Write together.md, together.html and together.png from the newest stored together run that can be
+    read, and return its summary for the fleet page's Together section ({"page", "plot", "run_id", "ns",
+    "methods": {method: {stage: {"median_s", "doubling_n"}}}, "mapped_behind", "rounds", "not_simultaneous",
+    "no_host", "server_cache"}; None when no run can be read, and nothing is written) with one error line for
+    each newer run that cannot be."""
+    errors: list[str] = []
+    for path in reversed(togetherrun.runs(reports)):
+        try:
+            doc = stored.read(path, "together")
+            ctx = context(doc)
+        except stored.StoredFileError as exc:
+            errors.append(f"the Together page leaves out {path.name}: {exc}")
+            continue
+        ctx["unreadable"] = [e.split(": ", 1)[1] for e in errors]
+        break
+    else:
+        return None, errors
     ctx["plot"] = PLOT if draw(reports / PLOT, ctx["figures"], ctx["ns"]) else None
     text = env.get_template(TEMPLATE).render(**ctx)
     atomic_write_text(reports / PAGE, text)
@@ -81,9 +99,10 @@ def render(reports: Path, env) -> dict | None:
         },  # fmt: skip
         "mapped_behind": fig["mapped_behind"],
         "rounds": len(fig["rounds"]),
-        "not_simultaneous": sum(1 for r in fig["rounds"] if not (r["spread"] or {}).get("together")),
+        "not_simultaneous": sum(1 for r in fig["rounds"] if r["spread"] and not r["spread"]["together"]),
+        "no_host": sum(1 for r in fig["rounds"] if r["spread"] is None),
         "server_cache": doc["storage_server"]["state"],
-    }
+    }, errors
 
 
 def draw(path: Path, figures: dict, ns: list[int]) -> bool:

@@ -321,6 +321,9 @@ def _replace_into(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         write(tmp)
+        # readable by all, as a file made under the host package's umask (022) is: safetensors makes its
+        # file 0600, which a client of a shared workbench logged in as another user could not read
+        os.chmod(tmp, 0o644)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)

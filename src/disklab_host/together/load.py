@@ -46,6 +46,10 @@ def read_manifest(directory: Path) -> dict:
     """The writer's manifest in ``directory``; ValueError naming the directory when it has none."""
     from ..loadlab import prep
 
+    if not directory.is_dir():
+        what = "not a directory" if directory.exists() else "no such directory"
+        first = "together-prepare writes the model files there on one host first"
+        raise ValueError(f"{directory}: {what}: {first}")
     manifest = prep._read_manifest(directory / prep.MANIFEST)
     if manifest is None or "big_model" not in manifest:
         raise ValueError(
@@ -74,6 +78,8 @@ def cold_sample(directory: Path, method: str, args: argparse.Namespace, become_a
         check_at(args.at, time.time_ns())  # refused before the file is evicted, not inside load_one.py
         start = ["--at", str(args.at)]
     else:
+        if not (args.ready_timeout > 0 and args.ready_timeout != float("inf")):  # NaN fails the first test
+            raise ValueError(f"--ready-timeout must be a number of s above 0, got {args.ready_timeout}")
         start = ["--start-file", str(args.start_file), "--ready-timeout", str(args.ready_timeout)]
     manifest = read_manifest(directory)
     plan, _ = load.cell_plan(manifest)
@@ -92,6 +98,9 @@ def main_prepare(argv: list[str] | None = None) -> int:
         summary = prepare(args.dir, args.big_mib, args.seed)
     except ValueError as exc:
         print(f"together-prepare: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the directory cannot be made or written: a file in its place, no room, no right
+        print(f"together-prepare: {args.dir}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     emit_result(summary)
     return 0

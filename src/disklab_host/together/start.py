@@ -48,7 +48,7 @@ def check_at(at_ns: int, now: int) -> None:
     if abs(at_ns - now) > LONGEST_WAIT_S * 1_000_000_000:  # whole ns: an --at of any size is an int
         away_s = (abs(at_ns - now) + 500_000_000) // 1_000_000_000  # to the nearest s
         where = f"{away_s} s away" if at_ns > now else f"{away_s} s past"
-        raise ValueError(f"--at is {where}, more than the {LONGEST_WAIT_S} s allowed")
+        raise ValueError(f"the start is {where}, more than the {LONGEST_WAIT_S} s allowed")
 
 
 def wait_until(at_ns: int, clock=time.time_ns, sleep=time.sleep) -> tuple[int, int]:
@@ -74,15 +74,23 @@ def await_start_file(path: str | Path, timeout_s: float, now=time.monotonic, sle
     it. Raises TimeoutError when it has not come in ``timeout_s`` s, ValueError when it is not a whole
     number of ns."""
     path = Path(path)
-    path.with_name(path.name + READY_SUFFIX).touch()
+    if not (timeout_s > 0 and timeout_s != float("inf")):  # NaN fails the first test
+        raise ValueError(f"--ready-timeout must be a number of s above 0, got {timeout_s}")
+    ready = path.with_name(path.name + READY_SUFFIX)
+    try:
+        ready.touch()
+    except OSError as exc:
+        raise ValueError(f"cannot say ready in {ready}: {exc.strerror}") from None
     deadline = now() + timeout_s
     while True:
         try:
-            text = path.read_text().strip()
+            text = path.read_bytes().decode("ascii", errors="replace").strip()
         except FileNotFoundError:
             text = ""
+        except OSError as exc:
+            raise ValueError(f"cannot read the start file {path}: {exc.strerror}") from None
         if text:
-            if not (text.isascii() and text.isdigit()):
+            if not text.isdigit():
                 raise ValueError(f"the start file {path} holds {text[:40]!r}, not a start in ns")
             return int(text)
         if now() > deadline:
