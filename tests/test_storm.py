@@ -284,3 +284,14 @@ def test_the_roles_smallest_model_is_the_load_labs():
 
     text = (REPO / "roles" / "together" / "tasks" / "refuse.yml").read_text()
     assert f"together_big_mib | int >= {BIG_MIN_MIB}" in text and f"must be at least {BIG_MIN_MIB} (" in text
+
+
+@pytest.mark.slow  # Ansible's check of the whole play on localhost: about 6 s
+def test_disklab_together_check_runs_the_play_with_the_roles_defaults_and_stores_nothing(tmp_path):
+    """No together setting given: the preflight reads the role's default model size (a run once failed on it
+    being undefined there), and --check stops before the audit's refusal and the storm."""
+    proc = run_disklab("together", "--check", reports=tmp_path / "reports", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "localhost: check ok" in proc.stdout
+    assert "check mode: nothing changed, measured or stored" in proc.stdout
+    assert togetherrun.runs(tmp_path / "reports") == []
