@@ -1,10 +1,11 @@
 """Part 9, together start: how simultaneous a together run's common start is on the test fleet.
 
 Brings up four hosts of the test fleet (tests/fleet/fleet.py: network namespaces with their own sshd, on
-this machine) and runs bench/together_start.yml ``repeats`` times. Each run measures every host's clock
-offset to the controller over its SSH connection (the collection's ``lab_clock`` action), sets one start
-``MARGIN_NS`` ahead on the controller's clock, moves it onto each host's clock by that host's offset, and
-each host waits for it (``disklab_host.pyz together-start``) and records when it started.
+this machine) and runs bench/together_start.yml ``repeats`` times. Each run starts ``disklab_host.pyz
+together-start`` on every host and waits until each is ready, measures every host's clock offset to the
+controller over its SSH connection (the collection's ``lab_clock`` action), sets one start ``MARGIN_NS``
+ahead on the controller's clock, moves it onto each host's clock by that host's offset and writes it to
+each host's start file; each host waits for it and records when it started.
 
 The hosts share this machine's kernel clock, so the spread of their raw starts is the true spread the
 mechanism achieved: each host's start was moved by its measured offset, whose true value is 0, so the

