@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import jsonschema
@@ -222,7 +223,14 @@ def btrfs(tmp_path):
     img, mnt = tmp_path / "btrfs.img", tmp_path / "mnt"
     mnt.mkdir()
     subprocess.run(["truncate", "-s", str(128 * MIB), str(img)], check=True)
-    subprocess.run(["mkfs.btrfs", "-q", str(img)], check=True, capture_output=True)
+    # mkfs.btrfs scans the machine's block devices for a mount of the image; a loop device that a parallel
+    # test fleet detaches meanwhile can fail that scan (one make test run failed here, exit 1): tried thrice
+    for _ in range(3):
+        made = subprocess.run(["mkfs.btrfs", "-q", "-f", str(img)], capture_output=True, text=True)
+        if made.returncode == 0:
+            break
+        time.sleep(1)
+    assert made.returncode == 0, f"mkfs.btrfs failed three times: {made.stderr.strip()}"
     loop = subprocess.run(
         ["losetup", "--find", "--show", str(img)], check=True, capture_output=True, text=True
     )
