@@ -36,16 +36,6 @@ def _host(offset_ns: int, started_ns: int, first_s: float, all_s: float, *, late
     }
 
 
-def test_the_first_n_hosts_in_natural_order_and_n_doubles_up_to_the_clients():
-    hosts = ["node10", "node2", "node1", "node3"]
-    assert storm.chosen(hosts, 2) == ["node1", "node2"] and storm.chosen(hosts, 4)[-1] == "node10"
-    assert storm.ns(1) == [1] and storm.ns(4) == [1, 2, 4] and storm.ns(6) == [1, 2, 4, 6]
-    with pytest.raises(ValueError, match="between 1 and the 4 clients"):
-        storm.chosen(hosts, 5)
-    with pytest.raises(ValueError, match="at least one client"):
-        storm.ns(0)
-
-
 def test_a_round_is_timed_on_the_controllers_clock_from_its_first_start():
     """host1's clock is 5 s ahead: its start, moved back by its offset, is 1 ms after host0's. First done is
     host0's end (1 s after the first start); last done is host1's (1 ms + 3 s); the aggregate is both files

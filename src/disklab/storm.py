@@ -1,8 +1,8 @@
 """A cold-start storm's figures: N hosts load one copy of the model, cold, from shared storage, at once.
 
-A round is one method at one N: the first N clients (:func:`chosen`: the same hosts, in the same order, every
-time) each make the file cold in their own page cache and start their load call at one common start
-(disklab_host.together.load). Each host's sample says when its load call started on its own clock
+A round is one method at one N: the first N clients in the play's order, the same every time (roles/together
+chooses them), each make the file cold in their own page cache and start their load call at one common
+start (disklab_host.together.load). Each host's sample says when its load call started on its own clock
 (``together.started_ns``) and how long each readiness stage took from there; its clock offset to the
 controller's (the collection's lab_clock) moves the start onto the controller's clock, so every host's start
 and end are on one time line.
@@ -39,24 +39,6 @@ MAPPED = ("torch.load-mmap", "load_file", "load_file+willneed")
 def _natural(name: str) -> list:
     """host2 before host10."""
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
-
-
-def chosen(hosts: list[str], n: int) -> list[str]:
-    """The N hosts of a round: the first ``n`` in natural order of name, the same every time."""
-    if not 1 <= n <= len(hosts):
-        raise ValueError(f"N must be between 1 and the {len(hosts)} clients, got {n}")
-    return sorted(hosts, key=_natural)[:n]
-
-
-def ns(clients: int) -> list[int]:
-    """N = 1, 2, 4, ... up to ``clients``, and ``clients`` itself when it is not a power of two."""
-    if clients < 1:
-        raise ValueError(f"a storm needs at least one client, got {clients}")
-    out, n = [], 1
-    while n <= clients:
-        out.append(n)
-        n *= 2
-    return out if out[-1] == clients else [*out, clients]
 
 
 def round_figures(rnd: dict, bound_ns: int = together.DEFAULT_BOUND_NS) -> dict:
