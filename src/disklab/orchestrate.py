@@ -155,10 +155,16 @@ def _recover_leftovers(reports: Path, inventory: Path, but: str) -> None:
         said = f"run {left.run_id} (started {started} UTC) stopped before it was stored"
         if kind == "together":
             staging = store.incoming_dir(reports, left.run_id)
-            status = togetherrun.store(reports, left.run_id, where, {}, staging)
-            if status:
+            try:
+                status = togetherrun.store(reports, left.run_id, where, {}, staging)
+            except stored.StoredFileError as exc:  # kept as it came, and said again at the next start
+                print(f"disklab: {said}; not stored: {console.text(str(exc))}", file=sys.stderr)
+                continue
+            if togetherrun.path(reports, left.run_id).is_file():
                 store.record_invocation(reports, left.run_id, kind, where, status)
-            print(f"disklab: {said}; stored what it had sent: {console.text(str(status))}", file=sys.stderr)
+                print(f"disklab: {said}; stored what its hosts had sent", file=sys.stderr)
+            else:
+                print(f"disklab: {said}, with no round run; nothing to store", file=sys.stderr)
         elif left.fetched:
             status = store.store_fetched(reports, left.run_id, kind, {})
             store.record_invocation(reports, left.run_id, kind, where, status)

@@ -65,7 +65,8 @@ def store(
     stopped before it wrote it: every host failed, or --check) nothing is stored and the status is
     Ansible's alone; so it is when no host ran a round (the run was refused, or every host failed before
     the storm): a run with no round is not stored, so the Together page keeps the newest run that has one.
-    Raises stored.StoredFileError when what the playbook sent is not a together run.
+    Raises stored.StoredFileError when what the playbook sent is not a together run. ``staging`` is left as
+    it is: the caller removes it once stored (disklab.orchestrate), and keeps it when this raises.
     """
     sent_path = staging / INCOMING
     status = {h: o.status for h, o in sorted(outcomes.items())}
@@ -76,7 +77,6 @@ def store(
         host: [{**r, "n": int(r["n"])} for r in recs] for host, recs in (sent.get("records") or {}).items()
     }
     if not any(records.values()):  # refused, or every host failed before the storm: no round to keep
-        sent_path.unlink()
         return status
     ns = [int(n) for n in (sent.get("settings") or {}).get("ns") or []]
     in_a_round = set(sent["clients"][: max(ns, default=0)])  # the first N clients run each round of N
@@ -103,7 +103,6 @@ def store(
         "records": records,
     }
     stored.write(path(reports, run_id), "together", doc)
-    sent_path.unlink()
     return dict(sorted(status.items()))
 
 
