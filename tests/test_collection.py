@@ -236,7 +236,7 @@ def _doc(name: str, env: dict, cwd: Path) -> dict:
 def test_ansible_doc_shows_every_filter_from_the_checkout_and_the_installed_collection(installed, tmp_path):
     filters = _filters()
     assert set(filters) == {
-        "host_file", "host_file_refusal", "result", "result_line", "no_result", "spec_typed"
+        "host_file", "host_file_refusal", "result", "result_line", "no_result", "last_line", "spec_typed"
     }  # fmt: skip
     where = {
         "checkout": (_env(ANSIBLE_CONFIG=str(REPO / "ansible.cfg")), REPO),

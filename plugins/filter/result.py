@@ -1,4 +1,5 @@
-"""Filters ``disklab.lab.result``, ``result_line`` and ``no_result``: a host command's result line.
+"""Filters ``disklab.lab.result``, ``result_line``, ``no_result`` and ``last_line``: a host command's result
+line, or why it failed.
 
 Every command the roles and playbooks read prints its result as one line
 (``disklab-result {json}``, disklab_host.common.result), among whatever else a
@@ -9,19 +10,26 @@ one place the rule is written::
     __lab_run_result: "{{ __lab_run_out | disklab.lab.result }}"          # {} when there is no line
     __lab_run_result_line: "{{ __lab_run_out | disklab.lab.result_line }}"  # '' when there is none
     fail_msg: "{{ __lab_run_out | disklab.lab.no_result(inventory_hostname, 'the task') }}"
+    why: "{{ ansible_failed_result | disklab.lab.last_line }}"  # a failed command's own last line
 
 The rule is the collection's own (plugins/plugin_utils/result.py, a link to the host package's
 src/disklab_host/common/result.py, standard library only), imported by its collection name: whatever
 ``disklab_host`` the controller's Python path holds, these filters read the line as the hosts of their
-own collection write it. Their documentation is plugins/filter/result.yml, result_line.yml and
-no_result.yml (``ansible-doc -t filter disklab.lab.result``).
+own collection write it. Their documentation is plugins/filter/result.yml, result_line.yml,
+no_result.yml and last_line.yml (``ansible-doc -t filter disklab.lab.result``).
 """
 
 from __future__ import annotations
 
+import re
+
 from ansible_collections.disklab.lab.plugins.plugin_utils import result as _result
 
 DOCUMENTATION_LINES = 5  # how many of a command's first lines a missing result's message shows
+# Lines that are not the command's own: a backgrounded command's exit status
+# (playbooks/tasks/together_start.yml) and the SSH client's closing words, which share stdout with the
+# command's stderr over a terminal.
+_NOT_THE_COMMANDS = re.compile(r"^(disklab-exit \S+|Shared connection to \S+ closed\.)$")
 
 
 def _text(out, stream: str) -> str:
@@ -57,6 +65,17 @@ def no_result(out, host: str, task: str) -> str:
     )
 
 
+def last_line(out) -> str:
+    """Why a command failed, in one line: its own last line of output (stdout, then stderr), or the task's
+    message when it printed none."""
+    out = out if isinstance(out, dict) else {}
+    lines = [ln.strip() for ln in _stdout(out).splitlines() + _text(out, "stderr").splitlines()]
+    own = [ln for ln in lines if ln and not _NOT_THE_COMMANDS.match(ln)]
+    return own[-1] if own else str(out.get("msg") or "failed")
+
+
 class FilterModule:
     def filters(self):
-        return {"result": result, "result_line": result_line, "no_result": no_result}
+        return {
+            "result": result, "result_line": result_line, "no_result": no_result, "last_line": last_line
+        }  # fmt: skip
