@@ -146,6 +146,14 @@ def markdown(doc: dict) -> str:
             f"spread in {ts['bound_held']} of {ts['value']['n']}; the worst wait's overshoot "
             f"{_side(ts['overshoot'], 'ms')}"
         )
+        cc = ts.get("controller_cost")
+        if cc:
+            extra.append(
+                f"- together start, the controller's cost against the same command started the ordinary way: "
+                f"CPU {_side(cc['together_cpu'], 's')} against {_side(cc['ordinary_cpu'], 's')} (ratio "
+                f"{cc['cpu_ratio']['median']:.2f}), wall {_side(cc['together_wall'], 's')} against "
+                f"{_side(cc['ordinary_wall'], 's')} (ratio {cc['wall_ratio']['median']:.2f})"
+            )
     shares = {n: p["machine_cpu"] for n, p in doc["parts"].items() if p.get("machine_cpu")}
     if shares:
         extra.append(

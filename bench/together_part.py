@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -37,23 +38,43 @@ FLEET_IDS = range(200, 230)  # tried in turn; the fleet_scaling part uses 230 to
 MARGIN_NS = 2_000_000_000  # the start is set this far ahead: the hosts' launch must fit in it
 GOAL_MS = 5.0
 PLAYBOOK = REPO / "bench" / "together_start.yml"
+ORDINARY = REPO / "bench" / "ordinary_start.yml"
+
+
+def _playbook(playbook: Path, inventory: Path, extra: list[str], timeout_s: float) -> tuple[float, float]:
+    """Run ``playbook`` on ``inventory``'s hosts; (wall s, controller CPU s: user + system of
+    ansible-playbook and every process it waited for, from getrusage(RUSAGE_CHILDREN) before and after).
+    Raises RuntimeError when it fails."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory), str(playbook),
+         *extra],
+        capture_output=True, text=True, env=env, timeout=timeout_s, cwd=REPO,
+    )  # fmt: skip
+    wall_s = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{playbook.name} exited {proc.returncode}: {(proc.stdout + proc.stderr)[-800:]}")
+    return wall_s, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def ordinary_run(inventory: Path, pyz: Path, timeout_s: float, margin_ns: int = MARGIN_NS) -> dict:
+    """One run of bench/ordinary_start.yml: the same command started the ordinary way; its wall and
+    controller CPU seconds."""
+    extra = ["-e", f"together_pyz={pyz}", "-e", f"disklab_together_margin_ns={margin_ns}"]
+    wall_s, cpu_s = _playbook(ORDINARY, inventory, extra, timeout_s)
+    return {"playbook_wall_s": wall_s, "controller_cpu_s": cpu_s}
 
 
 def one_run(inventory: Path, pyz: Path, out: Path, timeout_s: float, margin_ns: int = MARGIN_NS) -> dict:
     """One run of bench/together_start.yml on ``inventory``'s hosts, the start ``margin_ns`` ahead; its
-    clocks, starts and spreads (ms). Raises RuntimeError when the playbook fails or a host printed no
-    result."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory), str(PLAYBOOK),
-         "-e", f"together_pyz={pyz}", "-e", f"disklab_together_margin_ns={margin_ns}",
-         "-e", f"together_out={out}"],
-        capture_output=True, text=True, env=env, timeout=timeout_s, cwd=REPO,
-    )  # fmt: skip
-    wall_s = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"{PLAYBOOK.name} exited {proc.returncode}: {(proc.stdout + proc.stderr)[-800:]}")
+    clocks, starts and spreads (ms), and its wall and controller CPU seconds. Raises RuntimeError when the
+    playbook fails or a host printed no result."""
+    extra = ["-e", f"together_pyz={pyz}", "-e", f"disklab_together_margin_ns={margin_ns}", "-e",
+             f"together_out={out}"]  # fmt: skip
+    wall_s, cpu_s = _playbook(PLAYBOOK, inventory, extra, timeout_s)
     doc = json.loads(out.read_text())
     starts = {host: parse(text) for host, text in doc["start"].items()}
     missing = sorted(h for h, s in starts.items() if s is None)
@@ -77,6 +98,7 @@ def one_run(inventory: Path, pyz: Path, out: Path, timeout_s: float, margin_ns: 
         "method": {h: c["method"] for h, c in doc["clock"].items()},
         "round_trip_ms": {h: c["round_trip_ns"] / 1e6 for h, c in doc["clock"].items()},
         "playbook_wall_s": wall_s,
+        "controller_cpu_s": cpu_s,
     }
 
 
@@ -92,7 +114,10 @@ def together_start(repeats: int, state_root: Path, timeout_s: float = 600) -> di
         pyz = work / "disklab_host.pyz"
         subprocess.run([sys.executable, "-m", "disklab.ship", str(pyz)], check=True, capture_output=True,
                        cwd=REPO, timeout=120)  # fmt: skip
-        runs = [one_run(fleet.inventory_path, pyz, work / f"run{i}.json", timeout_s) for i in range(repeats)]
+        runs, ordinary = [], []
+        for i in range(repeats):  # side by side: each together start, then the same command the ordinary way
+            runs.append(one_run(fleet.inventory_path, pyz, work / f"run{i}.json", timeout_s))
+            ordinary.append(ordinary_run(fleet.inventory_path, pyz, timeout_s))
     finally:
         shutil.rmtree(work, ignore_errors=True)
         problems = fleet.down()
@@ -113,7 +138,20 @@ def together_start(repeats: int, state_root: Path, timeout_s: float = 600) -> di
         "called_together": sum(r["together"] for r in runs),
         "bound_held": sum(r["bound_held"] for r in runs),
         "overshoot": summary([max(r["overshoot_ms"].values()) for r in runs], "ms"),
+        "controller_cost": {
+            "together_cpu": summary([r["controller_cpu_s"] for r in runs], "s"),
+            "ordinary_cpu": summary([r["controller_cpu_s"] for r in ordinary], "s"),
+            "cpu_ratio": summary(
+                [t["controller_cpu_s"] / o["controller_cpu_s"] for t, o in zip(runs, ordinary, strict=True)]
+            ),
+            "together_wall": summary([r["playbook_wall_s"] for r in runs], "s"),
+            "ordinary_wall": summary([r["playbook_wall_s"] for r in ordinary], "s"),
+            "wall_ratio": summary(
+                [t["playbook_wall_s"] / o["playbook_wall_s"] for t, o in zip(runs, ordinary, strict=True)]
+            ),
+        },
         "runs": runs,
+        "ordinary_runs": ordinary,
         "notes": [
             "judged: the spread of the raw starts, its median over the runs; the hosts share this machine's "
             "kernel clock, so it is the true spread: the offsets' measurement error (each start was moved by "
@@ -124,6 +162,10 @@ def together_start(repeats: int, state_root: Path, timeout_s: float = 600) -> di
             "measurement's error",
             "the hosts are network namespaces of this machine: their waits share its cores, so a busy "
             "machine delays a host's wake-up and widens the spread",
+            "not judged: the controller's cost, each together start against the same command started the "
+            "ordinary way (bench/ordinary_start.yml: one raw task, the start given at launch), run right "
+            "after it: the wall seconds of each playbook and the CPU seconds of ansible-playbook and what it "
+            "waited for (its SSH control masters, shared by both, are not counted), and their ratios",
         ],
         "fleet_down_problems": problems,
     }
