@@ -11,9 +11,12 @@ stored as reports/.together/<run_id>.json and rendered as together.md and the fl
 
 The hosts share this machine's kernel and clock, and the "network" is a veth pair, so the times say what two
 cores and one sftp-server do with four readers, not what a real NFS or Lustre server would. The file server's
-own page cache is this machine's and is not emptied here: the run states it unknown. Sizes: the smallest
-big model (18 MiB) and two methods, torch.load (eager reads) and torch.load-mmap (page-sized faults), so the
-storm's six rounds fit in about a minute; the lab venvs are the run's one venv, seeded (tests/shared.py).
+own page cache is this machine's (one kernel), emptied of each round's file by the server itself. Sizes: the
+smallest big model (18 MiB) and two methods, torch.load (eager reads) and torch.load-mmap (page-sized
+faults), so the storm's six rounds fit in about a minute; then the checkpoint burst, 2 MiB shards from each
+client, committed and read back. The storm's inventory names the fleet's file server (made with a shell for
+it) in the disklab_storage_servers group, so its page cache is emptied before each start too; the last test
+stops it in the middle of a run. The lab venvs are the run's one venv, seeded (tests/shared.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -31,7 +35,7 @@ import yaml
 
 import shared
 from conftest import REPO, run_disklab
-from disklab import stored, storm, togetherpage, togetherrun
+from disklab import burst, stored, storm, togetherpage, togetherrun
 from disklab_host.together import load as together_load
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fleet"))
@@ -52,7 +56,8 @@ METHODS = ("torch.load", "torch.load-mmap")
 BIG_MIB = 18
 STORM_DIR = f"{WORKBENCH}/disklab-together"
 TIMEOUT_S = 900
-SETTINGS = {"together_big_mib": BIG_MIB, "together_methods": list(METHODS)}
+BURST_MIB = 2
+SETTINGS = {"together_big_mib": BIG_MIB, "together_methods": list(METHODS), "together_burst_mib": BURST_MIB}
 
 
 def _free_fleet_id() -> int:
@@ -72,6 +77,7 @@ def fleet(tmp_path_factory):
         size_mib=MIN_SIZE_MIB,
         profiles=["netfs-shared"] * len(CLIENTS) + ["standard"],
         lab_root=lab_root,
+        fileserver_shell=True,  # the storm's inventory names it a storage server
     )
     try:
         shared.seed_fleet_hosts(tmp_path_factory, f, [*CLIENTS, OWN_DISK])
@@ -93,10 +99,21 @@ def reports(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("togetherreports") / "reports"
 
 
+def _with_servers(fleet, path: Path, servers: dict) -> Path:
+    """The fleet's inventory with ``servers`` ({name: host vars}) as its disklab_storage_servers group."""
+    inventory = yaml.safe_load(fleet.inventory_path.read_text())
+    inventory["all"]["children"][togetherrun.SERVERS_GROUP] = {"hosts": servers}
+    path.write_text(yaml.safe_dump(inventory))
+    return path
+
+
 @pytest.fixture(scope="module")
-def storm_run(fleet, reports):
-    """The storm on the four clients: its process and the stored run."""
-    proc = _together(fleet.inventory_path, reports, list(CLIENTS))
+def storm_run(fleet, reports, tmp_path_factory):
+    """The storm on the four clients, the fleet's file server named as their storage server: its process
+    and the stored run."""
+    inv = tmp_path_factory.mktemp("togetherinv") / "inventory.yml"
+    _with_servers(fleet, inv, {FILESERVER: fleet.fileserver_inventory_host()})
+    proc = _together(inv, reports, list(CLIENTS))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     (path,) = togetherrun.runs(reports)
     return proc, stored.read(path, "together")
@@ -145,10 +162,17 @@ def test_the_storm_runs_n_1_2_4_on_the_first_n_clients_each_cold_and_judged_simu
     assert (
         wb["fstype"] == NETFS_FS and wb["network"] and wb["source"].endswith(f"{EXPORT_ROOT}/{SHARED_EXPORT}")
     )
-    assert (
-        doc["storage_server"]["state"] == "unknown"
-        and "disklab_storage_servers" in doc["storage_server"]["why"]
-    )
+    # the file server emptied its page cache of each round's file (and of the shards before the burst's
+    # read-back) once every client was ready, and proved it
+    server = doc["storage_server"]
+    assert server["state"] == "cold" and server["servers"] == [FILESERVER], server
+    assert [e["what"] for e in server["evictions"]] == [
+        f"N = {n}, {m}" for n in (1, 2, 4) for m in METHODS
+    ] + ["the burst's read-back"]
+    assert all(e["not_cold"] == {} and e["fraction_after"][FILESERVER] <= 0.01 for e in server["evictions"])
+    # the server held the file a round's clients had read in the round before: the eviction had work to do
+    assert server["evictions"][2]["fraction_before"][FILESERVER] > 0.5, server["evictions"][2]
+    assert server["why"].startswith(f"{FILESERVER} emptied its page cache of each start's files once every")
 
 
 def test_the_model_files_were_written_once_by_the_first_client(fleet, storm_run):
@@ -157,6 +181,33 @@ def test_the_model_files_were_written_once_by_the_first_client(fleet, storm_run)
     _, doc = storm_run
     paths = {rec["sample"]["path"] for recs in doc["records"].values() for rec in recs}
     assert paths == {f"{STORM_DIR}/big.pt"}  # both methods read the one .pt; every host the same file
+
+
+def test_the_burst_saves_every_shard_at_once_commits_and_reads_each_back_cold_and_whole(fleet, storm_run):
+    _, doc = storm_run
+    b = doc["burst"]
+    assert doc["settings"]["burst_mib"] == BURST_MIB and b["commit"]["sample"]["marker"] == ".metadata"
+    assert [s["rank"] for s in b["commit"]["sample"]["shards"]] == [0, 1, 2, 3]
+    for rank, name in enumerate(CLIENTS):
+        save, read = b["hosts"][name]["save"]["sample"], b["hosts"][name]["read"]["sample"]
+        assert save["rank"] == rank and save["size_bytes"] == BURST_MIB << 20 and save["sync_call"] == "fsync"
+        assert read["of_rank"] == (rank + 1) % 4 and read["matches"] and read["size_bytes"] == BURST_MIB << 20
+        assert read["cache_state"] == "cold", read
+    fig = burst.figures(b)
+    assert fig["committed"] and fig["cold"] and fig["matches"]
+    for phase in burst.PHASES:
+        f = fig[phase]
+        assert f["hosts"] == list(CLIENTS) and f["duration_s"] == max(f["time_s"].values())
+        assert f["throughput_rules"] == pytest.approx(
+            min((BURST_MIB << 20) / t for t in f["time_s"].values())
+        )
+    ram = doc["ram_bytes"]["host0"]
+    assert isinstance(ram, int) and burst.ram_rule(BURST_MIB << 20, doc["ram_bytes"])["under"] == list(
+        CLIENTS
+    )
+    # the shards were scratch: removed at the end, the burst's directory left empty
+    listing = fleet.inside(FILESERVER, f"ls -A {EXPORT_ROOT}/{SHARED_EXPORT}/disklab-together/burst")
+    assert listing.returncode == 0 and listing.stdout.split() == []
 
 
 def test_the_figures_give_first_and_last_done_the_aggregate_the_slowdown_and_the_doubling_n(storm_run):
@@ -185,10 +236,7 @@ def test_the_together_page_and_the_fleet_pages_together_section_state_the_run(st
     _, doc = storm_run
     page = (reports / "together.md").read_text()
     assert page.startswith(f"# disklab together run `{doc['run_id']}`")
-    assert (
-        "**The file server's page cache: unknown**: no host of the inventory's disklab_storage_servers"
-        in page
-    )
+    assert f"**The file server's page cache: cold**: {FILESERVER} emptied its page cache" in page
     assert f"every client's workbench is `{NETFS_FS}` from `" in page and ", network storage" in page
     assert "| `torch.load-mmap` | all_touched | " in page
     assert re.search(
@@ -199,8 +247,25 @@ def test_the_together_page_and_the_fleet_pages_together_section_state_the_run(st
     section = fleet_page.split("\n## Together\n", 1)[1]
     assert f"The newest together run, `{doc['run_id']}`" in section and "![" in section
     assert "| method | readiness stage | N = 1 | N = 2 | N = 4 | per-host time doubles at |" in section
-    assert "Rounds not simultaneous: 0 of 6.\nThe file server's page cache: unknown." in section
+    assert "Rounds not simultaneous: 0 of 6.\nThe file server's page cache: cold." in section
     assert "[together.md](together.md)" in (reports / "index.md").read_text()
+    burst_part = page.split("\n## Checkpoint burst\n", 1)[1]
+    assert "- **Commit**: once every save had ended, the marker's own save" in burst_part
+    assert "every shard read (shards read: 4) was cold in its reader's page cache" in burst_part
+    assert (
+        "the file server's page cache: cold, emptied of the shards once every client was ready" in burst_part
+    )
+    assert "every byte each client read was the byte its writer saved (shards read: 4)" in burst_part
+    assert re.search(
+        r"^\| save \| (together|\*\*not simultaneous)[^|]*\| 4 \| [0-9.]+ s \| [0-9,]+ MiB/s \|",
+        burst_part,
+        re.M,
+    )
+    assert "| host1 | " in burst_part and "| rank 2 (host2) | " in burst_part
+    assert (
+        "Checkpoint burst (every client saving its shard at once" in section
+        and "committed; read back on 4 clients in" in section
+    )
 
 
 def test_a_workbench_that_is_not_the_shared_filesystem_is_refused_naming_both_and_nothing_is_stored(
@@ -213,6 +278,21 @@ def test_a_workbench_that_is_not_the_shared_filesystem_is_refused_naming_both_an
     assert f"{OWN_DISK}'s {WORKBENCH} is ext4 from /dev/loop" in out, out[-3000:]
     assert f", not a network filesystem, and host0's is {NETFS_FS} from root@" in out, out[-3000:]
     assert togetherrun.runs(reports) == before  # nothing new stored; the page still shows the storm
+
+
+def test_a_storage_server_that_does_not_export_the_workbench_is_refused_naming_it(fleet, tmp_path, storm_run):
+    """host4 (its own ext4 workbench) named as the clients' storage server: it has no copy of the files the
+    first client wrote, so the run is refused before any round, naming it, and nothing is stored."""
+    inv = _with_servers(fleet, tmp_path / "inventory.yml", {OWN_DISK: None})
+    reports = tmp_path / "reports"
+    proc = _together(inv, reports, ["host0", "host1"], together_ns=[2], together_burst=False)
+    assert proc.returncode != 0
+    said = (
+        f"together-server-check: {OWN_DISK} has no {EXPORT_ROOT}/{SHARED_EXPORT}/disklab-together/"
+        "prep_manifest.json: it does not export the clients' workbench"
+    )
+    assert said in proc.stdout, proc.stdout[-3000:]
+    assert togetherrun.runs(reports) == [] and "no host ran a round, so nothing was stored" in proc.stdout
 
 
 def test_an_unreachable_host_and_a_host_whose_loads_fail_leave_the_others_their_rounds(fleet, tmp_path):
@@ -253,13 +333,22 @@ def test_an_unreachable_host_and_a_host_whose_loads_fail_leave_the_others_their_
     assert doc["records"].get("host3", []) == []
     page = (reports / "together.md").read_text()
     assert "host3: unreachable at " in page and "host1: partial at " in page
+    # the burst: host1's save found no burst directory under its together_dir, so nothing was committed
+    # over its missing shard and nothing was read back; host0 and host2 saved theirs
+    b = doc["burst"]
+    assert b["hosts"]["host1"]["save"]["failed"].startswith(
+        f"together-burst-save: {WORKBENCH}/never-prepared/burst: no such directory"
+    )
+    assert [b["hosts"][h]["save"]["sample"]["rank"] for h in ("host0", "host2")] == [0, 2]
+    assert b["commit"] is None and not any("read" in r for r in b["hosts"].values())
+    assert "**not committed**: not every client saved its shard" in page
 
 
 def test_plain_ansible_playbook_runs_the_together_run_stores_and_renders_it(fleet, storm_run, tmp_path):
     """Plain `ansible-playbook -i FLEET playbooks/together.yml`: it makes the run id, stores and renders, as
-    `disklab together` does (one round, N = 2, of load_file)."""
+    `disklab together` does (one round, N = 2, of load_file, and no burst: together_burst false)."""
     reports = tmp_path / "reports"
-    extra = {**SETTINGS, "together_ns": [2], "together_methods": ["load_file"]}
+    extra = {**SETTINGS, "together_ns": [2], "together_methods": ["load_file"], "together_burst": False}
     extra["disklab_reports"] = str(reports)
     args = ["-i", str(fleet.inventory_path), str(REPO / "playbooks" / "together.yml")]
     args += ["--limit", ",".join(CLIENTS), "-e", json.dumps(extra)]
@@ -272,7 +361,7 @@ def test_plain_ansible_playbook_runs_the_together_run_stores_and_renders_it(flee
     (path,) = togetherrun.runs(reports)
     doc = stored.read(path, "together")
     assert {h: r["status"] for h, r in doc["hosts"].items()} == dict.fromkeys(CLIENTS, "ok")
-    assert doc["settings"]["ns"] == [2]
+    assert doc["settings"]["ns"] == [2] and doc["settings"]["burst_mib"] is None and doc["burst"] is None
     assert [len(doc["records"][h]) for h in CLIENTS] == [1, 1, 0, 0]
     assert re.search(
         r"^\| 2 \| `load_file` \| (together|\*\*not simultaneous)",
@@ -284,3 +373,49 @@ def test_plain_ansible_playbook_runs_the_together_run_stores_and_renders_it(flee
 def test_together_load_refuses_a_directory_the_writer_never_prepared(tmp_path):
     with pytest.raises(ValueError, match="holds no model files of a together run"):
         together_load.read_manifest(tmp_path)
+
+
+def test_the_file_server_stopped_in_the_middle_fails_each_later_step_naming_it_and_loses_nothing(
+    fleet, reports, storm_run, tmp_path
+):
+    """Last in this module, as it leaves the clients without their shared filesystem: the file server's sshd
+    and every session (each client's sshfs) are stopped once the first round has ended. Each later load,
+    the burst and the server's eviction fail with a line naming the server and the mount; the first round
+    is stored with the run, and the module's earlier run is as it was."""
+    inv = _with_servers(fleet, tmp_path / "inventory.yml", {FILESERVER: fleet.fileserver_inventory_host()})
+    (earlier,) = togetherrun.runs(reports)
+    earlier_bytes = earlier.read_bytes()
+    mine = tmp_path / "reports"
+    extra = {**SETTINGS, "together_methods": ["torch.load"], "together_ns": [1, 2]}
+    cmd = [sys.executable, "-m", "disklab.cli", "--reports", str(mine), "together", "-i", str(inv)]
+    cmd += ["--limit", ",".join(CLIENTS), "-e", json.dumps(extra)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    watchdog = threading.Timer(TIMEOUT_S, proc.kill)
+    watchdog.start()
+    out, stopped = [], False
+    try:
+        for line in proc.stdout:
+            out.append(line)
+            if not stopped and "Keep this host's sample of the round" in line:
+                fleet.stop_sshd(FILESERVER)  # the file server stops: its sshd and every client's session
+                stopped = True
+        proc.wait()
+    finally:
+        watchdog.cancel()
+    said = "".join(out)
+    assert stopped and proc.returncode != 0, said[-3000:]
+    (path,) = togetherrun.runs(mine)
+    doc = stored.read(path, "together")
+    server = f"root@{fleet.state['fileserver']['address']}:{EXPORT_ROOT}/{SHARED_EXPORT}"
+    first = doc["records"]["host0"][0]
+    assert first["n"] == 1 and first["sample"]["cache_state"] == "cold"  # the round before the stop is kept
+    for host in ("host0", "host1"):
+        (rec,) = [r for r in doc["records"][host] if r["n"] == 2]
+        assert server in rec["failed"] and "is the file server up?" in rec["failed"], rec
+    assert (
+        server in doc["burst"]["commit"]["failed"]
+        and "is the file server up?" in doc["burst"]["commit"]["failed"]
+    )
+    assert doc["storage_server"]["state"] == "not_cold"
+    assert f"N = 2, torch.load on {FILESERVER}: its SSH port did not answer" in doc["storage_server"]["why"]
+    assert earlier.read_bytes() == earlier_bytes and togetherrun.runs(reports) == [earlier]

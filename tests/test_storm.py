@@ -5,6 +5,7 @@ test_fleet_together.py."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -159,8 +160,9 @@ def test_together_start_with_a_start_file_waits_until_told_then_starts_on_time(t
     assert Path(tmp_path / "x.ready").exists()
 
 
-def _sent(tmp_path: Path, records: dict, clients=("h0", "h1", "h2"), ns=(1, 2, 3)) -> Path:
-    """A staging directory holding what playbooks/together.yml sends: together.json."""
+def _sent(tmp_path: Path, records: dict, clients=("h0", "h1", "h2"), ns=(1, 2, 3), burst=None) -> Path:
+    """A staging directory holding what playbooks/together.yml sends: together.json (``burst``: the burst's
+    {"commit", "hosts"}, each client's shard 64 MiB and its RAM 1 GiB; None: no burst)."""
     staging = tmp_path / "staging"
     staging.mkdir(parents=True)
     shared_wb = {"requested_path": "/wb", "fstype": "nfs4", "source": "srv:/export", "mount_point": "/wb",
@@ -174,10 +176,13 @@ def _sent(tmp_path: Path, records: dict, clients=("h0", "h1", "h2"), ns=(1, 2, 3
             "margin_ms": 2000,
             "bound_ms": 10.0,
             "dir": "/wb/disklab-together",
+            "burst_mib": 64 if burst else None,
         },  # fmt: skip
         "storage_servers": [],
         "workbench": dict.fromkeys(clients, shared_wb),
         "records": records,
+        "ram_bytes": dict.fromkeys(clients, 1024 * MIB),
+        "burst": burst or {"commit": None, "hosts": {}},
     }
     (staging / togetherrun.INCOMING).write_text(json.dumps(sent))
     return staging
@@ -237,6 +242,73 @@ def test_a_together_run_is_stored_once_with_each_hosts_outcome_and_its_page_says
     assert (reports / "together.png").is_file() and (reports / "together.html").is_file()
 
 
+def _phase(host_i: int, t0: int, time_s: float, **more) -> dict:
+    """One host's save or read in a burst: 64 MiB in ``time_s``, started ``host_i`` ms after ``t0``."""
+    at = t0 + host_i * 1_000_000
+    return {
+        "clock": {"offset_ns": 0, "uncertainty_ns": 100_000},
+        "sample": {"together": {"at_ns": at, "started_ns": at, "late_ns": 0, "clock": "CLOCK_REALTIME"},
+                   "time_s": time_s, "size_bytes": 64 * MIB, **more},
+    }  # fmt: skip
+
+
+def _save(rank: int, t0: int, time_s: float) -> dict:
+    phases = {"write_s": time_s / 2, "sync_s": time_s / 4, "rename_s": time_s / 8, "dir_fsync_s": time_s / 8}
+    return _phase(
+        rank, t0, time_s, rank=rank, file=f"shard-{rank:05d}-of-00002.bin", sync_call="fsync", **phases
+    )
+
+
+def _read(rank: int, t0: int, time_s: float, *, matches=True, fraction=0.0) -> dict:
+    return _phase(rank, t0, time_s, rank=rank, of_rank=(rank + 1) % 2, file="f", matches=matches,
+                  cache_state="cold" if fraction <= 0.01 else "cold_unverified",
+                  residency_before={"fraction": fraction, "resident_bytes": 0, "trust": "ok"},
+                  eviction="fadvise_dontneed")  # fmt: skip
+
+
+def test_a_together_runs_burst_is_stored_and_rendered_with_mlperfs_figures_said_which_is_which(tmp_path):
+    """h0 saves its 64 MiB in 1 s, h1 in 2 s: duration 2 s, the rules' throughput 32 MiB/s (the least
+    host's own), DLIO's 96 MiB/s (128 MiB over 1 s and over 2 s, the mean). h1's read found 5 % of its
+    shard resident and bytes that differ: the page says not proven cold and that the bytes differ."""
+    t0 = 1_700_000_000 * S
+    shots = {
+        "commit": {"sample": {"marker": ".metadata", "shards": [], "time_s": 0.004}},
+        "hosts": {
+            "h0": {"save": _save(0, t0, 1.0), "read": _read(0, t0 + 10 * S, 0.5)},
+            "h1": {
+                "save": _save(1, t0, 2.0),
+                "read": _read(1, t0 + 10 * S, 0.25, matches=False, fraction=0.05),
+            },
+        },
+    }
+    reports = tmp_path / "reports"
+    staging = _sent(tmp_path, {"h0": [_rec(1, 0, t0)], "h1": []}, ("h0", "h1"), (1,), burst=shots)
+    togetherrun.store(reports, "20261205T120000Z", tmp_path / "inv.yml", {}, staging)
+    (path,) = togetherrun.runs(reports)
+    doc = stored.read(path, "together")
+    assert doc["burst"] == shots and doc["ram_bytes"] == {"h0": 1024 * MIB, "h1": 1024 * MIB}
+    summary, _ = togetherpage.render(reports, report.environment())
+    assert summary["burst"]["save"]["duration_s"] == 2.0 and summary["burst"]["committed"]
+    page = (reports / "together.md").read_text().split("\n## Checkpoint burst\n", 1)[1]
+    assert "| save | together: 1.00 ms, at most 1.20 ms | 2 | 2.000 s | 32 MiB/s | 96 MiB/s |" in page
+    assert "| read | together: 1.00 ms, at most 1.20 ms | 2 | 0.500 s | 128 MiB/s | 384 MiB/s |" in page
+    assert "the marker's own save (write, sync, rename, directory fsync) took 0.004 s" in page
+    assert "**not proven cold**: h1 cold_unverified" in page and "**the bytes read differ" in page
+    assert (
+        "| h1 | 2.000 s (1.000 s, 0.500 s fsync, 0.250 s, 0.250 s) | 32 MiB/s | rank 0 (h0) | 0.250 s |"
+        in page
+    )
+    assert "each shard is under that on h0 (6.25 % of its RAM), h1 (6.25 % of its RAM)" in page
+    report.render_all(reports)  # the fleet page's Together section says the same in one sentence
+    section = (reports / "fleet.md").read_text().split("\n## Together\n", 1)[1]
+    assert (
+        "save on 2 clients in 2.000 s, 32 MiB/s by the rules' text, 96 MiB/s as DLIO computes it; committed"
+        in section
+    )
+    assert "read back on 2 clients in 0.500 s, 128 MiB/s by the rules' text" in section
+    assert "**not proven cold**, **bytes differ**." in section
+
+
 def test_a_client_that_ran_no_round_it_was_in_is_failed_where_ansible_said_nothing(tmp_path):
     """Plain ansible-playbook stores without Ansible's outcomes: a client in a round with no record failed."""
     t0 = 1_700_000_000 * S
@@ -255,6 +327,7 @@ REFUSED = [
     ({"together_ns": [0, 3]}, "together_ns [0, 3] holds 0, 3: each N must be at least 1 and at most"),
     ({"together_big_mib": 4}, "together_big_mib must be at least 18 (the smallest model the load lab makes)"),
     ({"together_metods": ["load_file"]}, "no role declares them; did you mean together_methods?"),
+    ({"together_burst_mib": 0}, "together_burst_mib must be at least 1, got 0"),
 ]
 
 
@@ -285,3 +358,52 @@ def test_disklab_together_check_runs_the_play_with_the_roles_defaults_and_stores
     assert "localhost: check ok" in proc.stdout
     assert "check mode: nothing changed, measured or stored" in proc.stdout
     assert togetherrun.runs(tmp_path / "reports") == []
+
+
+def test_a_storage_server_checks_it_holds_the_clients_files_and_empties_its_page_cache_of_them(tmp_path):
+    """together.server on a directory made here: the check refuses a missing or different manifest, naming
+    the host; the eviction leaves each file cold and says so (a storm method's file from the manifest, or
+    every file with a prefix)."""
+    from disklab_host.loadlab import prep
+    from disklab_host.together import server
+
+    assert server.MANIFEST == prep.MANIFEST  # written twice: together.server must not import numpy
+    manifest = {"files": {"big_pt": {"path": "/client/mount/disklab-together/big.pt"}}}
+    data = json.dumps(manifest).encode()
+    (tmp_path / server.MANIFEST).write_bytes(data)
+    (tmp_path / "big.pt").write_bytes(b"x" * 1_000_000)
+    (tmp_path / "shard-00000-of-00001.bin").write_bytes(b"y" * 500_000)
+    sha = hashlib.sha256(data).hexdigest()
+    assert server.check(tmp_path, sha, "fs1")["manifest_sha256"] == sha
+    with pytest.raises(ValueError, match=r"on fs1 is not the file the clients wrote .* does not export"):
+        server.check(tmp_path, "0" * 64, "fs1")
+    with pytest.raises(ValueError, match=r"^fs2 has no .*/none/prep_manifest\.json: it does not export"):
+        server.check(tmp_path / "none", sha, "fs2")
+    for which in ({"method": "torch.load-mmap", "prefix": None}, {"method": None, "prefix": "shard-"}):
+        server.evict(tmp_path, become_allowed=False, **which)  # whatever the write left cached
+        out = server.evict(tmp_path, become_allowed=False, **which)
+        assert out["cold"] and len(out["files"]) == 1 and out["files"][0]["fraction_after"] == 0.0, out
+
+
+def test_the_storage_servers_cache_is_cold_only_when_every_server_proved_every_start_cold():
+    ok = {"files": [{"file": "big.pt", "fraction_before": 0.9, "fraction_after": 0.002}], "cold": True}
+    first = {"n": 1, "method": "torch.load", "rc": {"fs": 0}, "result": {"fs": ok}, "why": {"fs": ""}}
+    cold = togetherrun.storage_server(["fs"], [first])
+    assert cold["state"] == "cold"
+    assert "up to 90.0 % of a file was resident before, at most 0.2 % after (mincore)" in cold["why"]
+    failed = {
+        "burst": "read",
+        "rc": {"fs": 2},
+        "result": {"fs": {}},
+        "why": {"fs": "together-server-evict: EIO"},
+    }
+    bad = togetherrun.storage_server(["fs"], [first, failed])
+    assert bad["state"] == "not_cold"
+    assert bad["why"].endswith("the burst's read-back on fs: together-server-evict: EIO")
+    gone = {"n": 2, "method": "torch.load", "rc": {"fs": 1}, "result": {"fs": {}}, "why": {"fs": "x"},
+            "unasked": ["fs"]}  # fmt: skip
+    assert togetherrun.storage_server(["fs"], [first, gone])["why"].endswith(
+        "N = 2, torch.load on fs: its SSH port did not answer from the controller, so it was not asked"
+    )
+    assert togetherrun.storage_server(["fs"], [])["state"] == "unknown"
+    assert togetherrun.storage_server([], None)["state"] == "unknown"

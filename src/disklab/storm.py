@@ -36,7 +36,7 @@ EAGER = "torch.load"
 MAPPED = ("torch.load-mmap", "load_file", "load_file+willneed")
 
 
-def _natural(name: str) -> list:
+def natural(name: str) -> list:
     """host2 before host10."""
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
@@ -46,7 +46,7 @@ def round_figures(rnd: dict, bound_ns: int = together.DEFAULT_BOUND_NS) -> dict:
     "sample": together-load's sample} or {"failed": why}}}."""
     ran = {h: r for h, r in rnd["hosts"].items() if "sample" in r}
     failed = {h: r["failed"] for h, r in rnd["hosts"].items() if "sample" not in r}
-    hosts = sorted(rnd["hosts"], key=_natural)
+    hosts = sorted(rnd["hosts"], key=natural)
     out = {"n": rnd["n"], "method": rnd["method"], "hosts": hosts, "failed": failed}
     if not ran:
         return {**out, "spread": None, "cold": False, "not_cold": {}, "stages": {}}
@@ -66,7 +66,7 @@ def round_figures(rnd: dict, bound_ns: int = together.DEFAULT_BOUND_NS) -> dict:
         ends = {h: begin[h] + round(t * 1e9) for h, t in times.items()}
         last_end = max(ends.values())
         fig = {
-            "time_s": {h: times[h] for h in sorted(times, key=_natural)},
+            "time_s": {h: times[h] for h in sorted(times, key=natural)},
             "first_done_s": (min(ends.values()) - first_start) / 1e9,
             "last_done_s": (last_end - first_start) / 1e9,
             "median_s": statistics.median(times.values()),

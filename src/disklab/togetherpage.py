@@ -6,14 +6,16 @@ client's audit), the storage server's page cache (unknown unless stated; never "
 round's spread of the starts with its uncertainty and whether it was together within the run's bound, each
 round's cold proofs, each host's time and slowdown, first and last done, the aggregate, the N at which
 each method's per-host time doubles, and where a mapped method falls behind torch.load's eager reads
-(disklab.storm).
+(disklab.storm); then the checkpoint burst, when the run had one: its save and read-back with MLPerf
+Storage's duration and both its throughputs, said which is which, the commit, each read's cold proof and
+byte check, and MLPerf's rule on caches against each client's RAM (disklab.burst).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from disklab import htmlpage, plotting, stored, storm, togetherrun
+from disklab import burst, htmlpage, plotting, stored, storm, togetherrun
 from disklab_host.common.fsio import atomic_write_text
 
 PAGE = "together.md"
@@ -50,9 +52,13 @@ def context(doc: dict) -> dict:
         for rec in doc["records"].get(host) or []:
             if "failed" in rec and doc["hosts"].get(host, {}).get("status") == "ok":
                 missed.setdefault(host, []).append(f"N = {rec['n']}, {rec['method']}: {rec['failed']}")
+    shots = doc.get("burst")
+    shard_bytes = (doc["settings"].get("burst_mib") or 0) * burst.MIB
     return {
         "doc": doc,
         "figures": fig,
+        "burst": burst.figures(shots, bound_ns) if shots else None,
+        "ram_rule": burst.ram_rule(shard_bytes, doc.get("ram_bytes") or {}) if shots else None,
         "ns": sorted({r["n"] for r in fig["rounds"]}),
         "shared": sorted(shared)[0] if len(shared) == 1 else None,
         "network": all(w["network"] for w in workbenches.values()) if workbenches else False,
@@ -66,8 +72,8 @@ def render(reports: Path, env) -> tuple[dict | None, list[str]]:
     """Write together.md, together.html and together.png from the newest stored together run that can be
     read, and return its summary for the fleet page's Together section ({"page", "plot", "run_id", "ns",
     "methods": {method: {stage: {"median_s", "doubling_n"}}}, "mapped_behind", "rounds", "not_simultaneous",
-    "no_host", "server_cache"}; None when no run can be read, and nothing is written) with one error line for
-    each newer run that cannot be."""
+    "no_host", "server_cache", "burst"}; None when no run can be read, and nothing is written) with one
+    error line for each newer run that cannot be."""
     errors: list[str] = []
     for path in reversed(togetherrun.runs(reports)):
         try:
@@ -102,7 +108,17 @@ def render(reports: Path, env) -> tuple[dict | None, list[str]]:
         "not_simultaneous": sum(1 for r in fig["rounds"] if r["spread"] and not r["spread"]["together"]),
         "no_host": sum(1 for r in fig["rounds"] if r["spread"] is None),
         "server_cache": doc["storage_server"]["state"],
+        "burst": _burst_summary(ctx["burst"]),
     }, errors
+
+
+def _burst_summary(fig: dict | None) -> dict | None:
+    """The burst's line on the fleet page: each phase's duration and both throughputs, and the commit."""
+    if fig is None:
+        return None
+    keys = ("duration_s", "throughput_rules", "throughput_dlio", "hosts")
+    phases = {p: {k: fig[p][k] for k in keys} if fig[p] else None for p in burst.PHASES}
+    return {**phases, "committed": fig["committed"], "cold": fig["cold"], "matches": fig["matches"]}
 
 
 def draw(path: Path, figures: dict, ns: list[int]) -> bool:

@@ -1,12 +1,13 @@
 """A together run, stored: what playbooks/together.yml sent to the controller, with each host's outcome.
 
 The playbook's last task writes ``together.json`` into the run's staging directory: the clients (the play's
-hosts, in order), the settings, the storage-server group, each client's audited workbench and each host's
-cold-start storm rounds (roles/together). :func:`store` adds what Ansible said of each host (ok, failed,
-unreachable, with the task and its message), states the storage server's page cache, and writes it once as
-``reports/.together/<run_id>.json`` (disklab.stored: schema-checked, atomic, never over an earlier file).
-disklab.togetherpage renders the newest one. A run in which some hosts failed says which host failed where;
-one in which no host ran a round is not stored (Ansible's output and the command's lines say why).
+hosts, in order), the settings, the storage-server group, each client's audited workbench and RAM, each
+host's cold-start storm rounds and its part in the checkpoint burst (roles/together). :func:`store` adds
+what Ansible said of each host (ok, failed, unreachable, with the task and its message), states the storage
+server's page cache, and writes it once as ``reports/.together/<run_id>.json`` (disklab.stored:
+schema-checked, atomic, never over an earlier file). disklab.togetherpage renders the newest one. A run in
+which some hosts failed says which host failed where; one in which no host ran a round is not stored
+(Ansible's output and the command's lines say why).
 """
 
 from __future__ import annotations
@@ -32,10 +33,17 @@ def runs(reports: Path) -> list[Path]:
     return sorted(d.glob("*.json")) if d.is_dir() else []
 
 
-def storage_server(servers: list[str]) -> dict:
-    """The file server's page cache, as far as this run knows it. No host of the storage-server group: each
-    client's own page cache was emptied and proven before each load, the server's was neither emptied nor
-    looked at, so a round may have been served from the server's memory."""
+def storage_server(servers: list[str], evictions: list[dict] | None = None) -> dict:
+    """The file server's page cache, as far as this run knows it.
+
+    No host of the storage-server group: each client's own page cache was emptied and proven before each
+    load, the server's was neither emptied nor looked at, so a round may have been served from the server's
+    memory: ``unknown``. With servers named, each round and the burst's read-back had every server empty its
+    page cache of the files once every client was ready (roles/together/tasks/server_evict.yml), each with
+    its residency after (``evictions``: {n, method} or {burst}, and per server its exit status, result
+    and last line, and the servers not asked because they did not answer, ``unasked``): ``cold`` when
+    every server proved every file at most 1 % resident every time, ``not_cold`` naming where it did not,
+    ``unknown`` when no start reached the servers."""
     if not servers:
         return {
             "state": "unknown",
@@ -46,14 +54,46 @@ def storage_server(servers: list[str]) -> dict:
             ),
             "servers": [],
         }
-    return {
-        "state": "unknown",
-        "why": (
-            f"the {SERVERS_GROUP} group names {', '.join(servers)}, but this disklab does not yet empty or "
-            "read a file server's page cache"
-        ),
-        "servers": list(servers),
-    }
+    named = ", ".join(servers)
+    done = [_eviction(e) for e in evictions or []]
+    if not done:
+        return {"state": "unknown", "servers": list(servers), "evictions": [],
+                "why": f"the {SERVERS_GROUP} group names {named}, but no start reached them"}  # fmt: skip
+    bad = [f"{d['what']} on {h}: {why}" for d in done for h, why in d["not_cold"].items()]
+    worst = max((f for d in done for f in d["fraction_after"].values()), default=0.0)
+    held = max((f for d in done for f in d["fraction_before"].values()), default=0.0)
+    if bad:
+        why = f"{named} did not prove every file cold before every start: " + "; ".join(bad)
+        state = "not_cold"
+    else:
+        why = (
+            f"{named} emptied its page cache of each start's files once every client was ready, just "
+            f"before the start: up to {100 * held:.1f} % of a file was resident before, at most "
+            f"{100 * worst:.1f} % after (mincore)"
+        )
+        state = "cold"
+    return {"state": state, "why": why, "servers": list(servers), "evictions": done}
+
+
+def _eviction(e: dict) -> dict:
+    """One start's server evictions as stored: what it was for, each server's most resident file before and
+    after, and each server that did not prove its files cold, with why."""
+    what = "the burst's read-back" if e.get("burst") else f"N = {e.get('n')}, {e.get('method')}"
+    fraction, before, not_cold = {}, {}, {}
+    for host, rc in (e.get("rc") or {}).items():
+        result = (e.get("result") or {}).get(host) or {}
+        files = result.get("files") or []
+        if rc == 0 and files:
+            fraction[host] = max(f["fraction_after"] or 0.0 for f in files)
+            before[host] = max(f.get("fraction_before") or 0.0 for f in files)
+        if host in (e.get("unasked") or []):
+            not_cold[host] = "its SSH port did not answer from the controller, so it was not asked"
+        elif rc != 0 or not result.get("cold"):
+            said = (e.get("why") or {}).get(host) if rc != 0 else None
+            not_cold[host] = said or (
+                "no file emptied" if not files else f"{100 * fraction[host]:.1f} % resident after"
+            )
+    return {"what": what, "fraction_before": before, "fraction_after": fraction, "not_cold": not_cold}
 
 
 def store(
@@ -98,12 +138,27 @@ def store(
         "clients": list(sent["clients"]),
         "hosts": hosts,
         "settings": {**sent["settings"], "ns": [int(n) for n in sent["settings"].get("ns") or []]},
-        "storage_server": storage_server(list(sent.get("storage_servers") or [])),
+        "storage_server": storage_server(
+            list(sent.get("storage_servers") or []), sent.get("server_evictions")
+        ),
         "workbench": {h: _workbench(w) for h, w in (sent.get("workbench") or {}).items()},
         "records": records,
+        "ram_bytes": {h: r if isinstance(r, int) else None for h, r in (sent.get("ram_bytes") or {}).items()},
+        "burst": _burst(sent),
     }
     stored.write(path(reports, run_id), "together", doc)
     return dict(sorted(status.items()))
+
+
+def _burst(sent: dict) -> dict | None:
+    """The checkpoint burst as sent (roles/together's burst.yml): None when it was not run (together_burst
+    false); else the commit ({"sample"}, {"failed"}, or None when no commit was tried because a save failed)
+    and each host's {"save", "read"} that it ran."""
+    if (sent.get("settings") or {}).get("burst_mib") is None:
+        return None
+    burst = sent.get("burst") or {}
+    hosts = {h: r for h, r in (burst.get("hosts") or {}).items() if r}
+    return {"commit": burst.get("commit"), "hosts": hosts}
 
 
 def _workbench(w: dict | None) -> dict | None:

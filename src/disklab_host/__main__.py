@@ -3,7 +3,9 @@
 Commands: ``lab`` (the lab runner), ``preflight``, ``audit``, ``powercut`` (the
 simulator's command line), ``provision`` (the lab venv), ``stop`` (end a running
 lab), ``together-start`` (wait for a together run's common start), ``together-prepare`` and
-``together-load`` (a cold-start storm's shared files and one host's load in it). Each is a function
+``together-load`` (a cold-start storm's shared files and one host's load in it), ``together-burst-*``
+(a checkpoint burst's prepare, save, commit, read-back and clear), ``together-server-check`` and
+``together-server-evict`` (a storage server's part). Each is a function
 ``main(argv)`` of its module (``module:function`` names another).
 The archive's own path goes first on PYTHONPATH for every child process.
 """
@@ -24,6 +26,13 @@ COMMANDS = {
     "together-start": "disklab_host.together.start",
     "together-prepare": "disklab_host.together.load:main_prepare",
     "together-load": "disklab_host.together.load:main_load",
+    "together-burst-prepare": "disklab_host.together.burst:main_prepare",
+    "together-burst-save": "disklab_host.together.burst:main_save",
+    "together-burst-commit": "disklab_host.together.burst:main_commit",
+    "together-burst-read": "disklab_host.together.burst:main_read",
+    "together-burst-clear": "disklab_host.together.burst:main_clear",
+    "together-server-check": "disklab_host.together.server:main_check",
+    "together-server-evict": "disklab_host.together.server:main_evict",
 }
 
 

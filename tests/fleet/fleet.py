@@ -529,6 +529,23 @@ class Fleet:
             return self.state["fileserver"]
         return self.host(name)
 
+    def fileserver_inventory_host(self) -> dict:
+        """The file server as an inventory host (a fleet made with ``fileserver_shell``): root with the
+        fleet's key, its host key checked against hosts/fileserver/known_hosts, Debian's Python."""
+        fs = self.state["fileserver"]
+        known = Path(fs["dir"]) / "known_hosts"
+        args = ["-F /dev/null", "-o IdentitiesOnly=yes", f"-o UserKnownHostsFile={known}",
+                "-o GlobalKnownHostsFile=/dev/null", "-o StrictHostKeyChecking=yes",
+                f"-o ControlPath={self.state['control_path']}"]  # fmt: skip
+        return {
+            "ansible_host": fs["address"],
+            "ansible_port": 22,
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(self.key_path),
+            "ansible_ssh_common_args": " ".join(args),
+            "ansible_python_interpreter": "/usr/bin/python3",
+        }
+
     def ssh_args(self, name: str | None = None) -> list[str]:
         """ssh options every client uses: our key, our known_hosts, checking on, no agent, batch.
 
@@ -582,6 +599,7 @@ class Fleet:
         size_mib: int = DEFAULT_SIZE_MIB,
         lab_root: Path | None = None,
         profiles: Sequence[str] | None = None,
+        fileserver_shell: bool = False,
     ) -> Fleet:
         """Create ``n`` hosts; returns the running Fleet.
 
@@ -596,7 +614,8 @@ class Fleet:
         ``i`` the profile ``profiles[i]`` (a name of PROFILES, or several joined
         by ``+``); hosts past its end are ``standard``. A host whose profile has
         ``no_lab_root`` always gets its lab root under the state dir, never from
-        the ``lab_root`` cache.
+        the ``lab_root`` cache. ``fileserver_shell`` lets the fleet's key log in to the file server with a
+        shell (no ForceCommand), so an inventory can name it as a storage server (fileserver_inventory_host).
 
         Raises ValueError naming the setting for bad arguments, FleetError when
         a step fails; after a failure, everything created so far is torn down.
@@ -660,6 +679,7 @@ class Fleet:
             "bastion": None,
             "inner_route": None,
             "fileserver": None,
+            "fileserver_shell": bool(fileserver_shell),
         }
         if "sudo_password" in constraints:
             state["sudo_password"] = secrets.token_urlsafe(12)
@@ -1161,7 +1181,8 @@ class Fleet:
                 "X11Forwarding no",
                 "PermitTunnel no",
                 "Subsystem sftp internal-sftp",
-                *(["ForceCommand internal-sftp"] if files else []),  # the file server serves files only
+                # the file server serves files only, unless the fleet was made with fileserver_shell
+                *(["ForceCommand internal-sftp"] if files and not self.state.get("fileserver_shell") else []),
                 *([f"SetEnv {' '.join(session_env)}"] if session_env else []),
                 "",
             ]
@@ -1442,7 +1463,8 @@ class Fleet:
         if h.get("mounted") and holder and alive(holder["pid"], holder["start"]):
             target = h.get("mount_point", WORKBENCH)
             cp = _run(["nsenter", f"--target={holder['pid']}", "--mount", "umount", target], check=False)
-            if cp.returncode != 0:
+            # a netfs host's sshfs unmounts itself when its server goes (the file server stopped)
+            if cp.returncode != 0 and "not mounted" not in cp.stderr:
                 problems.append(f"{name}: umount {target}: {cp.stderr.strip()}")
         for rec in h.get("sshfs_procs", ()):  # a netfs host's sshfs exits at umount; ended if it has not
             try:

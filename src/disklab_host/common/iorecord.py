@@ -45,6 +45,7 @@ from pathlib import Path
 
 from . import fstypes
 from .facts import is_unavailable, unavailable
+from .mounts import mount_of
 
 SECTOR_BYTES = 512  # /sys/.../stat counts 512-byte sectors on every device
 MACOS_VALIDATION = "macOS path run only against injected test doubles on Linux, not on real Mac hardware"
@@ -85,24 +86,9 @@ def _mount_source(path: str, root: Path) -> str | None:
 
 
 def _mount_entry(path: str, root: Path) -> tuple[str | None, str | None]:
-    """(source, filesystem type) of the mount holding ``path`` from /proc/self/mountinfo (proc(5): the
-    type and the source are the first two fields after the `` - `` separator); (None, None) unread."""
-    try:
-        text = (root / "proc/self/mountinfo").read_text()
-    except OSError:
-        return None, None
-    real = os.path.realpath(path)
-    best, source, fstype = "", None, None
-    for line in text.splitlines():
-        left, _, right = line.partition(" - ")
-        fields, rest = left.split(), right.split()
-        if len(fields) < 5 or len(rest) < 2:
-            continue
-        point = fields[4].replace("\\040", " ")
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, source, fstype = point, rest[1], rest[0]
-    return source, fstype
+    """(source, filesystem type) of the mount holding ``path`` (common.mounts); (None, None) unread."""
+    found = mount_of(path, root)
+    return found["source"], found["fstype"]
 
 
 def no_device_reason(path: str | os.PathLike, fstype: str | None, source: str | None, majmin: str) -> str:

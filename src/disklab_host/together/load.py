@@ -6,8 +6,10 @@ lab venv's Python:
 
 - ``together-prepare --dir DIR --big-mib MIB [--seed S]``, on one host only, outside any clock: writes the
   load lab's files (loadlab.prep, the same recipe as the load step) into DIR on the shared filesystem, or
-  keeps them when DIR already holds them; prints the manifest's summary as its result line.
-- ``together-load --dir DIR --method METHOD (--at NS | --start-file PATH) [--become-allowed]``, on each of
+  keeps them when DIR already holds them; prints the manifest's summary as its result line, with the
+  manifest's sha256 (a storage server's check that it holds the same file: together.server).
+- ``together-load --dir DIR --method METHOD (--at NS | --start-file PATH) [--shared SOURCE]
+  [--become-allowed]``, on each of
   the N hosts: reads the manifest the writer left in DIR (never writing there), makes the method's file
   cold in this host's own page cache (cache.evict) and runs one load measurement (steps.load.measure_one)
   whose load call starts at the start given, on this host's CLOCK_REALTIME (together.start: with
@@ -18,19 +20,25 @@ lab venv's Python:
 Only the big file's methods that reach every readiness stage up to ``all_touched`` through a whole state dict
 are offered (:data:`METHODS`): a storm times first_response and all_touched. The file server's own page cache
 is not this host's to empty or see; the controller states it. Exit status 2 on bad input, in one line: a
-method this offers not, a directory without the writer's manifest, a start more than an hour away.
+method this offers not, a directory without the writer's manifest, a start more than an hour away; 1 when
+the load fails, its line naming the shared filesystem when its server stopped answering (together.storage).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import platform
+import stat
 import sys
 import time
 from pathlib import Path
 
+from ..common.mounts import mount_of
 from ..common.result import emit as emit_result
+from . import storage
 from .start import add_start_arguments, check_at
+from .storage import named
 
 # The storm's methods, each with the file it loads (the load step's BIG_CELLS, less one-tensor, which
 # returns one tensor and so reaches neither first_response nor a whole all_touched).
@@ -46,10 +54,13 @@ def read_manifest(directory: Path) -> dict:
     """The writer's manifest in ``directory``; ValueError naming the directory when it has none."""
     from ..loadlab import prep
 
-    if not directory.is_dir():
-        what = "not a directory" if directory.exists() else "no such directory"
-        first = "together-prepare writes the model files there on one host first"
-        raise ValueError(f"{directory}: {what}: {first}")
+    first = "together-prepare writes the model files there on one host first"
+    try:
+        is_dir = stat.S_ISDIR(directory.stat().st_mode)  # another OSError (a dead mount's) is raised as it is
+    except FileNotFoundError:
+        raise ValueError(f"{directory}: no such directory: {first}") from None
+    if not is_dir:
+        raise ValueError(f"{directory}: not a directory: {first}")
     manifest = prep._read_manifest(directory / prep.MANIFEST)
     if manifest is None or "big_model" not in manifest:
         raise ValueError(
@@ -66,7 +77,10 @@ def prepare(directory: Path, big_mib: int, seed: int) -> dict:
     cfg = {"sizes": {"load_big_mib": big_mib, "load_small_full_size": 0}, "prep_seed": seed}
     manifest = prep.prepare(cfg, directory)
     files = {k: {"path": v["path"], "size_bytes": v["size_bytes"]} for k, v in manifest["files"].items()}
-    return {"dir": str(directory), "reused": manifest["reused"], "prep_s": manifest["prep_s"], "files": files}
+    sha = hashlib.sha256((directory / prep.MANIFEST).read_bytes()).hexdigest()  # a storage server checks it
+    mount = mount_of(directory)  # every later command is given its source (together.storage.check)
+    return {"dir": str(directory), "reused": manifest["reused"], "prep_s": manifest["prep_s"], "files": files,
+            "manifest_sha256": sha, "mount": mount}  # fmt: skip
 
 
 def cold_sample(directory: Path, method: str, args: argparse.Namespace, become_allowed: bool) -> dict:
@@ -81,6 +95,7 @@ def cold_sample(directory: Path, method: str, args: argparse.Namespace, become_a
         if not (args.ready_timeout > 0 and args.ready_timeout != float("inf")):  # NaN fails the first test
             raise ValueError(f"--ready-timeout must be a number of s above 0, got {args.ready_timeout}")
         start = ["--start-file", str(args.start_file), "--ready-timeout", str(args.ready_timeout)]
+    storage.check(directory, args.shared)
     manifest = read_manifest(directory)
     plan, _ = load.cell_plan(manifest)
     (cell,) = [c for c in plan if c["file"] == METHODS[method] and c["method"] == method]
@@ -111,16 +126,22 @@ def main_load(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, required=True, help="the directory the writer prepared")
     ap.add_argument("--method", choices=sorted(METHODS), required=True)
     add_start_arguments(ap)
+    storage.add_argument(ap)
     ap.add_argument("--become-allowed", action="store_true", help="eviction may use sudo -n (drop_caches)")
     args = ap.parse_args(argv)
     try:
         sample = cold_sample(args.dir, args.method, args, args.become_allowed)
     except ValueError as exc:
-        print(f"together-load: {exc}", file=sys.stderr)
+        print(named(f"together-load: {exc}", args.dir), file=sys.stderr)
         return 2
     except RuntimeError as exc:  # load_one.py failed: its stderr's last line says why
         lines = str(exc).strip().splitlines()
-        print(f"together-load: {args.method} failed: {lines[-1] if lines else exc}", file=sys.stderr)
+        said = f"together-load: {args.method} failed: {lines[-1] if lines else exc}"
+        print(named(said, args.dir), file=sys.stderr)
+        return 1
+    except OSError as exc:  # the directory or its files cannot be reached (a file server gone)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(named(f"together-load: {where}{exc.strerror or exc}", args.dir), file=sys.stderr)
         return 1
     emit_result({"sample": sample})
     return 0
