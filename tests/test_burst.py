@@ -40,7 +40,7 @@ def test_each_rank_saves_its_shard_atomically_one_commits_and_each_reads_the_nex
         assert 0 < phases <= s["time_s"] + 1e-6 and s["together"]["started_ns"] >= s["together"]["at_ns"]
         assert (d / s["file"]).read_bytes() == host.shard_bytes(r, MIB)
     assert sorted(p.name for p in d.iterdir()) == [s["file"] for s in saves]  # no temp file left
-    committed = host.commit(d, 2)
+    committed = host.commit(d, 2, 1)
     assert json.loads((d / host.MARKER).read_text())["shards"] == committed["shards"]
     got = host.read_back(d, 1, 2, 1, _now(), become_allowed=False)
     assert got["of_rank"] == 0 and got["matches"] and got["size_bytes"] == MIB
@@ -54,11 +54,11 @@ def test_a_read_back_finds_a_changed_shard_and_refuses_an_uncommitted_one(tmp_pa
     host.prepare(d, ranks=2, mib=1)
     host.save(d, 0, 2, 1, _now())
     with pytest.raises(ValueError, match=r"not committed: .* holds no shard-00001-of-00002\.bin"):
-        host.commit(d, 2)
+        host.commit(d, 2, 1)
     with pytest.raises(ValueError, match=r"holds no commit marker \(\.metadata\)"):
         host.read_back(d, 1, 2, 1, _now(), become_allowed=False)
     host.save(d, 1, 2, 1, _now())
-    host.commit(d, 2)
+    host.commit(d, 2, 1)
     with open(d / "shard-00000-of-00002.bin", "r+b") as f:  # one byte changed after the commit
         f.seek(MIB // 2)
         f.write(bytes([host.shard_bytes(0, MIB)[MIB // 2] ^ 1]))
@@ -134,3 +134,65 @@ def test_mlperfs_rule_on_caches_compares_each_clients_shard_with_three_times_its
     rule = burst.ram_rule(8 * MIB, {"h0": 16 * MIB, "h1": 2 * MIB, "h2": None})
     assert rule["under"] == ["h0"] and rule["over"] == ["h1"] and rule["unknown"] == ["h2"]
     assert rule["ratio"] == {"h0": 0.5, "h1": 4.0}
+
+
+def test_a_commit_refuses_a_short_shard_and_a_read_refuses_a_marker_it_did_not_write(tmp_path):
+    d = tmp_path / "burst"
+    host.prepare(d, ranks=1, mib=1)
+    host.save(d, 0, 1, 1, _now())
+    with open(d / "shard-00000-of-00001.bin", "r+b") as f:
+        f.truncate(1000)  # torn: the marker must not be written over it
+    with pytest.raises(
+        ValueError, match=r"not committed: not 1 MiB long: shard-00000-of-00001\.bin \(1000 bytes\)"
+    ):
+        host.commit(d, 1, 1)
+    assert not (d / host.MARKER).exists()
+    (d / host.MARKER).write_text('{"shards": 5}')
+    with pytest.raises(ValueError, match=r"is not a commit marker this burst wrote"):
+        host.read_back(d, 0, 1, 1, _now(), become_allowed=False)
+    for bad in (lambda: host.commit(d, 0, 1), lambda: host.save(d, 0, 1, 0, _now())):
+        with pytest.raises(ValueError, match=r"--(ranks|mib) must be at least 1, got 0"):
+            bad()
+
+
+def test_a_read_backs_cache_state_is_cold_not_cold_or_unverified_from_its_residency():
+    assert host.cache_state({"fraction": 0.0, "trust": "ok"}) == "cold"
+    assert host.cache_state({"fraction": 1.0, "trust": "ok"}) == "not_cold"  # the eviction did not take
+    assert host.cache_state({"fraction": 0.0, "trust": "untrusted"}) == "cold_unverified"
+
+
+def test_the_shared_filesystem_is_checked_and_named_from_mountinfo(tmp_path, monkeypatch):
+    """A made /proc/self/mountinfo: / on ext4, /mnt/wb on fuse.sshfs from srv:/export."""
+    from disklab_host.common import mounts
+    from disklab_host.together import storage
+
+    root = tmp_path / "root"
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/self/mountinfo").write_text(
+        "22 1 8:1 / / rw - ext4 /dev/vda rw\n"
+        "40 22 0:50 / /mnt/wb rw,nosuid - fuse.sshfs root@srv:/export rw,user_id=0\n"
+    )
+    got = mounts.mount_of("/mnt/wb/disklab-together/big.pt", root, resolve=False)
+    assert got == {"point": "/mnt/wb", "source": "root@srv:/export", "fstype": "fuse.sshfs"}
+    assert mounts.mount_of("/tmp/x", root, resolve=False)["fstype"] == "ext4"
+    monkeypatch.setattr(
+        storage, "mount_of", lambda p, resolve=True: mounts.mount_of(p, root, resolve=resolve)
+    )
+    storage.check("/mnt/wb/disklab-together", "root@srv:/export")  # still on it: no refusal
+    with pytest.raises(
+        ValueError, match=r"is no longer on the shared filesystem root@srv:/export: it is on ext4"
+    ):
+        storage.check("/srv/wb/disklab-together", "root@srv:/export")
+    lost = "together-load: torch.load failed: [Errno 107] Transport endpoint is not connected"
+    assert storage.named(lost, "/mnt/wb/disklab-together", "root@srv:/export") == (
+        f"{lost} (the shared filesystem fuse.sshfs from root@srv:/export, mounted at /mnt/wb, stopped "
+        "answering: is its file server up?)"
+    )
+    eio = "together-load: x: Input/output error"
+    assert storage.named(eio, "/tmp/x", "root@srv:/export") == eio  # a local disk's EIO is no server's
+    assert storage.named("together-load: no such directory", "/mnt/wb/d", "root@srv:/export").endswith(
+        "directory"
+    )
+    mount = mounts.mount_of("/mnt/wb", root, resolve=False)
+    assert storage.server_dir("/mnt/wb", mount) == "/export"
+    assert storage.server_dir("/dev/vda", {"point": "/", "source": "/dev/vda", "fstype": "ext4"}) is None

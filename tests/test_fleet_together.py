@@ -137,6 +137,10 @@ def test_the_storm_runs_n_1_2_4_on_the_first_n_clients_each_cold_and_judged_simu
     assert {h: r["status"] for h, r in doc["hosts"].items()} == dict.fromkeys(CLIENTS, "ok")
     rounds = togetherpage.rounds_of(doc)
     assert [(r["n"], r["method"]) for r in rounds] == [(n, m) for n in (1, 2, 4) for m in METHODS]
+    # and they ran in that order: each host's records are in the order it ran them
+    assert [(r["n"], r["method"]) for r in doc["records"]["host0"]] == [
+        (n, m) for n in (1, 2, 4) for m in METHODS
+    ]
     for rnd in rounds:
         assert sorted(rnd["hosts"]) == list(CLIENTS[: rnd["n"]]), rnd["hosts"].keys()
         for host, rec in rnd["hosts"].items():
@@ -250,21 +254,24 @@ def test_the_together_page_and_the_fleet_pages_together_section_state_the_run(st
     assert "Rounds not simultaneous: 0 of 6.\nThe file server's page cache: cold." in section
     assert "[together.md](together.md)" in (reports / "index.md").read_text()
     burst_part = page.split("\n## Checkpoint burst\n", 1)[1]
-    assert "- **Commit**: once every save had ended, the marker's own save" in burst_part
-    assert "every shard read (shards read: 4) was cold in its reader's page cache" in burst_part
+    assert "- **Commit**: host0 wrote the marker once every save had ended; its own save" in burst_part
+    assert (
+        "- **Saved**: 4 of 4 clients.\n" in burst_part and "- **Read back**: 4 of 4 clients.\n" in burst_part
+    )
+    assert "every shard read was cold in its reader's page cache" in burst_part
     assert (
         "the file server's page cache: cold, emptied of the shards once every client was ready" in burst_part
     )
-    assert "every byte each client read was the byte its writer saved (shards read: 4)" in burst_part
+    assert "every byte of every shard read was the byte its writer saved" in burst_part
     assert re.search(
-        r"^\| save \| (together|\*\*not simultaneous)[^|]*\| 4 \| [0-9.]+ s \| [0-9,]+ MiB/s \|",
+        r"^\| save \| (together|\*\*not simultaneous)[^|]*\| 4 of 4 \| [0-9.]+ s \| [0-9,]+ MiB/s \|",
         burst_part,
         re.M,
     )
     assert "| host1 | " in burst_part and "| rank 2 (host2) | " in burst_part
     assert (
         "Checkpoint burst (every client saving its shard at once" in section
-        and "committed; read back on 4 clients in" in section
+        and "committed; 4 of 4 read back in" in section
     )
 
 

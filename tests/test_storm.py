@@ -261,7 +261,7 @@ def _save(rank: int, t0: int, time_s: float) -> dict:
 
 def _read(rank: int, t0: int, time_s: float, *, matches=True, fraction=0.0) -> dict:
     return _phase(rank, t0, time_s, rank=rank, of_rank=(rank + 1) % 2, file="f", matches=matches,
-                  cache_state="cold" if fraction <= 0.01 else "cold_unverified",
+                  cache_state="cold" if fraction <= 0.01 else "not_cold",
                   residency_before={"fraction": fraction, "resident_bytes": 0, "trust": "ok"},
                   eviction="fadvise_dontneed")  # fmt: skip
 
@@ -272,7 +272,7 @@ def test_a_together_runs_burst_is_stored_and_rendered_with_mlperfs_figures_said_
     shard resident and bytes that differ: the page says not proven cold and that the bytes differ."""
     t0 = 1_700_000_000 * S
     shots = {
-        "commit": {"sample": {"marker": ".metadata", "shards": [], "time_s": 0.004}},
+        "commit": {"sample": {"marker": ".metadata", "shards": [], "time_s": 0.004}, "host": "h0"},
         "hosts": {
             "h0": {"save": _save(0, t0, 1.0), "read": _read(0, t0 + 10 * S, 0.5)},
             "h1": {
@@ -290,23 +290,43 @@ def test_a_together_runs_burst_is_stored_and_rendered_with_mlperfs_figures_said_
     summary, _ = togetherpage.render(reports, report.environment())
     assert summary["burst"]["save"]["duration_s"] == 2.0 and summary["burst"]["committed"]
     page = (reports / "together.md").read_text().split("\n## Checkpoint burst\n", 1)[1]
-    assert "| save | together: 1.00 ms, at most 1.20 ms | 2 | 2.000 s | 32 MiB/s | 96 MiB/s |" in page
-    assert "| read | together: 1.00 ms, at most 1.20 ms | 2 | 0.500 s | 128 MiB/s | 384 MiB/s |" in page
-    assert "the marker's own save (write, sync, rename, directory fsync) took 0.004 s" in page
-    assert "**not proven cold**: h1 cold_unverified" in page and "**the bytes read differ" in page
+    assert "| save | together: 1.00 ms, at most 1.20 ms | 2 of 2 | 2.000 s | 32 MiB/s | 96 MiB/s |" in page
+    assert "| read | together: 1.00 ms, at most 1.20 ms | 2 of 2 | 0.500 s | 128 MiB/s | 384 MiB/s |" in page
+    assert "its own save (write, sync, rename, directory fsync) took 0.004 s" in page
+    assert "**not proven cold**: h1 not_cold" in page and "**the bytes read differ" in page
+    assert "- **Commit**: h0 wrote the marker once every save had ended; its own save" in page
     assert (
         "| h1 | 2.000 s (1.000 s, 0.500 s fsync, 0.250 s, 0.250 s) | 32 MiB/s | rank 0 (h0) | 0.250 s |"
         in page
     )
-    assert "each shard is under that on h0 (6.25 % of its RAM), h1 (6.25 % of its RAM)" in page
+    assert "Each shard is under that on h0 (6.25 % of its RAM), h1 (6.25 % of its RAM)" in page
     report.render_all(reports)  # the fleet page's Together section says the same in one sentence
     section = (reports / "fleet.md").read_text().split("\n## Together\n", 1)[1]
-    assert (
-        "save on 2 clients in 2.000 s, 32 MiB/s by the rules' text, 96 MiB/s as DLIO computes it; committed"
-        in section
-    )
-    assert "read back on 2 clients in 0.500 s, 128 MiB/s by the rules' text" in section
+    saved = "2 of 2 clients saved in 2.000 s, 32 MiB/s by the rules' text, 96 MiB/s as DLIO computes it"
+    assert f"{saved}; committed" in section
+    assert "2 of 2 read back in 0.500 s, 128 MiB/s by the rules' text" in section
     assert "**not proven cold**, **bytes differ**." in section
+
+
+def test_a_burst_whose_save_failed_is_rendered_as_not_committed_and_claims_no_read(tmp_path):
+    """h1's save failed: no commit was tried, nothing read back; the page says so, and no sentence claims a
+    read or a proof that did not happen."""
+    t0 = 1_700_000_000 * S
+    shots = {
+        "commit": None,
+        "hosts": {"h0": {"save": _save(0, t0, 1.0)}, "h1": {"save": {"failed": "ENOSPC"}}},
+    }
+    reports = tmp_path / "reports"
+    staging = _sent(tmp_path, {"h0": [_rec(1, 0, t0)], "h1": []}, ("h0", "h1"), (1,), burst=shots)
+    togetherrun.store(reports, "20261205T120000Z", tmp_path / "inv.yml", {}, staging)
+    report.render_all(reports)
+    page = (reports / "together.md").read_text().split("\n## Checkpoint burst\n", 1)[1]
+    assert "- **Saved**: 1 of 2 clients (failed: h1: ENOSPC)." in page
+    assert "**not committed**: not every client saved its shard" in page
+    assert "| read | n/a | 0 of 0 |" in page and "Read-back cache state" not in page
+    assert "this run empties each reader's own page cache" not in page
+    section = (reports / "fleet.md").read_text().split("\n## Together\n", 1)[1]
+    assert "1 of 2 clients saved in 1.000 s" in section and "**not committed**." in section
 
 
 def test_a_client_that_ran_no_round_it_was_in_is_failed_where_ansible_said_nothing(tmp_path):
@@ -386,7 +406,8 @@ def test_a_storage_server_checks_it_holds_the_clients_files_and_empties_its_page
 
 
 def test_the_storage_servers_cache_is_cold_only_when_every_server_proved_every_start_cold():
-    ok = {"files": [{"file": "big.pt", "fraction_before": 0.9, "fraction_after": 0.002}], "cold": True}
+    ok = {"files": [{"file": "big.pt", "fraction_before": 0.9, "fraction_after": 0.002, "trust": "ok"}],
+          "cold": True}  # fmt: skip
     first = {"n": 1, "method": "torch.load", "rc": {"fs": 0}, "result": {"fs": ok}, "why": {"fs": ""}}
     cold = togetherrun.storage_server(["fs"], [first])
     assert cold["state"] == "cold"
@@ -407,3 +428,21 @@ def test_the_storage_servers_cache_is_cold_only_when_every_server_proved_every_s
     )
     assert togetherrun.storage_server(["fs"], [])["state"] == "unknown"
     assert togetherrun.storage_server([], None)["state"] == "unknown"
+
+
+def test_the_servers_evictions_are_kept_once_each_in_the_runs_order():
+    """A run_once fact can reach the controller from several hosts, and in any order."""
+    ok = {
+        "files": [{"file": "f", "fraction_before": 0.5, "fraction_after": 0.0, "trust": "ok"}],
+        "cold": True,
+    }
+
+    def ev(**what):
+        return {**what, "rc": {"fs": 0}, "result": {"fs": ok}, "why": {"fs": ""}}
+
+    sent = [ev(burst="read"), ev(n=2, method="load_file"), ev(n=1, method="load_file"),
+            ev(n=1, method="torch.load"), ev(n=2, method="load_file")]  # fmt: skip
+    got = togetherrun.storage_server(["fs"], sent, ["torch.load", "load_file"])
+    assert [e["what"] for e in got["evictions"]] == [
+        "N = 1, torch.load", "N = 1, load_file", "N = 2, load_file", "the burst's read-back"
+    ]  # fmt: skip

@@ -70,19 +70,23 @@ def phase_figures(hosts: dict[str, dict], bound_ns: int = together.DEFAULT_BOUND
 
 
 def figures(burst: dict, bound_ns: int = together.DEFAULT_BOUND_NS) -> dict:
-    """The burst's figures from its stored record ({"settings", "hosts": {host: {"save": ..., "read": ...}},
-    "commit": {"sample"} or {"failed"} or None}): {"save", "read" (phase_figures, or None), "commit",
-    "committed": bool, "cold": bool (every read sample proven cold), "matches": bool (every byte read was
-    the writer's), "not_cold", "mismatched", "failed": {phase: {host: why}}}."""
+    """The burst's figures from its stored record ({"hosts": {host: {"save": ..., "read": ...}}, "commit":
+    {"sample", "host"} or {"failed"} or None}): {"save", "read" (phase_figures, or None), "commit",
+    "committer" (the host that wrote the marker), "tried": {phase: how many hosts ran it}, "rank_host":
+    {rank: host}, "committed": bool, "cold": bool (every read sample proven cold), "matches": bool (every
+    byte read was the writer's), "not_cold", "mismatched", "failed": {phase: {host: why}}}."""
     hosts = burst.get("hosts") or {}
     phases = {p: {h: r[p] for h, r in hosts.items() if p in r} for p in PHASES}
     out = {p: phase_figures(phases[p], bound_ns) for p in PHASES}
+    tried = {p: len(phases[p]) for p in PHASES}  # hosts that ran the phase, whether it failed or not
     reads = {h: r["sample"] for h, r in phases["read"].items() if "sample" in r}
     saves = {h: r["sample"] for h, r in phases["save"].items() if "sample" in r}
     commit = burst.get("commit")
     return {
         **out,
         "commit": commit,
+        "committer": (commit or {}).get("host"),
+        "tried": tried,
         "rank_host": {s["rank"]: h for h, s in saves.items()},
         "committed": bool(commit and "sample" in commit),
         "cold": bool(reads) and all(s["cache_state"] == "cold" for s in reads.values()),

@@ -62,7 +62,7 @@ def context(doc: dict) -> dict:
         "ns": sorted({r["n"] for r in fig["rounds"]}),
         "shared": sorted(shared)[0] if len(shared) == 1 else None,
         "network": all(w["network"] for w in workbenches.values()) if workbenches else False,
-        "writer": doc["clients"][0] if doc["clients"] else None,
+        "writer": doc["clients"][0] if doc["clients"] else None,  # the storm's files (together-prepare)
         "missed": missed,
         "stages": storm.STAGES,
     }
@@ -118,7 +118,8 @@ def _burst_summary(fig: dict | None) -> dict | None:
         return None
     keys = ("duration_s", "throughput_rules", "throughput_dlio", "hosts")
     phases = {p: {k: fig[p][k] for k in keys} if fig[p] else None for p in burst.PHASES}
-    return {**phases, "committed": fig["committed"], "cold": fig["cold"], "matches": fig["matches"]}
+    return {**phases, "tried": fig["tried"], "committed": fig["committed"], "cold": fig["cold"],
+            "matches": fig["matches"]}  # fmt: skip
 
 
 def draw(path: Path, figures: dict, ns: list[int]) -> bool:

@@ -33,7 +33,9 @@ def runs(reports: Path) -> list[Path]:
     return sorted(d.glob("*.json")) if d.is_dir() else []
 
 
-def storage_server(servers: list[str], evictions: list[dict] | None = None) -> dict:
+def storage_server(
+    servers: list[str], evictions: list[dict] | None = None, methods: list[str] | None = None
+) -> dict:
     """The file server's page cache, as far as this run knows it.
 
     No host of the storage-server group: each client's own page cache was emptied and proven before each
@@ -41,9 +43,9 @@ def storage_server(servers: list[str], evictions: list[dict] | None = None) -> d
     memory: ``unknown``. With servers named, each round and the burst's read-back had every server empty its
     page cache of the files once every client was ready (roles/together/tasks/server_evict.yml), each with
     its residency after (``evictions``: {n, method} or {burst}, and per server its exit status, result
-    and last line, and the servers not asked because they did not answer, ``unasked``): ``cold`` when
-    every server proved every file at most 1 % resident every time, ``not_cold`` naming where it did not,
-    ``unknown`` when no start reached the servers."""
+    and last line, and the servers not asked because they did not answer, ``unasked``; each start once, in
+    the run's order of ``methods``): ``cold`` when every server proved every file at most 1 % resident every
+    time, ``not_cold`` naming where it did not, ``unknown`` when no start reached the servers."""
     if not servers:
         return {
             "state": "unknown",
@@ -55,7 +57,7 @@ def storage_server(servers: list[str], evictions: list[dict] | None = None) -> d
             "servers": [],
         }
     named = ", ".join(servers)
-    done = [_eviction(e) for e in evictions or []]
+    done = [_eviction(e) for e in _in_order(evictions or [], methods or [])]
     if not done:
         return {"state": "unknown", "servers": list(servers), "evictions": [],
                 "why": f"the {SERVERS_GROUP} group names {named}, but no start reached them"}  # fmt: skip
@@ -75,6 +77,21 @@ def storage_server(servers: list[str], evictions: list[dict] | None = None) -> d
     return {"state": state, "why": why, "servers": list(servers), "evictions": done}
 
 
+def _in_order(evictions: list[dict], methods: list[str]) -> list[dict]:
+    """Each start's evictions once, in the run's order (N, then the method's place in ``methods``; the
+    burst's read-back last): a run_once fact may reach the controller from several hosts."""
+    seen: dict[tuple, dict] = {}
+    for e in evictions:
+        key = ("burst", e["burst"]) if e.get("burst") else (int(e.get("n") or 0), str(e.get("method")))
+        seen.setdefault(key, e)
+    place = {m: i for i, m in enumerate(methods)}
+
+    def order(key: tuple) -> tuple:
+        return (1, 0, 0) if key[0] == "burst" else (0, key[0], place.get(key[1], len(place)))
+
+    return [seen[k] for k in sorted(seen, key=order)]
+
+
 def _eviction(e: dict) -> dict:
     """One start's server evictions as stored: what it was for, each server's most resident file before and
     after, and each server that did not prove its files cold, with why."""
@@ -86,13 +103,17 @@ def _eviction(e: dict) -> dict:
         if rc == 0 and files:
             fraction[host] = max(f["fraction_after"] or 0.0 for f in files)
             before[host] = max(f.get("fraction_before") or 0.0 for f in files)
+        untrusted = sorted({str(f.get("trust")) for f in files if f.get("trust") != "ok"})
         if host in (e.get("unasked") or []):
             not_cold[host] = "its SSH port did not answer from the controller, so it was not asked"
-        elif rc != 0 or not result.get("cold"):
-            said = (e.get("why") or {}).get(host) if rc != 0 else None
-            not_cold[host] = said or (
-                "no file emptied" if not files else f"{100 * fraction[host]:.1f} % resident after"
-            )
+        elif rc != 0:
+            not_cold[host] = (e.get("why") or {}).get(host) or f"exit status {rc}"
+        elif not files:
+            not_cold[host] = "no file to empty"
+        elif untrusted:
+            not_cold[host] = f"its residency cannot be trusted there ({', '.join(untrusted)})"
+        elif not result.get("cold"):
+            not_cold[host] = f"{100 * fraction[host]:.1f} % resident after"
     return {"what": what, "fraction_before": before, "fraction_after": fraction, "not_cold": not_cold}
 
 
@@ -137,9 +158,15 @@ def store(
         "inventory": str(Path(inventory).resolve()),
         "clients": list(sent["clients"]),
         "hosts": hosts,
-        "settings": {**sent["settings"], "ns": [int(n) for n in sent["settings"].get("ns") or []]},
+        "settings": {
+            **sent["settings"],
+            "ns": [int(n) for n in sent["settings"].get("ns") or []],
+            "burst_mib": _burst_mib(sent["settings"]),
+        },
         "storage_server": storage_server(
-            list(sent.get("storage_servers") or []), sent.get("server_evictions")
+            list(sent.get("storage_servers") or []),
+            sent.get("server_evictions"),
+            list((sent.get("settings") or {}).get("methods") or []),
         ),
         "workbench": {h: _workbench(w) for h, w in (sent.get("workbench") or {}).items()},
         "records": records,
@@ -150,11 +177,18 @@ def store(
     return dict(sorted(status.items()))
 
 
+def _burst_mib(settings: dict) -> int | None:
+    """The burst's shard MiB as sent; None when no burst ran (the role sends none, which an older Ansible
+    renders as an empty string)."""
+    mib = settings.get("burst_mib")
+    return None if mib in (None, "") else int(mib)
+
+
 def _burst(sent: dict) -> dict | None:
     """The checkpoint burst as sent (roles/together's burst.yml): None when it was not run (together_burst
     false); else the commit ({"sample"}, {"failed"}, or None when no commit was tried because a save failed)
     and each host's {"save", "read"} that it ran."""
-    if (sent.get("settings") or {}).get("burst_mib") is None:
+    if _burst_mib(sent.get("settings") or {}) is None:
         return None
     burst = sent.get("burst") or {}
     hosts = {h: r for h, r in (burst.get("hosts") or {}).items() if r}

@@ -12,15 +12,17 @@ import os
 from pathlib import Path
 
 
-def mount_of(path: str | os.PathLike, root: Path = Path("/")) -> dict:
+def mount_of(path: str | os.PathLike, root: Path = Path("/"), *, resolve: bool = True) -> dict:
     """{"point", "source", "fstype"} of the mount holding ``path`` (the longest mount point that contains
-    it; proc(5): the type and the source are the first two fields after the `` - `` separator)."""
+    it; proc(5): the type and the source are the first two fields after the `` - `` separator).
+    ``resolve=False`` takes the path as written (absolute, not through its symlinks): a path on a network
+    mount whose server is gone is then never touched, where resolving it could wait on the server."""
     found = {"point": None, "source": None, "fstype": None}
     try:
         text = (Path(root) / "proc/self/mountinfo").read_text()
     except OSError:
         return found
-    real = os.path.realpath(path)
+    real = os.path.realpath(path) if resolve else os.path.abspath(path)
     best = ""
     for line in text.splitlines():
         left, _, right = line.partition(" - ")

@@ -17,13 +17,15 @@ and checks every byte. disklab.burst computes the figures. Commands, run with th
   shard's bytes (:func:`shard_bytes`, deterministic from the rank) before it says it is ready, then at the
   start saves them; the result line gives each phase's time (write, sync, rename, directory fsync) and when
   the save started and ended on this host's clock;
-- ``together-burst-commit --dir DIR --ranks N``: writes ``.metadata`` listing every shard, or refuses in one
-  line when a shard is missing (then nothing is committed, and there is no read-back);
+- ``together-burst-commit --dir DIR --ranks N --mib MIB``: writes ``.metadata`` listing every shard, or
+  refuses in one line when a shard is missing or not MIB MiB long (then nothing is committed, and there is no
+  read-back);
 - ``together-burst-read --dir DIR --rank R --ranks N --mib MIB (--at NS | --start-file PATH)
   [--become-allowed]``: reads the shard of rank (R + 1) mod N once the marker lists it: before it says it is
   ready, it makes the bytes that shard must hold, makes the shard cold in this host's page cache
-  (cache.evict) and measures its residency (the proof: at most 1 % resident just before the read); at the
-  start it reads the whole shard into memory, then compares every byte;
+  (cache.evict) and measures its residency (the proof: at most 1 % resident once evicted, just before it
+  says it is ready: :func:`cache_state`); at the start it reads the whole shard into memory, then compares
+  every byte;
 - ``together-burst-clear --dir DIR``: removes the shards and the marker (the burst's scratch), on one host.
 
 The shards are scratch: their bytes are random, made from the rank, so a reader knows what it must find.
@@ -116,8 +118,7 @@ def clear(directory: Path) -> list[str]:
 def prepare(directory: Path, ranks: int, mib: int) -> dict:
     """Make ``directory`` ready for a burst of ``ranks`` shards of ``mib`` MiB; ValueError with the numbers
     when its filesystem has not room for them."""
-    if ranks < 1 or mib < 1:
-        raise ValueError(f"--ranks and --mib must be at least 1, got {ranks} and {mib}")
+    _checked(ranks, mib)
     directory.mkdir(parents=True, exist_ok=True)
     removed = clear(directory)
     st = os.statvfs(directory)
@@ -131,14 +132,19 @@ def prepare(directory: Path, ranks: int, mib: int) -> dict:
     return {"dir": str(directory), "free_bytes": free, "need_bytes": need, "removed": len(removed)}
 
 
-def _checked_rank(rank: int, ranks: int) -> None:
-    if not 0 <= rank < ranks:
+def _checked(ranks: int, mib: int | None = None, rank: int | None = None) -> None:
+    """ValueError naming the argument: --ranks and --mib at least 1, --rank in [0, --ranks)."""
+    if ranks < 1:
+        raise ValueError(f"--ranks must be at least 1, got {ranks}")
+    if mib is not None and mib < 1:
+        raise ValueError(f"--mib must be at least 1, got {mib}")
+    if rank is not None and not 0 <= rank < ranks:
         raise ValueError(f"--rank must be at least 0 and below --ranks ({ranks}), got {rank}")
 
 
 def save(directory: Path, rank: int, ranks: int, mib: int, args: argparse.Namespace) -> dict:
     """Rank ``rank``'s shard, saved at the start ``args`` give (together.start's arguments)."""
-    _checked_rank(rank, ranks)
+    _checked(ranks, mib, rank)
     try:  # a dead mount's OSError is raised as it is; a missing directory is refused
         is_dir = stat.S_ISDIR(directory.stat().st_mode)
     except FileNotFoundError:
@@ -159,12 +165,17 @@ def save(directory: Path, rank: int, ranks: int, mib: int, args: argparse.Namesp
     }
 
 
-def commit(directory: Path, ranks: int) -> dict:
-    """Write the commit marker listing every shard of ``ranks``; ValueError naming the missing shards."""
+def commit(directory: Path, ranks: int, mib: int) -> dict:
+    """Write the commit marker listing every shard of ``ranks``; ValueError naming the shards missing or
+    not ``mib`` MiB long (a marker over a missing or short shard is the torn checkpoint it prevents)."""
+    _checked(ranks, mib)
     shards = [directory / shard_name(r, ranks) for r in range(ranks)]
     missing = [p.name for p in shards if not p.is_file()]
     if missing:
         raise ValueError(f"not committed: {directory} holds no {', '.join(missing)}")
+    short = [f"{p.name} ({p.stat().st_size} bytes)" for p in shards if p.stat().st_size != mib * MIB]
+    if short:
+        raise ValueError(f"not committed: not {mib} MiB long: {', '.join(short)}")
     listed = [{"rank": r, "file": p.name, "size_bytes": p.stat().st_size} for r, p in enumerate(shards)]
     data = json.dumps({"ranks": ranks, "shards": listed}, indent=1).encode()
     phases = write_durably(directory, MARKER, data, durable_sync(platform.system()))
@@ -175,16 +186,19 @@ def read_back(
     directory: Path, rank: int, ranks: int, mib: int, args: argparse.Namespace, become_allowed: bool
 ) -> dict:
     """Read rank (``rank`` + 1) mod ``ranks``'s shard, cold, at the start ``args`` give; check its bytes."""
-    _checked_rank(rank, ranks)
+    _checked(ranks, mib, rank)
     of = (rank + 1) % ranks
     name = shard_name(of, ranks)
     try:
         listed = json.loads((directory / MARKER).read_text(encoding="utf-8"))["shards"]
-    except (OSError, ValueError, KeyError, TypeError):
+        files = {s.get("file") for s in listed if isinstance(s, dict)}
+    except FileNotFoundError:
         raise ValueError(
             f"{directory} holds no commit marker ({MARKER}): the checkpoint was not committed"
         ) from None
-    if name not in {s.get("file") for s in listed if isinstance(s, dict)}:
+    except (ValueError, KeyError, TypeError):  # not JSON, or not a list of shards
+        raise ValueError(f"{directory}/{MARKER} is not a commit marker this burst wrote") from None
+    if name not in files:
         raise ValueError(f"the commit marker in {directory} does not list {name}")
     path = directory / name
     size = mib * MIB
@@ -201,7 +215,6 @@ def read_back(
             got += n
         extra = f.read(1)
     t1 = time.perf_counter_ns()
-    cold = before["trust"] == "ok" and before["fraction"] <= pagecache.COLD_MAX_FRACTION
     return {
         "rank": rank,
         "of_rank": of,
@@ -210,10 +223,19 @@ def read_back(
         "time_s": (t1 - t0) / 1e9,
         "together": started,
         "matches": got == size and not extra and buf == expected,
-        "cache_state": "cold" if cold else "cold_unverified",
+        "cache_state": cache_state(before),
         "residency_before": {k: before[k] for k in ("fraction", "resident_bytes", "trust")},
         "eviction": eviction["method"],
     }
+
+
+def cache_state(residency: dict) -> str:
+    """A read-back's cache state from its shard's residency once evicted, just before it says it is ready:
+    ``cold`` (at most COLD_MAX_FRACTION resident, mincore trusted), ``not_cold`` (more: the eviction did
+    not take), ``cold_unverified`` (mincore cannot be trusted here, cache.residency_trust)."""
+    if residency["trust"] != "ok":
+        return "cold_unverified"
+    return "cold" if residency["fraction"] <= pagecache.COLD_MAX_FRACTION else "not_cold"
 
 
 def _parser(prog: str, *, start: bool) -> argparse.ArgumentParser:
@@ -233,11 +255,11 @@ def _run(prog: str, work, directory: Path, shared: str | None) -> int:
         storage.check(directory, shared)
         result = work()
     except (ValueError, TimeoutError) as exc:
-        print(named(f"{prog}: {exc}", directory), file=sys.stderr)
+        print(named(f"{prog}: {exc}", directory, shared), file=sys.stderr)
         return 2
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
-        print(named(f"{prog}: {where}{exc.strerror or exc}", directory), file=sys.stderr)
+        print(named(f"{prog}: {where}{exc.strerror or exc}", directory, shared), file=sys.stderr)
         return 1
     emit_result(result)
     return 0
@@ -266,8 +288,10 @@ def main_save(argv: list[str] | None = None) -> int:
 def main_commit(argv: list[str] | None = None) -> int:
     ap = _parser("together-burst-commit", start=False)
     ap.add_argument("--ranks", type=int, required=True)
+    ap.add_argument("--mib", type=int, required=True)
     args = ap.parse_args(argv)
-    return _run("together-burst-commit", lambda: commit(args.dir, args.ranks), args.dir, args.shared)
+    work = lambda: commit(args.dir, args.ranks, args.mib)  # noqa: E731
+    return _run("together-burst-commit", work, args.dir, args.shared)
 
 
 def main_read(argv: list[str] | None = None) -> int:

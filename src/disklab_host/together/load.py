@@ -79,6 +79,7 @@ def prepare(directory: Path, big_mib: int, seed: int) -> dict:
     files = {k: {"path": v["path"], "size_bytes": v["size_bytes"]} for k, v in manifest["files"].items()}
     sha = hashlib.sha256((directory / prep.MANIFEST).read_bytes()).hexdigest()  # a storage server checks it
     mount = mount_of(directory)  # every later command is given its source (together.storage.check)
+    mount["server_dir"] = storage.server_dir(directory, mount)  # where a storage server holds DIR
     return {"dir": str(directory), "reused": manifest["reused"], "prep_s": manifest["prep_s"], "files": files,
             "manifest_sha256": sha, "mount": mount}  # fmt: skip
 
@@ -132,16 +133,16 @@ def main_load(argv: list[str] | None = None) -> int:
     try:
         sample = cold_sample(args.dir, args.method, args, args.become_allowed)
     except ValueError as exc:
-        print(named(f"together-load: {exc}", args.dir), file=sys.stderr)
+        print(named(f"together-load: {exc}", args.dir, args.shared), file=sys.stderr)
         return 2
     except RuntimeError as exc:  # load_one.py failed: its stderr's last line says why
         lines = str(exc).strip().splitlines()
         said = f"together-load: {args.method} failed: {lines[-1] if lines else exc}"
-        print(named(said, args.dir), file=sys.stderr)
+        print(named(said, args.dir, args.shared), file=sys.stderr)
         return 1
     except OSError as exc:  # the directory or its files cannot be reached (a file server gone)
         where = f"{exc.filename}: " if exc.filename else ""
-        print(named(f"together-load: {where}{exc.strerror or exc}", args.dir), file=sys.stderr)
+        print(named(f"together-load: {where}{exc.strerror or exc}", args.dir, args.shared), file=sys.stderr)
         return 1
     emit_result({"sample": sample})
     return 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 
+from ..common import fstypes
 from ..common.mounts import mount_of
 
 # The errnos of a filesystem whose server or connection is gone (ENOTCONN: a FUSE daemon such as sshfs
@@ -36,7 +37,7 @@ def check(directory: str | os.PathLike, shared: str | None) -> None:
     """ValueError naming both when ``directory`` is no longer on the mount source ``shared``."""
     if not shared:
         return
-    mount = mount_of(directory)
+    mount = mount_of(directory, resolve=False)
     if mount["point"] is not None and mount["source"] != shared:
         raise ValueError(
             f"{directory} is no longer on the shared filesystem {shared}: it is on {mount['fstype']} from "
@@ -44,14 +45,30 @@ def check(directory: str | os.PathLike, shared: str | None) -> None:
         )
 
 
-def named(line: str, directory: str | os.PathLike) -> str:
+def server_dir(directory: str | os.PathLike, mount: dict) -> str | None:
+    """Where the file server holds ``directory``, from its mount (``mount_of``): the path in the source
+    (``server:/export``) and the path inside the mount; None when the source names no server path (a local
+    disk, or a source without ``:/``). A storage server whose exports differ (NFSv4's pseudo-root) is
+    given the directory by hand (the together role's together_server_dir)."""
+    source, point = mount.get("source") or "", mount.get("point")
+    if point is None or ":/" not in source:
+        return None
+    export = source.split(":", 1)[1].rstrip("/")
+    inside = os.path.relpath(os.path.realpath(directory), point)
+    return export if inside == "." else f"{export}/{inside}"
+
+
+def named(line: str, directory: str | os.PathLike, shared: str | None = None) -> str:
     """``line``, with the shared filesystem of ``directory`` named when the line says its server or
-    connection is gone; ``line`` as it is otherwise."""
+    connection is gone and the directory is on ``shared`` (or, not given, on a network or FUSE mount);
+    ``line`` as it is otherwise: an EIO from a local disk is no file server's."""
     if not any(word in line for word in LOST):
         return line
-    mount = mount_of(directory)
-    if mount["point"] is None:
-        return f"{line} (the storage of {directory} stopped answering: is its file server up?)"
+    mount = mount_of(directory, resolve=False)  # a hard NFS mount's server gone: resolving would hang
+    fstype = mount["fstype"] or ""
+    ours = mount["source"] == shared if shared else fstypes.is_network(fstype) or fstypes.is_fuse(fstype)
+    if mount["point"] is None or not ours:
+        return line
     return (
         f"{line} (the shared filesystem {mount['fstype']} from {mount['source']}, mounted at "
         f"{mount['point']}, stopped answering: is its file server up?)"
