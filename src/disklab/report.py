@@ -36,6 +36,7 @@ from disklab import (
     reportpool,
     store,
     stored,
+    storm,
     togetherpage,
     verdicts,
 )
@@ -61,6 +62,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(FILTERS)
     env.filters["figure"] = compare.format_value
     env.filters["verdict_sentence"] = verdicts.sentence
+    env.filters["behind_text"] = storm.behind_text
     env.filters.update(markup.FILTERS)  # every string from an inventory or a host is escaped where it lands
     return env
 

@@ -20,8 +20,9 @@ For each round and readiness stage (:data:`STAGES`), as elbencho and IOR define 
 A round's figures are simultaneous only when its starts were together (disklab.together.spread), and cold
 only when every host's sample was proven cold (loadlab.proof); each round says which it is and why not.
 Across N, per method and stage: the median host's time at each N, and the first N at which it is twice the
-N = 1 time (:func:`doubling_n`), or None when no N measured reached it. :func:`mapped_behind` says from which
-N a mapped method's median time at ``all_touched`` exceeds torch.load's (eager reads), from these numbers.
+N = 1 time (:func:`doubling_n`), or None when no N measured reached it. :func:`mapped_behind` says at which N,
+and from which N on, a mapped method's median time at ``all_touched`` exceeds torch.load's (eager reads), from
+these numbers.
 """
 
 from __future__ import annotations
@@ -108,14 +109,31 @@ def doubling_n(medians: dict[int, float]) -> int | None:
     return next((n for n in sorted(medians) if n > 1 and medians[n] >= 2 * ref), None)
 
 
-def mapped_behind(methods: dict) -> dict[str, int | None]:
-    """For each mapped method measured beside torch.load: the first N at which its median time at
-    all_touched exceeds torch.load's at the same N, or None when it never does at the N measured."""
+def mapped_behind(methods: dict) -> dict[str, dict]:
+    """For each mapped method measured beside torch.load, at all_touched and the N both have: ``at``, the N
+    at which its median time exceeds torch.load's; ``from``, the least N from which it does at every N
+    measured (None when the last N is not one of them); ``ns``, the N compared. A method behind at N = 1
+    only is behind ``at`` [1] and ``from`` None: it does not fall behind as N grows."""
     eager = methods.get(EAGER, {}).get("all_touched", {}).get("median_s", {})
     out = {}
     for method in MAPPED:
         mine = methods.get(method, {}).get("all_touched", {}).get("median_s", {})
         common = sorted(set(mine) & set(eager))
-        if common:
-            out[method] = next((n for n in common if mine[n] > eager[n]), None)
+        if not common:
+            continue
+        at = [n for n in common if mine[n] > eager[n]]
+        tail = next((i for i in range(len(common)) if all(mine[n] > eager[n] for n in common[i:])), None)
+        out[method] = {"at": at, "from": common[tail] if tail is not None else None, "ns": common}
     return out
+
+
+def behind_text(v: dict) -> str:
+    """:func:`mapped_behind`'s verdict for one method as the pages say it, after the method's name."""
+    eager = f"`{EAGER}` (eager reads)"
+    listed = ", ".join
+    if v["from"] is not None:
+        return f"falls behind {eager} from N = {v['from']} on, at every N measured from there"
+    if v["at"]:
+        ahead = [n for n in v["ns"] if n not in v["at"]]
+        return f"is behind {eager} at N = {listed(map(str, v['at']))}, not at N = {listed(map(str, ahead))}"
+    return f"is not behind {eager} at any N measured (N = {listed(map(str, v['ns']))})"
