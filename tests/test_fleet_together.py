@@ -383,6 +383,26 @@ def test_together_load_refuses_a_directory_the_writer_never_prepared(tmp_path):
         together_load.read_manifest(tmp_path)
 
 
+def test_hosts_that_start_late_are_named_and_their_round_is_labelled_not_simultaneous(
+    fleet, tmp_path, storm_run
+):
+    """A 1 ms margin: the start has passed before any host reads it from its start file, so each host starts
+    at once and records how late it was; the round is stored, labelled not simultaneous, naming them."""
+    reports = tmp_path / "reports"
+    proc = _together(fleet.inventory_path, reports, ["host0", "host1"], together_ns=[2],
+                     together_methods=["load_file"], together_burst=False, together_margin_ms=1)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    (path,) = togetherrun.runs(reports)
+    (rnd,) = togetherpage.rounds_of(stored.read(path, "together"))
+    spread = storm.round_figures(rnd)["spread"]
+    assert sorted(spread["late_hosts"]) == ["host0", "host1"] and min(spread["late_hosts"].values()) > 0
+    assert not spread["together"] and spread["why"].startswith("started late: host0 by ")
+    assert (
+        "| 2 | `load_file` | **not simultaneous**: started late: host0 by "
+        in (reports / "together.md").read_text()
+    )
+
+
 def test_the_file_server_stopped_in_the_middle_fails_each_later_step_naming_it_and_loses_nothing(
     fleet, reports, storm_run, tmp_path
 ):
