@@ -26,10 +26,8 @@ import re
 from ansible_collections.disklab.lab.plugins.plugin_utils import result as _result
 
 DOCUMENTATION_LINES = 5  # how many of a command's first lines a missing result's message shows
-# Lines that are not the command's own: a backgrounded command's exit status
-# (playbooks/tasks/together_start.yml) and the SSH client's closing words, which share stdout with the
-# command's stderr over a terminal.
-_NOT_THE_COMMANDS = re.compile(r"^(disklab-exit \S+|Shared connection to \S+ closed\.)$")
+# A backgrounded command's exit status (playbooks/tasks/together_start.yml): not a line of the command's.
+_EXIT_STATUS = re.compile(r"^disklab-exit \S+$")
 
 
 def _text(out, stream: str) -> str:
@@ -70,7 +68,7 @@ def last_line(out) -> str:
     message when it printed none."""
     out = out if isinstance(out, dict) else {}
     lines = [ln.strip() for ln in _stdout(out).splitlines() + _text(out, "stderr").splitlines()]
-    own = [ln for ln in lines if ln and not _NOT_THE_COMMANDS.match(ln)]
+    own = [ln for ln in lines if ln and not _EXIT_STATUS.match(ln) and not _result.SSH_CLOSED.match(ln)]
     return own[-1] if own else str(out.get("msg") or "failed")
 
 

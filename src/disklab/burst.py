@@ -28,7 +28,6 @@ import statistics
 from . import together
 from .storm import natural
 
-MIB = 1 << 20
 RAM_FACTOR = (
     3  # MLPerf Storage v2.0: a checkpoint per client under 3x its RAM needs caches cleared before the read
 )

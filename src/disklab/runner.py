@@ -76,11 +76,6 @@ class PlaybookRun:
     fetching: bool = False  # the play set FETCHING_FACT: its tags fetch results (False for --tags provision)
 
 
-# What ssh itself prints on stderr when a session on a multiplexed connection ends. Over SSH a command runs
-# on a pty, so its own stderr arrives in stdout and this line is all that stderr holds.
-_SSH_NOISE = re.compile(r"^Shared connection to \S+ closed\.$")
-
-
 def _failure_message(res: dict) -> str:
     """The most useful one-line reason from a failed task's result (loop items included)."""
     errors = res.get("argument_errors")
@@ -96,7 +91,7 @@ def _failure_message(res: dict) -> str:
         value = res.get(key)
         if isinstance(value, str) and value.strip():
             stripped = (raw.strip() for raw in value.splitlines())
-            lines = [ln for ln in stripped if ln and not _SSH_NOISE.match(ln)]
+            lines = [ln for ln in stripped if ln and not result_line.SSH_CLOSED.match(ln)]
             if lines:
                 return lines[-1][:500] if key != "msg" else value.strip()[:1000]
     return "failed (no message)"

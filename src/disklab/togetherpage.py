@@ -17,6 +17,7 @@ from pathlib import Path
 
 from disklab import burst, htmlpage, plotting, stored, storm, togetherrun
 from disklab_host.common.fsio import atomic_write_text
+from disklab_host.common.units import MIB
 
 PAGE = "together.md"
 PLOT = "together.png"
@@ -53,7 +54,7 @@ def context(doc: dict) -> dict:
             if "failed" in rec and doc["hosts"].get(host, {}).get("status") == "ok":
                 missed.setdefault(host, []).append(f"N = {rec['n']}, {rec['method']}: {rec['failed']}")
     shots = doc.get("burst")
-    shard_bytes = (doc["settings"].get("burst_mib") or 0) * burst.MIB
+    shard_bytes = (doc["settings"].get("burst_mib") or 0) * MIB
     return {
         "doc": doc,
         "figures": fig,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from disklab_host.common.units import ibytes
+from disklab_host.common.units import MIB, ibytes
 
 
 def _missing(x: float | None) -> bool:
@@ -59,6 +59,11 @@ def mib_s(x: float | None) -> str:
     return "n/a" if _missing(x) else f"{x:,.0f} MiB/s"
 
 
+def bytes_mib_s(x: float | None) -> str:
+    """A throughput given in bytes/s, in MiB/s."""
+    return "n/a" if _missing(x) else mib_s(x / MIB)
+
+
 def pct(fraction: float | None) -> str:
     """A fraction in [0, 1] as a percentage, e.g. ``12.3 %``."""
     return "n/a" if _missing(fraction) else f"{100 * fraction:.1f} %"
@@ -82,4 +87,4 @@ def fact(value: object) -> str:
     return str(value)
 
 
-FILTERS = {f.__name__: f for f in (ibytes, us, us_short, ns, secs, mib_s, pct, ratio, fact)}
+FILTERS = {f.__name__: f for f in (ibytes, us, us_short, ns, secs, mib_s, bytes_mib_s, pct, ratio, fact)}

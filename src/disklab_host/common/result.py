@@ -17,10 +17,14 @@ disklab_host module: the collection loads this file on its own.
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 # A word no banner or warning says, followed by one space and the JSON object.
 MARKER = "disklab-result "
+# What ssh itself prints on stderr when a session on a multiplexed connection ends. Over SSH a command runs
+# on a pty, so its own stderr arrives in stdout, and this line is no line of the command's.
+SSH_CLOSED = re.compile(r"^Shared connection to \S+ closed\.$")
 
 
 def line(obj: dict) -> str:

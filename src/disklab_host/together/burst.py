@@ -42,19 +42,16 @@ import os
 import platform
 import random
 import stat
-import sys
 import time
 from pathlib import Path
 
 from ..cache import pagecache
 from ..common.durable import durable_sync
 from ..common.fsio import fsync_dir
-from ..common.result import emit as emit_result
+from ..common.units import MIB
 from . import storage
 from .start import add_start_arguments, start_now
-from .storage import named
 
-MIB = 1 << 20
 MARKER = ".metadata"  # the commit marker: torch.distributed.checkpoint's name for its own
 CHUNK = MIB  # bytes per write(2) and per generated block
 
@@ -247,30 +244,12 @@ def _parser(prog: str, *, start: bool) -> argparse.ArgumentParser:
     return ap
 
 
-def _run(prog: str, work, directory: Path, shared: str | None) -> int:
-    """Run ``work()`` once ``directory`` is found still on the mount source ``shared``, print its result
-    line; one line and exit 2 for a refusal, 1 for an I/O error, naming the shared filesystem of
-    ``directory`` when its server stopped answering (together.storage)."""
-    try:
-        storage.check(directory, shared)
-        result = work()
-    except (ValueError, TimeoutError) as exc:
-        print(named(f"{prog}: {exc}", directory, shared), file=sys.stderr)
-        return 2
-    except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(named(f"{prog}: {where}{exc.strerror or exc}", directory, shared), file=sys.stderr)
-        return 1
-    emit_result(result)
-    return 0
-
-
 def main_prepare(argv: list[str] | None = None) -> int:
     ap = _parser("together-burst-prepare", start=False)
     ap.add_argument("--ranks", type=int, required=True)
     ap.add_argument("--mib", type=int, required=True)
     args = ap.parse_args(argv)
-    return _run(
+    return storage.run(
         "together-burst-prepare", lambda: prepare(args.dir, args.ranks, args.mib), args.dir, args.shared
     )
 
@@ -282,7 +261,7 @@ def main_save(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=int, required=True)
     args = ap.parse_args(argv)
     work = lambda: save(args.dir, args.rank, args.ranks, args.mib, args)  # noqa: E731
-    return _run("together-burst-save", work, args.dir, args.shared)
+    return storage.run("together-burst-save", work, args.dir, args.shared)
 
 
 def main_commit(argv: list[str] | None = None) -> int:
@@ -291,7 +270,7 @@ def main_commit(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=int, required=True)
     args = ap.parse_args(argv)
     work = lambda: commit(args.dir, args.ranks, args.mib)  # noqa: E731
-    return _run("together-burst-commit", work, args.dir, args.shared)
+    return storage.run("together-burst-commit", work, args.dir, args.shared)
 
 
 def main_read(argv: list[str] | None = None) -> int:
@@ -301,7 +280,7 @@ def main_read(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=int, required=True)
     ap.add_argument("--become-allowed", action="store_true", help="eviction may use sudo -n (drop_caches)")
     args = ap.parse_args(argv)
-    return _run(
+    return storage.run(
         "together-burst-read",
         lambda: read_back(args.dir, args.rank, args.ranks, args.mib, args, args.become_allowed),
         args.dir,
@@ -311,4 +290,4 @@ def main_read(argv: list[str] | None = None) -> int:
 
 def main_clear(argv: list[str] | None = None) -> int:
     args = _parser("together-burst-clear", start=False).parse_args(argv)
-    return _run("together-burst-clear", lambda: {"removed": clear(args.dir)}, args.dir, args.shared)
+    return storage.run("together-burst-clear", lambda: {"removed": clear(args.dir)}, args.dir, args.shared)

@@ -25,11 +25,10 @@ import hashlib
 import json
 import os
 import platform
-import sys
 from pathlib import Path
 
 from ..cache import pagecache
-from ..common.result import emit as emit_result
+from . import storage
 from .load import METHODS
 
 MANIFEST = "prep_manifest.json"  # loadlab.prep.MANIFEST; not imported: that module needs numpy
@@ -78,20 +77,6 @@ def evict(directory: Path, method: str | None, prefix: str | None, become_allowe
     return {"dir": str(directory), "files": out, "cold": cold}
 
 
-def _run(prog: str, work) -> int:
-    try:
-        result = work()
-    except (ValueError, KeyError) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"{prog}: {where}{exc.strerror or exc}", file=sys.stderr)
-        return 1
-    emit_result(result)
-    return 0
-
-
 def main_check(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="disklab_host together-server-check", description=__doc__.splitlines()[0]
@@ -104,7 +89,9 @@ def main_check(argv: list[str] | None = None) -> int:
         "--name", default=platform.node(), help="this host's name in the inventory, for the refusal"
     )
     args = ap.parse_args(argv)
-    return _run("together-server-check", lambda: check(args.dir, args.manifest_sha256, args.name))
+    return storage.run(
+        "together-server-check", lambda: check(args.dir, args.manifest_sha256, args.name), args.dir
+    )
 
 
 def main_evict(argv: list[str] | None = None) -> int:
@@ -117,6 +104,5 @@ def main_evict(argv: list[str] | None = None) -> int:
     which.add_argument("--prefix", help="empty every file whose name starts with this")
     ap.add_argument("--become-allowed", action="store_true", help="eviction may use sudo -n (drop_caches)")
     args = ap.parse_args(argv)
-    return _run(
-        "together-server-evict", lambda: evict(args.dir, args.method, args.prefix, args.become_allowed)
-    )
+    work = lambda: evict(args.dir, args.method, args.prefix, args.become_allowed)  # noqa: E731
+    return storage.run("together-server-evict", work, args.dir)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 
 from ..common import fstypes
 from ..common.mounts import mount_of
+from ..common.result import emit as emit_result
 
 # The errnos of a filesystem whose server or connection is gone (ENOTCONN: a FUSE daemon such as sshfs
 # lost its server; ESTALE: an NFS handle the server no longer knows; the rest: the network or the server).
@@ -26,6 +28,25 @@ LOST = tuple(
     for e in (errno.ENOTCONN, errno.EIO, errno.ESTALE, errno.ETIMEDOUT, errno.EHOSTDOWN, errno.EHOSTUNREACH,
               errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED)
 )  # fmt: skip
+
+
+def run(prog: str, work, directory: str | os.PathLike, shared: str | None = None) -> int:
+    """A together command's run: ``work()`` once ``directory`` is found still on the mount source ``shared``
+    (:func:`check`), and its result line printed. A refusal (ValueError, TimeoutError, KeyError) is one line
+    and exit status 2; an I/O error one line and 1; each line naming the shared filesystem of ``directory``
+    when its server stopped answering (:func:`named`)."""
+    try:
+        check(directory, shared)
+        result = work()
+    except (ValueError, TimeoutError, KeyError) as exc:
+        print(named(f"{prog}: {exc}", directory, shared), file=sys.stderr)
+        return 2
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(named(f"{prog}: {where}{exc.strerror or exc}", directory, shared), file=sys.stderr)
+        return 1
+    emit_result(result)
+    return 0
 
 
 def add_argument(ap) -> None:
