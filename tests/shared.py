@@ -35,6 +35,7 @@ from pathlib import Path
 
 import yaml
 
+from disklab_host.common.result import parse as parse_result
 from disklab_host.venvprobe import RECORD_NAME
 
 REPO = Path(__file__).resolve().parent.parent
@@ -113,17 +114,19 @@ def _role_pins() -> tuple[list[str], str]:
     return list(defaults["lab_venv_packages"]), str(defaults["lab_venv_torch_index"])
 
 
-def lab_venv_template(tmp_path_factory, python: str) -> Path:
-    """The run's one lab venv for the base interpreter ``python``, made by the provisioning command
-    (``disklab_host provision``, with the role's pins) the first time any worker asks; waits while another
-    worker makes it. Returns the venv's path. Raises AssertionError with provision's output when it fails."""
-    key = hashlib.sha256(python.encode()).hexdigest()[:12]
+def lab_venv_template(tmp_path_factory, python: str, loaders: tuple[str, ...] = ()) -> Path:
+    """The run's one lab venv for the base interpreter ``python`` (and the production ``loaders``, installed
+    beside the pins as lab_venv_loaders does), made by the provisioning command (``disklab_host
+    provision``, with the role's pins) the first time any worker asks; waits while another worker makes it.
+    Returns the venv's path. Raises AssertionError with provision's output when it fails."""
+    key = hashlib.sha256(" ".join([python, *loaders]).encode()).hexdigest()[:12]
     root = shared_dir(tmp_path_factory) / f"labvenv-{key}"
     venv = root / "venv"
     with flock(root.with_suffix(".lock")):
         if not (venv / RECORD_NAME).exists():
             pins, index = _role_pins()
             argv = [python, "-m", "disklab_host", "provision", f"--venv={venv}", f"--torch-index={index}"]
+            argv += [f"--loader={name}" for name in loaders]
             env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
             proc = subprocess.run(
                 argv + [f"--pin={p}" for p in pins],
@@ -134,17 +137,20 @@ def lab_venv_template(tmp_path_factory, python: str) -> Path:
                 check=False,
             )
             assert proc.returncode == 0, f"provisioning the run's lab venv failed: {proc.stdout}{proc.stderr}"
+            installed = parse_result(proc.stdout).get("loaders") or {}
+            failed = {n: r for n, r in installed.items() if r.get("status") != "ok"}
+            assert not failed, f"the loaders could not be installed into the run's lab venv: {failed}"
     return venv
 
 
-def seed_lab_venv(tmp_path_factory, venv: Path, python: str) -> bool:
+def seed_lab_venv(tmp_path_factory, venv: Path, python: str, loaders: tuple[str, ...] = ()) -> bool:
     """Give ``venv`` (a host's ``<lab root>/venv``) the run's lab venv for ``python`` as hard links, when it
     does not exist yet; returns whether it seeded. Hard links cost no copy, and Python replaces a
     ``.pyc`` by rename, so a host writing its own caches never changes the template."""
     venv = Path(venv)
     if venv.exists():
         return False
-    template = lab_venv_template(tmp_path_factory, python)
+    template = lab_venv_template(tmp_path_factory, python, loaders)
     venv.parent.mkdir(parents=True, exist_ok=True)
     partial = venv.with_name(venv.name + ".seeding")
     shutil.rmtree(partial, ignore_errors=True)
@@ -153,9 +159,10 @@ def seed_lab_venv(tmp_path_factory, venv: Path, python: str) -> bool:
     return True
 
 
-def seed_fleet_hosts(tmp_path_factory, fleet, names: list[str]) -> None:
-    """Seed the lab venv of each of the fleet's hosts ``names`` (their own lab roots, their own Python)."""
+def seed_fleet_hosts(tmp_path_factory, fleet, names: list[str], loaders: tuple[str, ...] = ()) -> None:
+    """Seed the lab venv of each of the fleet's hosts ``names`` (their own lab roots, their own Python),
+    with the production ``loaders`` in it: every run on them then sets lab_venv_loaders to the same."""
     for name in names:
         h = fleet.host(name)
         python = h.get("python", "/usr/bin/python3")
-        seed_lab_venv(tmp_path_factory, Path(h["lab_venv_root"]) / "venv", python)
+        seed_lab_venv(tmp_path_factory, Path(h["lab_venv_root"]) / "venv", python, loaders)

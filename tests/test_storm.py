@@ -78,38 +78,84 @@ def test_a_round_says_which_hosts_were_not_cold_started_late_or_failed():
     assert nobody["stages"] == {} and nobody["spread"] is None and not nobody["cold"]
 
 
-def test_slowdown_against_n_1_the_doubling_n_and_where_mapped_loading_falls_behind():
+def _rounds(method: str, times: dict, repeats: int = 5, state: str = "cold") -> list[dict]:
+    """``repeats`` rounds of ``method`` at each N of ``times`` ({N: each host's all_touched time}), the k-th
+    repeat 1 % slower than the first (no ties), every host of a round ``state``."""
     t0 = 1_700_000_000 * S
+    return [
+        {"n": n, "method": method, "repeat": k + 1,
+         "hosts": {f"h{i}": _host(0, t0, t * (1 + k / 100) / 2, t * (1 + k / 100), state=state)
+                   for i in range(n)}}
+        for n, t in times.items()
+        for k in range(repeats)
+    ]  # fmt: skip
 
-    def rounds(method, times):  # times: {N: per-host all_touched time}
-        return [
-            {"n": n, "method": method, "hosts": {f"h{i}": _host(0, t0, t / 2, t) for i in range(n)}}
-            for n, t in times.items()
-        ]
 
+def test_each_n_is_judged_against_n_1_on_its_rounds_and_the_doubling_n_is_the_first_shown_twice_as_slow():
+    """Five rounds at each N: torch.load is shown slower at N = 2 and 4 but never 2×; torch.load-mmap is
+    shown 2.1× slower at N = 2, so it doubles there; against torch.load it is shown ahead at N = 1 and
+    behind from N = 2 on. The test units are the rounds (their median host), judged as one family."""
     fig = storm.figures(
-        rounds("torch.load", {1: 1.0, 2: 1.5, 4: 1.9}) + rounds("torch.load-mmap", {1: 0.8, 2: 1.6, 4: 4.0})
+        _rounds("torch.load", {1: 1.0, 2: 1.5, 4: 1.9}) + _rounds("torch.load-mmap", {1: 0.8, 2: 1.7, 4: 4.0})
     )
     eager, mapped = fig["methods"]["torch.load"], fig["methods"]["torch.load-mmap"]
-    assert eager["all_touched"]["median_s"] == {1: 1.0, 2: 1.5, 4: 1.9}
-    assert eager["all_touched"]["doubling_n"] is None  # 1.9 s is not twice 1.0 s
-    assert mapped["all_touched"]["doubling_n"] == 2 and mapped["all_touched"]["reference_s"] == 0.8
-    four = next(r for r in fig["rounds"] if r["method"] == "torch.load-mmap" and r["n"] == 4)
-    assert four["stages"]["all_touched"]["slowdown"] == {f"h{i}": pytest.approx(5.0) for i in range(4)}
-    # 1.6 s against 1.5 s at N = 2, 4.0 against 1.9 at N = 4, ahead at N = 1: behind from N = 2 on
-    assert fig["mapped_behind"] == {"torch.load-mmap": {"at": [2, 4], "from": 2, "ns": [1, 2, 4]}}
-    assert storm.behind_text(fig["mapped_behind"]["torch.load-mmap"]) == (
-        "falls behind `torch.load` (eager reads) from N = 2 on, at every N measured from there"
+    assert eager["all_touched"]["median_s"] == {1: 1.02, 2: 1.53, 4: pytest.approx(1.938)}
+    assert eager["all_touched"]["rounds"] == {1: 5, 2: 5, 4: 5}
+    two = eager["all_touched"]["against_one"][2]
+    assert two["verdict"] == "changed" and two["direction"] == "up" and two["units"] == "rounds"
+    assert two["ratio"] == pytest.approx(1.5) and (two["n_old"], two["n_new"]) == (5, 5)
+    assert eager["all_touched"]["doubling_n"] is None and eager["all_touched"]["doubling_unshown"] == []
+    assert storm.doubling_text(eager["all_touched"]) == "not by N = 4 (every ratio under 2×)"
+    assert mapped["all_touched"]["doubling_n"] == 2
+    assert mapped["all_touched"]["reference_s"] == pytest.approx(0.816)
+    assert storm.doubling_text(mapped["all_touched"]) == "N = 2 (2.12×, 95 % interval 2.06×..2.19×)"
+    four = next(
+        r for r in fig["rounds"] if r["method"] == "torch.load-mmap" and r["n"] == 4 and r["repeat"] == 1
     )
-    # behind at N = 1 only (a run on the test fleet gave this): it does not fall behind as N grows
-    medians = {"torch.load": {1: 1.0, 2: 2.0, 4: 4.0}, "load_file": {1: 1.1, 2: 1.9, 4: 3.5}}
-    once = storm.mapped_behind({m: {"all_touched": {"median_s": v}} for m, v in medians.items()})
-    assert once == {"load_file": {"at": [1], "from": None, "ns": [1, 2, 4]}}
+    assert four["stages"]["all_touched"]["slowdown"] == {
+        f"h{i}": pytest.approx(4.0 / 0.816) for i in range(4)
+    }
+    behind = fig["mapped_behind"]["torch.load-mmap"]
+    assert (behind["at"], behind["from"], behind["ahead"], behind["ns"]) == ([2, 4], 2, [1], [1, 2, 4])
+    assert storm.behind_text(behind) == (
+        "falls behind `torch.load` (eager reads) from N = 2 on, shown at every N measured from there "
+        "(ahead at N = 1)"
+    )
+    assert behind["verdicts"][2].startswith("changed: 1.13× slower (95 % interval ")
+
+
+def test_one_round_at_each_n_shows_nothing_and_says_which_n_reached_twice_without_the_rounds_to_show_it():
+    fig = storm.figures(
+        _rounds("torch.load", {1: 1.0, 2: 2.5, 4: 3.0}, repeats=1)
+        + _rounds("load_file", {1: 1.1, 2: 2.0, 4: 3.5}, repeats=1)
+    )
+    at = fig["methods"]["torch.load"]["all_touched"]
+    assert {n: j["verdict"] for n, j in at["against_one"].items()} == {2: "inconclusive", 4: "inconclusive"}
+    assert at["doubling_n"] is None and at["doubling_unshown"] == [2, 4]
     assert (
-        storm.behind_text(once["load_file"])
-        == "is behind `torch.load` (eager reads) at N = 1, not at N = 2, 4"
+        storm.doubling_text(at)
+        == "not shown by N = 4 (2.50× at N = 2, 3.00× at N = 4, without the rounds to show it)"
     )
-    assert storm.doubling_n({2: 1.0}) is None  # no N = 1 to double
+    behind = fig["mapped_behind"]["load_file"]
+    assert behind["at"] == [] and behind["undecided"] == [1, 2, 4] and behind["from"] is None
+    assert storm.behind_text(behind) == (
+        "is not shown behind `torch.load` (eager reads) at any N measured (N = 1, 2, 4) "
+        "(undecided at N = 1, 2, 4)"
+    )
+    assert storm.doubling_text({"reference_s": None}) == "n/a (no N = 1 time)"
+
+
+def test_a_round_not_proven_cold_is_a_disturbed_unit_judged_without():
+    """One of five rounds at N = 2 was not proven cold (and, 10× slower, would sway a mean): the verdict is
+    judged on the other four, and says so."""
+    rounds = _rounds("torch.load", {1: 1.0, 2: 1.5})
+    rounds[-1] = _rounds("torch.load", {2: 15.0}, repeats=1, state="cold_unverified")[0] | {"repeat": 5}
+    fig = storm.figures(rounds)
+    j = fig["methods"]["torch.load"]["all_touched"]["against_one"][2]
+    assert j["noise"]["judged_on"] == "undisturbed" and j["n_new"] == 4
+    assert j["noise"]["reasons"] == ["N = 2: 1 of 5 rounds not proven cold"]
+    assert j["ratio"] == pytest.approx(1.5, rel=0.02)
+    assert storm._flag(fig["rounds"][-1]) == "not proven cold"
 
 
 def test_the_start_file_is_read_once_ready_and_refused_when_late_or_malformed(tmp_path):
@@ -172,9 +218,12 @@ def test_together_start_with_a_start_file_waits_until_told_then_starts_on_time(t
     assert Path(tmp_path / "x.ready").exists()
 
 
-def _sent(tmp_path: Path, records: dict, clients=("h0", "h1", "h2"), ns=(1, 2, 3), burst=None) -> Path:
+def _sent(
+    tmp_path: Path, records: dict, clients=("h0", "h1", "h2"), ns=(1, 2, 3), burst=None, loaders=()
+) -> Path:
     """A staging directory holding what playbooks/together.yml sends: together.json (``burst``: the burst's
-    {"commit", "hosts"}, each client's shard 64 MiB and its RAM 1 GiB; None: no burst)."""
+    {"commit", "hosts"}, each client's shard 64 MiB and its RAM 1 GiB; None: no burst; ``loaders``: the
+    production loaders of lab_run_load_loaders, each a method after torch.load)."""
     staging = tmp_path / "staging"
     staging.mkdir(parents=True)
     shared_wb = {"requested_path": "/wb", "fstype": "nfs4", "source": "srv:/export", "mount_point": "/wb",
@@ -182,7 +231,8 @@ def _sent(tmp_path: Path, records: dict, clients=("h0", "h1", "h2"), ns=(1, 2, 3
     sent = {
         "clients": list(clients),
         "settings": {
-            "methods": ["torch.load"],
+            "methods": ["torch.load", *loaders],
+            "loaders": list(loaders),
             "ns": list(ns),
             "big_mib": 18,
             "margin_ms": 2000,
@@ -246,12 +296,93 @@ def test_a_together_run_is_stored_once_with_each_hosts_outcome_and_its_page_says
         in page
     )
     assert "every client's workbench is `nfs4` from `srv:/export`, network storage" in page
-    assert "| 3 | `torch.load` | **not simultaneous**: started late: h1 by 30.0 ms |" in page
-    assert "| 3 | `torch.load` | | | failed | h2: together-load: torch.load failed: EIO |" in page
+    assert "| 3 | `torch.load` | 1 | **not simultaneous**: started late: h1 by 30.0 ms |" in page
+    assert "| 3 | `torch.load` | 1 | | | failed | h2: together-load: torch.load failed: EIO |" in page
     assert 'h2: partial at "The cold-start storm": together-load: torch.load failed: EIO' in page
-    # N = 1 took 1 s, N = 2 2 s (each host's time is N s here): the time doubles at N = 2
-    assert "| `torch.load` | all_touched | 1.000 s | 2.000 s | 3.000 s | N = 2 |" in page
+    # N = 1 took 1 s, N = 2 2 s (each host's time is N s here), one round each: 2× at N = 2, but not shown
+    assert (
+        "| `torch.load` | all_touched | 1.000 s | 2.000 s | 3.000 s | not shown by N = 3 (2.00× at N = 2, "
+        "3.00× at N = 3, without the rounds to show it) |"
+    ) in page
+    assert "**1 round at each N cannot show a slowdown against N = 1**: below 4 a side no outcome" in page
+    assert "| `torch.load` | all_touched | 2 | inconclusive: " in page
     assert (reports / "together.png").is_file() and (reports / "together.html").is_file()
+
+
+def test_a_production_loaders_rounds_are_stored_and_rendered_with_its_version_knobs_and_where_it_did_not_run(
+    tmp_path,
+):
+    """lab_run_load_loaders [model_streamer]: h0 ran it (its record: version, a knob the inventory set, how it
+    read), h1 could not (not installed there): the round keeps h0's figures and says why h1 did not run, as
+    not run, not failed; the page names the loader, its version, its knob and how it read."""
+    t0 = 1_700_000_000 * S
+    knobs = {"concurrency": {"value": 4, "source": "inventory"}}
+    title = "Run:ai Model Streamer"
+    streamer = {
+        "status": "ok",
+        "version": "0.17.1",
+        "title": title,
+        "read_path": "its threads",
+        "knobs": knobs,
+    }
+    why = "runai-model-streamer is not installed in the lab venv (/venv)"
+    ran = {**_rec(1, 0, t0 + 30 * S), "method": "model_streamer", "loader": streamer}
+    ran["sample"]["read_path"] = {"how": "buffered reads", "page_cache": "used"}
+    records = {
+        "h0": [_rec(1, 0, t0), _rec(2, 0, t0 + 10 * S), ran,
+               {**_rec(2, 0, t0 + 40 * S), "method": "model_streamer", "loader": streamer}],
+        "h1": [_rec(2, 1, t0 + 10 * S),
+               {"n": 2, "method": "model_streamer", "not_run": why,
+                "loader": {"status": "not_run", "reason": why, "title": "Run:ai Model Streamer"}}],
+    }  # fmt: skip
+    reports = tmp_path / "reports"
+    staging = _sent(tmp_path, records, ("h0", "h1"), (1, 2), loaders=("model_streamer",))
+    assert togetherrun.store(reports, "20261205T120000Z", tmp_path / "inv.yml", {}, staging) == {
+        "h0": "ok", "h1": "ok"}  # fmt: skip
+    doc = stored.read(togetherrun.runs(reports)[0], "together")  # the schema takes not_run and loader
+    rounds = storm.figures(togetherpage.rounds_of(doc))["rounds"]
+    assert [(r["n"], r["method"]) for r in rounds] == [
+        (1, "torch.load"), (1, "model_streamer"), (2, "torch.load"), (2, "model_streamer")]  # fmt: skip
+    two = rounds[3]
+    assert two["not_run"] == {"h1": why} and two["failed"] == {}
+    assert list(two["stages"]["all_touched"]["time_s"]) == ["h0"]
+    summary, _ = togetherpage.render(reports, report.environment())
+    assert set(summary["methods"]) == {"torch.load", "model_streamer"}
+    page = (reports / "together.md").read_text()
+    assert (
+        "`model_streamer` (Run:ai Model Streamer; 0.17.1 on h0; read as buffered reads (h0); "
+        "knobs the inventory set: concurrency = 4, the others at the loader's defaults); **not run** on h1: "
+        + why
+        + "."
+    ) in page
+    assert f"| 2 | `model_streamer` | 1 | | | not run | h1: {why} |" in page
+    assert "| 2 | `model_streamer` | 1 | together:" in page and "(**1 of 2 hosts loaded**)" in page
+    assert "Hosts that did not run every round" not in page  # a loader not run is no failed host
+
+
+@pytest.mark.slow  # writes an 18 MiB model with torch (a few s)
+def test_together_load_says_not_run_before_it_is_ready_for_a_loader_this_venv_lacks(tmp_path):
+    """together-load of a production loader not installed here (the test venv has none) prints not_run with
+    why, and the loader's record, exits 0 and never says it is ready: the round goes on without it. A method
+    that is neither a load method nor a loader is refused as a usage error."""
+    from disklab_host.together import load as together_load
+
+    # tensorizer cannot run here either, so the writer makes no file in its format
+    together_load.prepare(tmp_path / "files", 18, 0, ["tensorizer"])
+    assert "big_tensors" not in together_load.read_manifest(tmp_path / "files")["files"]
+    base = [sys.executable, "-m", "disklab_host", "together-load", "--dir", str(tmp_path / "files")]
+    start = ["--start-file", str(tmp_path / "x"), "--ready-timeout", "30"]
+    env = {"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"}
+    cp = subprocess.run(
+        [*base, "--method", "model_streamer", *start], capture_output=True, text=True, env=env
+    )
+    assert cp.returncode == 0, cp.stderr
+    got = parse(cp.stdout)
+    assert got["not_run"].startswith("runai-model-streamer is not installed in the lab venv"), got
+    assert got["loader"]["status"] == "not_run" and got["loader"]["title"] == "Run:ai Model Streamer"
+    assert not (tmp_path / "x.ready").exists()
+    bad = subprocess.run([*base, "--method", "nosuch", *start], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "invalid choice: 'nosuch'" in bad.stderr
 
 
 def _phase(host_i: int, t0: int, time_s: float, **more) -> dict:

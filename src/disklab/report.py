@@ -63,6 +63,8 @@ def environment() -> jinja2.Environment:
     env.filters["figure"] = compare.format_value
     env.filters["verdict_sentence"] = verdicts.sentence
     env.filters["behind_text"] = storm.behind_text
+    env.filters["doubling_text"] = storm.doubling_text
+    env.filters["verdict_brief"] = verdicts.brief
     env.filters.update(markup.FILTERS)  # every string from an inventory or a host is escaped where it lands
     return env
 

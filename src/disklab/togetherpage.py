@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab import burst, htmlpage, plotting, stored, storm, togetherrun
+from disklab import burst, htmlpage, plotting, ranktests, stored, storm, togetherrun, verdicts
 from disklab_host.common.fsio import atomic_write_text
 from disklab_host.common.units import MIB
 
@@ -26,15 +26,48 @@ NAV = [("fleet index", "index.html"), ("fleet side by side", "fleet.html"), ("ma
 
 
 def rounds_of(doc: dict) -> list[dict]:
-    """The stored records as disklab.storm's rounds: one per (N, method), in the run's order."""
+    """The stored records as disklab.storm's rounds: one per (N, method, repeat), in the run's order."""
     rounds: dict[tuple, dict] = {}
     for host in doc["clients"]:
         for rec in doc["records"].get(host) or []:
-            key = (rec["n"], rec["method"])
-            rnd = rounds.setdefault(key, {"n": key[0], "method": key[1], "hosts": {}})
-            rnd["hosts"][host] = {k: rec[k] for k in ("clock", "sample", "failed") if k in rec}
+            key = (rec["n"], rec["method"], rec.get("repeat", 1))  # a run before repeats: one each
+            rnd = rounds.setdefault(key, {"n": key[0], "method": key[1], "repeat": key[2], "hosts": {}})
+            rnd["hosts"][host] = {k: rec[k] for k in ("clock", "sample", "failed", "not_run") if k in rec}
     order = {m: i for i, m in enumerate(doc["settings"]["methods"])}
-    return sorted(rounds.values(), key=lambda r: (r["n"], order.get(r["method"], len(order))))
+    return sorted(rounds.values(), key=lambda r: (r["n"], order.get(r["method"], len(order)), r["repeat"]))
+
+
+def loaders_of(doc: dict) -> dict:
+    """Each production loader of the run (``lab_run_load_loaders``), as the page states it: its record from
+    the first host that sent one (title, how it reads, its knobs and where each value came from: the page
+    names those the inventory set), the
+    version each host ran, how its samples actually read the file (each distinct way, with its hosts), and
+    why it did not run on the hosts where it could not."""
+    out = {}
+    for name in doc["settings"].get("loaders") or []:
+        recs = {
+            h: rec["loader"]
+            for h in doc["clients"]
+            for rec in doc["records"].get(h) or []
+            if rec["method"] == name and "loader" in rec
+        }
+        ran = {h: r["version"] for h, r in recs.items() if r["status"] == "ok"}
+        by_version: dict[str, list[str]] = {}
+        for host, version in ran.items():
+            by_version.setdefault(version, []).append(host)
+        read_as: dict[str, list[str]] = {}  # how the loader said it read, in the samples of its rounds
+        for h in doc["clients"]:
+            for rec in doc["records"].get(h) or []:
+                how = ((rec.get("sample") or {}).get("read_path") or {}).get("how")
+                if rec["method"] == name and how and h not in read_as.setdefault(how, []):
+                    read_as[how].append(h)
+        out[name] = {
+            "record": next(iter(recs.values()), None),
+            "versions": by_version,
+            "read_as": read_as,
+            "not_run": {h: r["reason"] for h, r in recs.items() if r["status"] != "ok"},
+        }
+    return out
 
 
 def context(doc: dict) -> dict:
@@ -65,6 +98,13 @@ def context(doc: dict) -> dict:
         "network": all(w["network"] for w in workbenches.values()) if workbenches else False,
         "writer": doc["clients"][0] if doc["clients"] else None,  # the storm's files (together-prepare)
         "missed": missed,
+        "loaders": loaders_of(doc),
+        "stats": {  # what the page says of the storm's test (disklab.verdicts)
+            "min_effect": verdicts.MIN_EFFECT["load_time"],
+            "fdr": verdicts.FDR,
+            "level": verdicts.LEVEL,
+            "decides_from": ranktests.smallest_n_reaching(1 - verdicts.LEVEL),
+        },
         "stages": storm.STAGES,
     }
 
@@ -72,9 +112,9 @@ def context(doc: dict) -> dict:
 def render(reports: Path, env) -> tuple[dict | None, list[str]]:
     """Write together.md, together.html and together.png from the newest stored together run that can be
     read, and return its summary for the fleet page's Together section ({"page", "plot", "run_id", "ns",
-    "methods": {method: {stage: {"median_s", "doubling_n"}}}, "mapped_behind", "rounds", "not_simultaneous",
-    "no_host", "server_cache", "burst"}; None when no run can be read, and nothing is written) with one
-    error line for each newer run that cannot be."""
+    "methods": {method: {stage: {"median_s", "doubling_n", "doubling"}}}, "mapped_behind", "repeats",
+    "rounds", "not_simultaneous", "no_host", "server_cache", "burst"}; None when no run can be read, and
+    nothing is written) with one error line for each newer run that cannot be."""
     errors: list[str] = []
     for path in reversed(togetherrun.runs(reports)):
         try:
@@ -99,12 +139,17 @@ def render(reports: Path, env) -> tuple[dict | None, list[str]]:
         "ns": ctx["ns"],
         "methods": {
             m: {
-                st: {"median_s": {str(n): t for n, t in v["median_s"].items()}, "doubling_n": v["doubling_n"]}
+                st: {
+                    "median_s": {str(n): t for n, t in v["median_s"].items()},
+                    "doubling_n": v["doubling_n"],
+                    "doubling": storm.doubling_text(v),
+                }
                 for st, v in by.items()
             }
             for m, by in fig["methods"].items()
         },  # fmt: skip
         "mapped_behind": fig["mapped_behind"],
+        "repeats": doc["settings"].get("repeats", 1),
         "rounds": len(fig["rounds"]),
         "not_simultaneous": sum(1 for r in fig["rounds"] if r["spread"] and not r["spread"]["together"]),
         "no_host": sum(1 for r in fig["rounds"] if r["spread"] is None),

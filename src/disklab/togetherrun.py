@@ -57,7 +57,8 @@ def storage_server(
             "servers": [],
         }
     named = ", ".join(servers)
-    done = [_eviction(e) for e in _in_order(evictions or [], methods or [])]
+    several = any(int(e.get("repeat") or 1) > 1 for e in evictions or [])  # rounds repeated: say which
+    done = [_eviction(e, several) for e in _in_order(evictions or [], methods or [])]
     if not done:
         return {"state": "unknown", "servers": list(servers), "evictions": [],
                 "why": f"the {SERVERS_GROUP} group names {named}, but no start reached them"}  # fmt: skip
@@ -78,24 +79,31 @@ def storage_server(
 
 
 def _in_order(evictions: list[dict], methods: list[str]) -> list[dict]:
-    """Each start's evictions once, in the run's order (N, then the method's place in ``methods``; the
-    burst's read-back last): a run_once fact may reach the controller from several hosts."""
+    """Each start's evictions once, in the run's order (N, then the method's place in ``methods``, then the
+    repeat; the burst's read-back last): a run_once fact may reach the controller from several hosts."""
     seen: dict[tuple, dict] = {}
     for e in evictions:
-        key = ("burst", e["burst"]) if e.get("burst") else (int(e.get("n") or 0), str(e.get("method")))
+        key = (
+            ("burst", e["burst"])
+            if e.get("burst")
+            else (int(e.get("n") or 0), str(e.get("method")), int(e.get("repeat") or 1))
+        )
         seen.setdefault(key, e)
     place = {m: i for i, m in enumerate(methods)}
 
     def order(key: tuple) -> tuple:
-        return (1, 0, 0) if key[0] == "burst" else (0, key[0], place.get(key[1], len(place)))
+        return (1, 0, 0, 0) if key[0] == "burst" else (0, key[0], place.get(key[1], len(place)), key[2])
 
     return [seen[k] for k in sorted(seen, key=order)]
 
 
-def _eviction(e: dict) -> dict:
-    """One start's server evictions as stored: what it was for, each server's most resident file before and
-    after, and each server that did not prove its files cold, with why."""
+def _eviction(e: dict, several: bool = False) -> dict:
+    """One start's server evictions as stored: what it was for (its repeat named when ``several``), each
+    server's most resident file before and after, and each server that did not prove its files cold, with
+    why."""
     what = "the burst's read-back" if e.get("burst") else f"N = {e.get('n')}, {e.get('method')}"
+    if several and not e.get("burst"):
+        what += f", repeat {e.get('repeat') or 1}"
     fraction, before, not_cold = {}, {}, {}
     for host, rc in (e.get("rc") or {}).items():
         result = (e.get("result") or {}).get(host) or {}
@@ -135,7 +143,8 @@ def store(
         return status
     sent = json.loads(sent_path.read_text(encoding="utf-8"))
     records = {
-        host: [{**r, "n": int(r["n"])} for r in recs] for host, recs in (sent.get("records") or {}).items()
+        host: [{**r, "n": int(r["n"]), "repeat": int(r.get("repeat") or 1)} for r in recs]
+        for host, recs in (sent.get("records") or {}).items()
     }
     if not any(records.values()):  # refused, or every host failed before the storm: no round to keep
         return status

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..cache import pagecache
 from . import storage
-from .load import METHODS
+from .load import file_of, methods
 
 MANIFEST = "prep_manifest.json"  # loadlab.prep.MANIFEST; not imported: that module needs numpy
 
@@ -57,7 +57,7 @@ def files_of(directory: Path, method: str | None, prefix: str | None) -> list[Pa
     """The files to empty: the method's file named in the manifest, or every file starting with prefix."""
     if method is not None:
         manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-        return [directory / os.path.basename(manifest["files"][METHODS[method]]["path"])]
+        return [directory / os.path.basename(manifest["files"][file_of(method)]["path"])]
     return sorted(p for p in directory.iterdir() if p.name.startswith(prefix or "\0") and p.is_file())
 
 
@@ -100,7 +100,7 @@ def main_evict(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--dir", type=Path, required=True, help="the directory of the files, on this server")
     which = ap.add_mutually_exclusive_group(required=True)
-    which.add_argument("--method", choices=sorted(METHODS), help="the storm method whose file to empty")
+    which.add_argument("--method", choices=methods(), help="the storm method whose file to empty")
     which.add_argument("--prefix", help="empty every file whose name starts with this")
     ap.add_argument("--become-allowed", action="store_true", help="eviction may use sudo -n (drop_caches)")
     args = ap.parse_args(argv)
