@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_disklab
-from disklab import report, stored, storm, togetherpage, togetherrun
+from disklab import report, stored, storm, stormverdicts, togetherpage, togetherrun
 from disklab.runner import HostOutcome
 from disklab_host.common.result import parse
 from disklab_host.together import start
@@ -105,10 +105,12 @@ def test_each_n_is_judged_against_n_1_on_its_rounds_and_the_doubling_n_is_the_fi
     assert two["verdict"] == "changed" and two["direction"] == "up" and two["units"] == "rounds"
     assert two["ratio"] == pytest.approx(1.5) and (two["n_old"], two["n_new"]) == (5, 5)
     assert eager["all_touched"]["doubling_n"] is None and eager["all_touched"]["doubling_unshown"] == []
-    assert storm.doubling_text(eager["all_touched"]) == "not by N = 4 (every ratio under 2×)"
+    assert (
+        stormverdicts.doubling_text(eager["all_touched"]) == "not by N = 4 (every estimated ratio under 2×)"
+    )
     assert mapped["all_touched"]["doubling_n"] == 2
     assert mapped["all_touched"]["reference_s"] == pytest.approx(0.816)
-    assert storm.doubling_text(mapped["all_touched"]) == "N = 2 (2.12×, 95 % interval 2.06×..2.19×)"
+    assert stormverdicts.doubling_text(mapped["all_touched"]) == "N = 2 (2.12×, 95 % interval 2.06×..2.19×)"
     four = next(
         r for r in fig["rounds"] if r["method"] == "torch.load-mmap" and r["n"] == 4 and r["repeat"] == 1
     )
@@ -117,7 +119,7 @@ def test_each_n_is_judged_against_n_1_on_its_rounds_and_the_doubling_n_is_the_fi
     }
     behind = fig["mapped_behind"]["torch.load-mmap"]
     assert (behind["at"], behind["from"], behind["ahead"], behind["ns"]) == ([2, 4], 2, [1], [1, 2, 4])
-    assert storm.behind_text(behind) == (
+    assert stormverdicts.behind_text(behind) == (
         "falls behind `torch.load` (eager reads) from N = 2 on, shown at every N measured from there "
         "(ahead at N = 1)"
     )
@@ -133,16 +135,16 @@ def test_one_round_at_each_n_shows_nothing_and_says_which_n_reached_twice_withou
     assert {n: j["verdict"] for n, j in at["against_one"].items()} == {2: "inconclusive", 4: "inconclusive"}
     assert at["doubling_n"] is None and at["doubling_unshown"] == [2, 4]
     assert (
-        storm.doubling_text(at)
-        == "not shown by N = 4 (2.50× at N = 2, 3.00× at N = 4, without the rounds to show it)"
+        stormverdicts.doubling_text(at)
+        == "not shown by N = 4 (2.50× at N = 2, 3.00× at N = 4, estimated, not shown to be 2×)"
     )
     behind = fig["mapped_behind"]["load_file"]
     assert behind["at"] == [] and behind["undecided"] == [1, 2, 4] and behind["from"] is None
-    assert storm.behind_text(behind) == (
+    assert stormverdicts.behind_text(behind) == (
         "is not shown behind `torch.load` (eager reads) at any N measured (N = 1, 2, 4) "
         "(undecided at N = 1, 2, 4)"
     )
-    assert storm.doubling_text({"reference_s": None}) == "n/a (no N = 1 time)"
+    assert stormverdicts.doubling_text({"median_s": {2: 1.0}, "reference_s": None}) == "n/a (no N = 1 time)"
 
 
 def test_a_round_not_proven_cold_is_a_disturbed_unit_judged_without():
@@ -155,7 +157,50 @@ def test_a_round_not_proven_cold_is_a_disturbed_unit_judged_without():
     assert j["noise"]["judged_on"] == "undisturbed" and j["n_new"] == 4
     assert j["noise"]["reasons"] == ["N = 2: 1 of 5 rounds not proven cold"]
     assert j["ratio"] == pytest.approx(1.5, rel=0.02)
-    assert storm._flag(fig["rounds"][-1]) == "not proven cold"
+    assert stormverdicts.flags(fig["rounds"][-1]) == ("not proven cold",)
+
+
+def test_doubles_needs_the_whole_interval_at_2x_and_says_what_the_familys_size_asks_of_one_comparison():
+    """An estimated 2.02× whose interval reaches below 2× is called slower but not shown to double. Eleven
+    comparisons (four of each method against N = 1, three of mmap against eager) ask p <= 0.05 / 11 of a lone
+    change, and five rounds a side give at least 2 / C(10, 5): none is called alone."""
+    fig = storm.figures(
+        _rounds("torch.load", {1: 1.0, 2: 2.02, 4: 2.5})
+        + _rounds("torch.load-mmap", {1: 1.0, 2: 1.2, 4: 1.3})
+    )
+    at = fig["methods"]["torch.load"]["all_touched"]
+    two = at["against_one"][2]
+    assert two["verdict"] == "changed" and two["ratio"] == pytest.approx(2.02) and two["low"] < 2
+    assert (at["doubling_n"], at["doubling_unshown"]) == (4, [2])
+    assert stormverdicts.doubling_text(at).endswith("; 2.02× at N = 2, not shown to be 2×")
+    family = {"size": 11, "lone_p": pytest.approx(0.05 / 11), "smallest_p": pytest.approx(2 / 252),
+              "fewest": 5, "min_effect": 0.1}  # fmt: skip
+    assert fig["family"] == family
+    assert not stormverdicts.calls_alone(fig["family"])
+    assert stormverdicts.calls_alone({**fig["family"], "smallest_p": 2 / 924})  # six rounds a side would
+    assert (
+        stormverdicts.doubling_text({"median_s": {1: 1.0}, "reference_s": 1.0})
+        == "n/a (only N = 1 was measured)"
+    )
+    assert stormverdicts.doubling_text({"median_s": {}, "reference_s": None}) == "no round gave a time"
+
+
+def test_a_slowdown_seen_only_with_rounds_that_were_not_clean_is_disturbed_and_says_which_rounds():
+    """Three of five rounds at N = 2 were not proven cold: two clean rounds cannot decide, all five would be
+    called slower, so the verdict is disturbed, naming the rounds, not a busy host; each reason is counted
+    on its own."""
+    rounds = _rounds("torch.load", {1: 1.0, 2: 1.5})
+    for k in (2, 3, 4):  # the N = 2 rounds follow the five at N = 1
+        again = _rounds("torch.load", {2: 1.5 * (1 + k / 100)}, repeats=1, state="cold_unverified")[0]
+        rounds[5 + k] = again | {"repeat": k + 1}
+    rounds[9]["hosts"]["h1"]["sample"]["together"]["late_ns"] = 50_000_000  # also not simultaneous
+    j = storm.figures(rounds)["methods"]["torch.load"]["all_touched"]["against_one"][2]
+    assert j["verdict"] == "disturbed"
+    assert j["noise"]["reasons"] == ["N = 2: 3 of 5 rounds not proven cold, 1 of 5 not simultaneous"]
+    assert stormverdicts.verdict_text(j) == (
+        "disturbed: 1.48× only with the rounds that were not clean (N = 2: 3 of 5 rounds not proven cold, "
+        "1 of 5 not simultaneous); the clean ones cannot decide"
+    )
 
 
 def test_the_start_file_is_read_once_ready_and_refused_when_late_or_malformed(tmp_path):
@@ -301,8 +346,8 @@ def test_a_together_run_is_stored_once_with_each_hosts_outcome_and_its_page_says
     assert 'h2: partial at "The cold-start storm": together-load: torch.load failed: EIO' in page
     # N = 1 took 1 s, N = 2 2 s (each host's time is N s here), one round each: 2× at N = 2, but not shown
     assert (
-        "| `torch.load` | all_touched | 1.000 s | 2.000 s | 3.000 s | not shown by N = 3 (2.00× at N = 2, "
-        "3.00× at N = 3, without the rounds to show it) |"
+        "| `torch.load` | all_touched | 1.000 s | 2.000 s | 3.000 s (0 of 1 rounds clean) | not shown by "
+        "N = 3 (2.00× at N = 2, 3.00× at N = 3, estimated, not shown to be 2×) |"
     ) in page
     assert "**1 round at each N cannot show a slowdown against N = 1**: below 4 a side no outcome" in page
     assert "| `torch.load` | all_touched | 2 | inconclusive: " in page
@@ -358,6 +403,40 @@ def test_a_production_loaders_rounds_are_stored_and_rendered_with_its_version_kn
     assert f"| 2 | `model_streamer` | 1 | | | not run | h1: {why} |" in page
     assert "| 2 | `model_streamer` | 1 | together:" in page and "(**1 of 2 hosts loaded**)" in page
     assert "Hosts that did not run every round" not in page  # a loader not run is no failed host
+
+
+def test_a_host_that_loaded_in_no_round_is_partial_and_its_failure_names_the_repeat(tmp_path):
+    """h1 failed its torch.load round's second repeat and could not run the loader in any: it loaded in no
+    round, so it is partial; h0 failed that round too and names its repeat. A round of the loader where no
+    host could run it is not a round in which no host loaded."""
+    t0 = 1_700_000_000 * S
+    why = "runai-model-streamer is not installed in the lab venv (/venv)"
+    title = "Run:ai Model Streamer"
+    streamer = {"status": "not_run", "reason": why, "title": title, "read_path": "its threads", "knobs": {}}
+    eio = "together-load: torch.load failed: EIO"
+    records = {
+        "h0": [{**_rec(1, 0, t0), "repeat": 1}, {**_rec(1, 0, t0 + 10 * S), "repeat": 2},
+               {"n": 1, "method": "model_streamer", "repeat": 1, "not_run": why, "loader": streamer},
+               {"n": 2, "method": "torch.load", "repeat": 2, "failed": eio}],
+        "h1": [{"n": 2, "method": "torch.load", "repeat": 2, "failed": eio},
+               {"n": 2, "method": "model_streamer", "repeat": 2, "not_run": why, "loader": streamer}],
+    }  # fmt: skip
+    staging = _sent(tmp_path, records, ("h0", "h1"), (1, 2), loaders=("model_streamer",))
+    doc = json.loads((staging / togetherrun.INCOMING).read_text())
+    (staging / togetherrun.INCOMING).write_text(
+        json.dumps({**doc, "settings": {**doc["settings"], "repeats": 2}})
+    )
+    reports = tmp_path / "reports"
+    assert togetherrun.store(reports, "20261205T120000Z", tmp_path / "inv.yml", {}, staging) == {
+        "h0": "ok", "h1": "partial"}  # fmt: skip
+    summary, _ = togetherpage.render(reports, report.environment())
+    # N = 2's second torch.load round, where both failed; not the loader's, where no host could run it
+    assert summary["no_host"] == 1
+    page = (reports / "together.md").read_text()
+    assert "; h0: N = 2, torch.load, repeat 2: together-load: torch.load failed: EIO." in page
+    assert 'h1: partial at "The cold-start storm": together-load: torch.load failed: EIO' in page
+    assert f"| 2 | `torch.load` | 2 | | | failed | h0: {eio}; h1: {eio} |" in page
+    assert "| `model_streamer` | all_touched | n/a | n/a | no round gave a time |" in page
 
 
 @pytest.mark.slow  # writes an 18 MiB model with torch (a few s)
@@ -546,6 +625,9 @@ def test_a_storage_server_checks_it_holds_the_clients_files_and_empties_its_page
         server.evict(tmp_path, become_allowed=False, **which)  # whatever the write left cached
         out = server.evict(tmp_path, become_allowed=False, **which)
         assert out["cold"] and len(out["files"]) == 1 and out["files"][0]["fraction_after"] == 0.0, out
+    # tensorizer's file was never made (it could not run on the writer): nothing to empty, and it says so
+    assert server.evict(tmp_path, "tensorizer", None, False) == {
+        "dir": str(tmp_path), "files": [], "cold": False, "absent": "big_tensors"}  # fmt: skip
 
 
 def test_the_storage_servers_cache_is_cold_only_when_every_server_proved_every_start_cold():
@@ -571,6 +653,10 @@ def test_the_storage_servers_cache_is_cold_only_when_every_server_proved_every_s
     )
     assert togetherrun.storage_server(["fs"], [])["state"] == "unknown"
     assert togetherrun.storage_server([], None)["state"] == "unknown"
+    # a loader's round whose file the writer never made: no client loaded it, so it costs the run no proof
+    absent = {"n": 1, "method": "tensorizer", "rc": {"fs": 0}, "why": {"fs": ""},
+              "result": {"fs": {"files": [], "cold": False, "absent": "big_tensors"}}}  # fmt: skip
+    assert togetherrun.storage_server(["fs"], [first, absent])["state"] == "cold"
 
 
 def test_the_servers_evictions_are_kept_once_each_in_the_runs_order():

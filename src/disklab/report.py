@@ -36,7 +36,7 @@ from disklab import (
     reportpool,
     store,
     stored,
-    storm,
+    stormverdicts,
     togetherpage,
     verdicts,
 )
@@ -62,9 +62,9 @@ def environment() -> jinja2.Environment:
     env.filters.update(FILTERS)
     env.filters["figure"] = compare.format_value
     env.filters["verdict_sentence"] = verdicts.sentence
-    env.filters["behind_text"] = storm.behind_text
-    env.filters["doubling_text"] = storm.doubling_text
-    env.filters["verdict_brief"] = verdicts.brief
+    env.filters["behind_text"] = stormverdicts.behind_text
+    env.filters["doubling_text"] = stormverdicts.doubling_text
+    env.filters["storm_verdict"] = stormverdicts.verdict_text
     env.filters.update(markup.FILTERS)  # every string from an inventory or a host is escaped where it lands
     return env
 

@@ -2,20 +2,21 @@
 and its HTML twin, with a plot of each method's per-host time against N.
 
 What the page states, from the stored run alone: the clients and their one shared filesystem (from each
-client's audit), the storage server's page cache (unknown unless stated; never "cold" without where), each
-round's spread of the starts with its uncertainty and whether it was together within the run's bound, each
-round's cold proofs, each host's time and slowdown, first and last done, the aggregate, the N at which
-each method's per-host time doubles, and where a mapped method falls behind torch.load's eager reads
-(disklab.storm); then the checkpoint burst, when the run had one: its save and read-back with MLPerf
+client's audit), the storage server's page cache (unknown unless stated; never "cold" without where), the
+production loaders of the run with where each could not run, each round's spread of the starts with its
+uncertainty and whether it was together within the run's bound, each round's cold proofs, each host's time
+and slowdown, first and last done, the aggregate; over each N's rounds, the median host's time, each N
+judged against N = 1 and each mapped method against torch.load's eager reads with the rounds as test
+units, what the family's size asks of one comparison, and the first N shown to double (disklab.storm,
+disklab.stormverdicts); then the checkpoint burst, when the run had one: its save and read-back with MLPerf
 Storage's duration and both its throughputs, said which is which, the commit, each read's cold proof and
-byte check, and MLPerf's rule on caches against each client's RAM (disklab.burst).
-"""
+byte check, and MLPerf's rule on caches against each client's RAM (disklab.burst)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from disklab import burst, htmlpage, plotting, ranktests, stored, storm, togetherrun, verdicts
+from disklab import burst, htmlpage, plotting, ranktests, stored, storm, stormverdicts, togetherrun, verdicts
 from disklab_host.common.fsio import atomic_write_text
 from disklab_host.common.units import MIB
 
@@ -71,7 +72,8 @@ def loaders_of(doc: dict) -> dict:
 
 
 def context(doc: dict) -> dict:
-    """What together.md.j2 renders: the stored run, and disklab.storm's figures of it."""
+    """What together.md.j2 renders: the stored run, disklab.storm's figures of it, and what the page says of
+    the storm's test."""
     bound_ns = round(doc["settings"]["bound_ms"] * 1e6)
     fig = storm.figures(rounds_of(doc), bound_ns)
     workbenches = {h: w for h, w in doc["workbench"].items() if w}
@@ -85,7 +87,8 @@ def context(doc: dict) -> dict:
     for host in doc["clients"]:
         for rec in doc["records"].get(host) or []:
             if "failed" in rec and doc["hosts"].get(host, {}).get("status") == "ok":
-                missed.setdefault(host, []).append(f"N = {rec['n']}, {rec['method']}: {rec['failed']}")
+                again = f", repeat {rec['repeat']}" if doc["settings"].get("repeats", 1) > 1 else ""
+                missed.setdefault(host, []).append(f"N = {rec['n']}, {rec['method']}{again}: {rec['failed']}")
     shots = doc.get("burst")
     shard_bytes = (doc["settings"].get("burst_mib") or 0) * MIB
     return {
@@ -99,11 +102,12 @@ def context(doc: dict) -> dict:
         "writer": doc["clients"][0] if doc["clients"] else None,  # the storm's files (together-prepare)
         "missed": missed,
         "loaders": loaders_of(doc),
-        "stats": {  # what the page says of the storm's test (disklab.verdicts)
-            "min_effect": verdicts.MIN_EFFECT["load_time"],
+        "stats": {  # what the page says of the storm's test (disklab.verdicts, disklab.stormverdicts)
+            "min_effect": verdicts.MIN_EFFECT[stormverdicts.MEASURE],
             "fdr": verdicts.FDR,
             "level": verdicts.LEVEL,
             "decides_from": ranktests.smallest_n_reaching(1 - verdicts.LEVEL),
+            "calls_alone": stormverdicts.calls_alone(fig["family"]),
         },
         "stages": storm.STAGES,
     }
@@ -142,7 +146,7 @@ def render(reports: Path, env) -> tuple[dict | None, list[str]]:
                 st: {
                     "median_s": {str(n): t for n, t in v["median_s"].items()},
                     "doubling_n": v["doubling_n"],
-                    "doubling": storm.doubling_text(v),
+                    "doubling": stormverdicts.doubling_text(v),
                 }
                 for st, v in by.items()
             }
@@ -152,7 +156,10 @@ def render(reports: Path, env) -> tuple[dict | None, list[str]]:
         "repeats": doc["settings"].get("repeats", 1),
         "rounds": len(fig["rounds"]),
         "not_simultaneous": sum(1 for r in fig["rounds"] if r["spread"] and not r["spread"]["together"]),
-        "no_host": sum(1 for r in fig["rounds"] if r["spread"] is None),
+        # rounds where no host loaded, leaving out those of a loader that could run on none of them
+        "no_host": sum(
+            1 for r in fig["rounds"] if r["spread"] is None and set(r["not_run"]) != set(r["hosts"])
+        ),
         "server_cache": doc["storage_server"]["state"],
         "burst": _burst_summary(ctx["burst"]),
     }, errors

@@ -112,6 +112,8 @@ def _eviction(e: dict, several: bool = False) -> dict:
             fraction[host] = max(f["fraction_after"] or 0.0 for f in files)
             before[host] = max(f.get("fraction_before") or 0.0 for f in files)
         untrusted = sorted({str(f.get("trust")) for f in files if f.get("trust") != "ok"})
+        if result.get("absent"):  # the writer never made the round's file: no client loaded it
+            continue
         if host in (e.get("unasked") or []):
             not_cold[host] = "its SSH port did not answer from the controller, so it was not asked"
         elif rc != 0:
@@ -130,10 +132,11 @@ def store(
 ) -> dict:
     """Store the together run ``run_id`` from ``staging``/together.json and ``outcomes``; host -> status.
 
-    A host that ran the storm with every round failed is ``partial``. Without together.json (the play
-    stopped before it wrote it: every host failed, or --check) nothing is stored and the status is
-    Ansible's alone; so it is when no host ran a round (the run was refused, or every host failed before
-    the storm): a run with no round is not stored, so the Together page keeps the newest run that has one.
+    A host that ran the storm and loaded in no round, one at least having failed, is ``partial``. Without
+    together.json (the play stopped before it wrote it: every host failed, or --check) nothing is stored and
+    the status is Ansible's alone; so it is when no host ran a round (the run was refused, or every host
+    failed before the storm): a run with no round is not stored, so the Together page keeps the newest run
+    that has one.
     Raises stored.StoredFileError when what the playbook sent is not a together run. ``staging`` is left as
     it is: the caller removes it once stored (disklab.orchestrate), and keeps it when this raises.
     """
@@ -155,8 +158,9 @@ def store(
         outcome = outcomes.get(host) or HostOutcome(host=host)
         mine = records.get(host) or []
         state, task, message = outcome.status, outcome.task, outcome.message
-        if state == "ok" and mine and all("failed" in r for r in mine):
-            state, task, message = "partial", "The cold-start storm", mine[-1]["failed"]
+        failed = [r["failed"] for r in mine if "failed" in r]
+        if state == "ok" and failed and not any("sample" in r for r in mine):  # the rest: loaders not run
+            state, task, message = "partial", "The cold-start storm", failed[-1]
         elif state == "ok" and not mine and host in in_a_round:  # plain ansible-playbook: no outcomes known
             state, task, message = "failed", "The cold-start storm", "ran no round: Ansible's output says why"
         hosts[host] = {"status": state, "task": task if state != "ok" else None,

@@ -15,7 +15,9 @@ Python (standard library only):
 - ``together-server-evict --dir DIR (--method METHOD | --prefix PREFIX)``: makes the files of a storm
   method (the file the clients' load reads, from the manifest) or every file whose name starts with PREFIX
   (a burst's shards) cold in this host's page cache (cache.evict) and measures each one's residency
-  (mincore) before and after: the result line's ``cold`` is true when every file is at most 1 % resident.
+  (mincore) before and after: the result line's ``cold`` is true when every file is at most 1 % resident;
+  ``absent`` names a method's file the writer never made (a loader that could not run there): nothing to
+  empty, since no client loads it.
 """
 
 from __future__ import annotations
@@ -53,19 +55,24 @@ def check(directory: Path, sha256: str, name: str) -> dict:
     return {"dir": str(directory), "manifest_sha256": got}
 
 
-def files_of(directory: Path, method: str | None, prefix: str | None) -> list[Path]:
-    """The files to empty: the method's file named in the manifest, or every file starting with prefix."""
+def files_of(directory: Path, method: str | None, prefix: str | None) -> list[Path] | None:
+    """The files to empty: the method's file named in the manifest, or every file starting with prefix; None
+    when the manifest names no file of the method (a loader's format the writer could not make)."""
     if method is not None:
-        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-        return [directory / os.path.basename(manifest["files"][file_of(method)]["path"])]
+        entry = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))["files"].get(file_of(method))
+        return [directory / os.path.basename(entry["path"])] if entry else None
     return sorted(p for p in directory.iterdir() if p.name.startswith(prefix or "\0") and p.is_file())
 
 
 def evict(directory: Path, method: str | None, prefix: str | None, become_allowed: bool) -> dict:
     """Empty this host's page cache of the files; each one's residency before, eviction method and residency
-    after."""
+    after. ``absent``: the method's file was never made, so no client loads it and there is nothing to
+    empty."""
+    files = files_of(directory, method, prefix)
+    if files is None:
+        return {"dir": str(directory), "files": [], "cold": False, "absent": file_of(method)}
     out = []
-    for path in files_of(directory, method, prefix):
+    for path in files:
         before = pagecache.residency(path)["fraction"]
         ev = pagecache.evict(path, become_allowed=become_allowed, system=platform.system())
         res = pagecache.residency(path)
