@@ -163,7 +163,7 @@ def test_a_round_not_proven_cold_is_a_disturbed_unit_judged_without():
 def test_doubles_needs_the_whole_interval_at_2x_and_says_what_the_familys_size_asks_of_one_comparison():
     """An estimated 2.02× whose interval reaches below 2× is called slower but not shown to double. Eleven
     comparisons (four of each method against N = 1, three of mmap against eager) ask p <= 0.05 / 11 of a lone
-    change, and five rounds a side give at least 2 / C(10, 5): none is called alone."""
+    change, and five rounds a side give at least 2 / C(10, 5): none could be called alone."""
     fig = storm.figures(
         _rounds("torch.load", {1: 1.0, 2: 2.02, 4: 2.5})
         + _rounds("torch.load-mmap", {1: 1.0, 2: 1.2, 4: 1.3})
@@ -173,11 +173,21 @@ def test_doubles_needs_the_whole_interval_at_2x_and_says_what_the_familys_size_a
     assert two["verdict"] == "changed" and two["ratio"] == pytest.approx(2.02) and two["low"] < 2
     assert (at["doubling_n"], at["doubling_unshown"]) == (4, [2])
     assert stormverdicts.doubling_text(at).endswith("; 2.02× at N = 2, not shown to be 2×")
-    family = {"size": 11, "lone_p": pytest.approx(0.05 / 11), "smallest_p": pytest.approx(2 / 252),
-              "fewest": 5, "min_effect": 0.1}  # fmt: skip
+    family = {
+        "size": 11,
+        "lone_p": pytest.approx(0.05 / 11),
+        "short_alone": 11,
+        "never": 0,
+        "min_effect": 0.1,
+    }
     assert fig["family"] == family
-    assert not stormverdicts.calls_alone(fig["family"])
-    assert stormverdicts.calls_alone({**fig["family"], "smallest_p": 2 / 924})  # six rounds a side would
+    six = storm.figures(
+        _rounds("torch.load", {1: 1.0, 2: 2.02, 4: 2.5}, 6)
+        + _rounds("torch.load-mmap", {1: 1.0, 2: 1.2, 4: 1.3}, 3)
+    )
+    # mmap's four against N = 1 (3 a side: p >= 0.1) never; its three against eager (6 and 3: p >= 2 / 84) not
+    # alone; torch.load's four (6 a side) alone too
+    assert (six["family"]["short_alone"], six["family"]["never"]) == (3, 4)
     assert (
         stormverdicts.doubling_text({"median_s": {1: 1.0}, "reference_s": 1.0})
         == "n/a (only N = 1 was measured)"
@@ -197,9 +207,10 @@ def test_a_slowdown_seen_only_with_rounds_that_were_not_clean_is_disturbed_and_s
     j = storm.figures(rounds)["methods"]["torch.load"]["all_touched"]["against_one"][2]
     assert j["verdict"] == "disturbed"
     assert j["noise"]["reasons"] == ["N = 2: 3 of 5 rounds not proven cold, 1 of 5 not simultaneous"]
+    assert j["ratio_all"] == pytest.approx(1.5, rel=0.01) and j["n_new"] == 2  # the clean ones: 1.48×
     assert stormverdicts.verdict_text(j) == (
-        "disturbed: 1.48× only with the rounds that were not clean (N = 2: 3 of 5 rounds not proven cold, "
-        "1 of 5 not simultaneous); the clean ones cannot decide"
+        "disturbed: 1.50× with every round (N = 2: 3 of 5 rounds not proven cold, 1 of 5 not simultaneous); "
+        "the clean rounds alone cannot decide"
     )
 
 

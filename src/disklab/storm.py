@@ -120,5 +120,5 @@ def figures(rounds: list[dict], bound_ns: int = together.DEFAULT_BOUND_NS) -> di
         "rounds": done,
         "methods": methods,
         "mapped_behind": stormverdicts.behind_all(judged),
-        "family": stormverdicts.family(judged, units),
+        "family": stormverdicts.family(judged),
     }

@@ -12,12 +12,14 @@ unit (:func:`flags`): judged without it where the other rounds decide.
 - each mapped method against ``torch.load`` at ``all_touched`` and each N both have: :func:`mapped_behind`.
 
 :func:`family` says what the family's size asks of one comparison: with m comparisons, a lone change is
-called only at p <= q / m, and the exact test at k rounds a side cannot give a p below 2 / C(2k, k).
+called only at p <= q / m, and the exact test at k rounds a side cannot give a p below 2 / C(2k, k). The
+2× of "doubles" is read on each comparison's own 95 % interval, not one widened for the family.
 Controller side, standard library only.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from . import ranktests, verdicts
@@ -40,7 +42,7 @@ def flags(r: dict) -> tuple[str, ...]:
         why.append("not proven cold")
     loaded = len(r["stages"].get("all_touched", {}).get("time_s", {}))
     if loaded < r["n"]:
-        why.append(f"short of hosts ({loaded} of {r['n']} loaded)")
+        why.append("short of hosts")
     return tuple(why)
 
 
@@ -79,25 +81,30 @@ def judge(units: Units) -> dict[tuple, dict]:
             old, new = side(units[(EAGER, stage, n)]), side(units[(method, stage, n)])
             pairs.append(verdicts.Pair(old, new, MEASURE, "rounds", (EAGER, method)))
             where.append(("eager", method, stage, n))
-    return dict(zip(where, verdicts.judge_many(pairs), strict=True)) if pairs else {}
+    judged = dict(zip(where, verdicts.judge_many(pairs), strict=True)) if pairs else {}
+    for pair, key in zip(pairs, where, strict=True):  # a disturbed verdict names the ratio of every round
+        if judged[key]["verdict"] == verdicts.DISTURBED:
+            logs = [[math.log(v) for v in one.values] for one in (pair.old, pair.new)]
+            judged[key] = {**judged[key], "ratio_all": math.exp(ranktests.hodges_lehmann(*logs)["shift"])}
+    return judged
 
 
-def family(judged: dict[tuple, dict], units: Units) -> dict | None:
-    """What the family asks of one comparison: its ``size``, the ``lone_p`` at or below which a change is
-    called when it is the only one (q / size), and ``smallest_p``, the least p the exact test can give with
-    k rounds a side, k the ``fewest`` rounds of any side (2 / C(2k, k)); None when nothing was judged."""
+def family(judged: dict[tuple, dict]) -> dict | None:
+    """What the family asks of one comparison: its ``size`` (the comparisons Benjamini–Hochberg counts: those
+    with a p), the ``lone_p`` at or below which a change is called when it is the only one (q / size), and
+    how many comparisons, at the rounds each was judged on, cannot reach it but can reach q (``short_alone``:
+    the least p the exact test can give them lies between) or cannot be called at all (``never``: above q,
+    or no test); None when nothing was judged."""
     if not judged:
         return None
-    sizes = []
-    for kind, method, stage, n in judged:
-        old = (method, stage, 1) if kind == "one" else (EAGER, stage, n)
-        sizes += [len(units[old]), len(units[(method, stage, n)])]
-    fewest = min(sizes)
+    tested = [j for j in judged.values() if j["p"] is not None]
+    lone_p = verdicts.FDR / max(len(tested), 1)
+    least = [j["smallest_p"] for j in tested]
     return {
-        "size": len(judged),
-        "lone_p": verdicts.FDR / len(judged),
-        "smallest_p": ranktests.smallest_p(fewest, fewest),
-        "fewest": fewest,
+        "size": len(tested),
+        "lone_p": lone_p,
+        "short_alone": sum(1 for p in least if lone_p < p <= verdicts.FDR),
+        "never": sum(1 for p in least if p > verdicts.FDR) + len(judged) - len(tested),
         "min_effect": verdicts.MIN_EFFECT[MEASURE],
     }
 
@@ -142,15 +149,16 @@ def doubling_text(m: dict) -> str:
 
 
 def verdict_text(j: dict) -> str:
-    """One comparison in a few words (verdicts.brief), except that a disturbed one names its rounds: a storm's
-    round is disturbed by how it ran (not together, not cold, short of hosts), not by a busy host."""
-    if j["verdict"] != verdicts.DISTURBED:
-        return verdicts.brief(j)
+    """One comparison in a few words (verdicts.brief), except where rounds that were not clean decide what
+    it says: a storm's round is set aside for how it ran (not together, not cold, short of hosts), not for a
+    busy host, and the words say so."""
     why = "; ".join(j["noise"]["reasons"]) or "some rounds were not clean"
-    ratio = verdicts.ratio_text(j["ratio"])
-    return (
-        f"disturbed: {ratio} only with the rounds that were not clean ({why}); the clean ones cannot decide"
-    )
+    if j["verdict"] == verdicts.DISTURBED:
+        ratio = verdicts.ratio_text(j.get("ratio_all", j["ratio"]))
+        return f"disturbed: {ratio} with every round ({why}); the clean rounds alone cannot decide"
+    if j["test"] is None and j["noise"]["judged_on"] == "undisturbed":
+        return f"inconclusive: every round of a side was not clean ({why})"
+    return verdicts.brief(j)
 
 
 def mapped_behind(by_n: dict[int, dict]) -> dict:
@@ -207,9 +215,3 @@ def behind_text(v: dict) -> str:
             f"undecided at N = {listed(v['undecided'])}" if v.get("undecided") else ""]  # fmt: skip
     rest = [r for r in rest if r]
     return said + (f" ({'; '.join(rest)})" if rest else "")
-
-
-def calls_alone(fam: dict | None) -> bool:
-    """Whether a comparison with the fewest rounds can be called changed when it is the only one: the least p
-    its rounds can give is at or below q / size."""
-    return fam is not None and fam["smallest_p"] <= fam["lone_p"]

@@ -87,7 +87,7 @@ def context(doc: dict) -> dict:
     for host in doc["clients"]:
         for rec in doc["records"].get(host) or []:
             if "failed" in rec and doc["hosts"].get(host, {}).get("status") == "ok":
-                again = f", repeat {rec['repeat']}" if doc["settings"].get("repeats", 1) > 1 else ""
+                again = f", repeat {rec.get('repeat', 1)}" if doc["settings"].get("repeats", 1) > 1 else ""
                 missed.setdefault(host, []).append(f"N = {rec['n']}, {rec['method']}{again}: {rec['failed']}")
     shots = doc.get("burst")
     shard_bytes = (doc["settings"].get("burst_mib") or 0) * MIB
@@ -107,7 +107,6 @@ def context(doc: dict) -> dict:
             "fdr": verdicts.FDR,
             "level": verdicts.LEVEL,
             "decides_from": ranktests.smallest_n_reaching(1 - verdicts.LEVEL),
-            "calls_alone": stormverdicts.calls_alone(fig["family"]),
         },
         "stages": storm.STAGES,
     }
@@ -136,6 +135,8 @@ def render(reports: Path, env) -> tuple[dict | None, list[str]]:
     atomic_write_text(reports / PAGE, text)
     htmlpage.write(reports / PAGE, text, NAV)
     fig = ctx["figures"]
+    # the rounds the fleet page counts: not those of a loader that could run on none of their hosts
+    counted = [r for r in fig["rounds"] if set(r["not_run"]) != set(r["hosts"])]
     return {
         "page": PAGE,
         "plot": ctx["plot"],
@@ -154,12 +155,9 @@ def render(reports: Path, env) -> tuple[dict | None, list[str]]:
         },  # fmt: skip
         "mapped_behind": fig["mapped_behind"],
         "repeats": doc["settings"].get("repeats", 1),
-        "rounds": len(fig["rounds"]),
-        "not_simultaneous": sum(1 for r in fig["rounds"] if r["spread"] and not r["spread"]["together"]),
-        # rounds where no host loaded, leaving out those of a loader that could run on none of them
-        "no_host": sum(
-            1 for r in fig["rounds"] if r["spread"] is None and set(r["not_run"]) != set(r["hosts"])
-        ),
+        "rounds": len(counted),
+        "not_simultaneous": sum(1 for r in counted if r["spread"] and not r["spread"]["together"]),
+        "no_host": sum(1 for r in counted if r["spread"] is None),
         "server_cache": doc["storage_server"]["state"],
         "burst": _burst_summary(ctx["burst"]),
     }, errors

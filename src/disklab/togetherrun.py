@@ -79,7 +79,7 @@ def storage_server(
 
 
 def _in_order(evictions: list[dict], methods: list[str]) -> list[dict]:
-    """Each start's evictions once, in the run's order (N, then the method's place in ``methods``, then the
+    """Each start's evictions once, in the page's order (N, then the method's place in ``methods``, then the
     repeat; the burst's read-back last): a run_once fact may reach the controller from several hosts."""
     seen: dict[tuple, dict] = {}
     for e in evictions:
