@@ -95,13 +95,14 @@ def figures(rounds: list[dict], bound_ns: int = together.DEFAULT_BOUND_NS) -> di
     judged = stormverdicts.judge(units)
     methods: dict[str, dict] = {}
     for method in dict.fromkeys(r["method"] for r in done):
+        mine = [r for r in done if r["method"] == method]
         per_stage = {}
         for stage in STAGES:
             ns = sorted(n for (m, st, n) in units if m == method and st == stage)
             medians = {n: statistics.median(v for v, _ in units[(method, stage, n)]) for n in ns}
             ref = medians.get(1)
-            for r in done:
-                fig = r["stages"].get(stage) if r["method"] == method else None
+            for r in mine:
+                fig = r["stages"].get(stage)
                 if fig is not None:
                     fig["slowdown"] = {h: t / ref for h, t in fig["time_s"].items()} if ref else None
             against = {

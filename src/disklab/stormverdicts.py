@@ -76,7 +76,7 @@ def judge(units: Units) -> dict[tuple, dict]:
             old, new = side(units[(method, stage, 1)]), side(units[(method, stage, n)])
             pairs.append(verdicts.Pair(old, new, MEASURE, "rounds", ("N = 1", f"N = {n}")))
             where.append(("one", method, stage, n))
-    for method, stage, n in list(units):
+    for method, stage, n in units:
         if method in MAPPED and stage == "all_touched" and (EAGER, stage, n) in units:
             old, new = side(units[(EAGER, stage, n)]), side(units[(method, stage, n)])
             pairs.append(verdicts.Pair(old, new, MEASURE, "rounds", (EAGER, method)))

@@ -41,30 +41,27 @@ def rounds_of(doc: dict) -> list[dict]:
 def loaders_of(doc: dict) -> dict:
     """Each production loader of the run (``lab_run_load_loaders``), as the page states it: its record from
     the first host that sent one (title, how it reads, its knobs and where each value came from: the page
-    names those the inventory set), the
-    version each host ran, how its samples actually read the file (each distinct way, with its hosts), and
-    why it did not run on the hosts where it could not."""
+    names those the inventory set), the version each host ran, how its samples actually read the file (each
+    distinct way, with its hosts), and why it did not run on the hosts where it could not."""
     out = {}
     for name in doc["settings"].get("loaders") or []:
-        recs = {
-            h: rec["loader"]
-            for h in doc["clients"]
-            for rec in doc["records"].get(h) or []
-            if rec["method"] == name and "loader" in rec
-        }
-        ran = {h: r["version"] for h, r in recs.items() if r["status"] == "ok"}
-        by_version: dict[str, list[str]] = {}
-        for host, version in ran.items():
-            by_version.setdefault(version, []).append(host)
+        recs: dict[str, dict] = {}  # host -> the loader's record, from the host's first round of it
+        versions: dict[str, list[str]] = {}
         read_as: dict[str, list[str]] = {}  # how the loader said it read, in the samples of its rounds
         for h in doc["clients"]:
             for rec in doc["records"].get(h) or []:
+                if rec["method"] != name:
+                    continue
+                if "loader" in rec and h not in recs:
+                    recs[h] = rec["loader"]
+                    if rec["loader"]["status"] == "ok":
+                        versions.setdefault(rec["loader"]["version"], []).append(h)
                 how = ((rec.get("sample") or {}).get("read_path") or {}).get("how")
-                if rec["method"] == name and how and h not in read_as.setdefault(how, []):
+                if how and h not in read_as.setdefault(how, []):
                     read_as[how].append(h)
         out[name] = {
             "record": next(iter(recs.values()), None),
-            "versions": by_version,
+            "versions": versions,
             "read_as": read_as,
             "not_run": {h: r["reason"] for h, r in recs.items() if r["status"] != "ok"},
         }

@@ -166,9 +166,7 @@ def run(cfg: dict, workdir: Path) -> dict:
     from ..loadlab import prep  # written by the prep step's owner; imports torch
 
     plan = loader_plan(cfg)
-    usable = [n for n, rec in (plan or {}).get("loaders", {}).items() if rec["status"] == "ok"]
-    formats = tuple(sorted({loaders.BY_NAME[n].file_format for n in usable} - {"safetensors"}))
-    manifest = prep.prepare(cfg, workdir, formats)
+    manifest = prep.prepare(cfg, workdir, loader_formats(plan))
     return measure(cfg, manifest, scratch_dir=Path(workdir) / COLD_COPIES, loader_summary=plan)
 
 
@@ -182,6 +180,13 @@ def loader_plan(cfg: dict, record: dict | None = None) -> dict | None:
         return None
     record = loaders.venv_record() if record is None else record
     return loaders.summary(names, knobs, {n: loaders.status(n, record) for n in names})
+
+
+def loader_formats(plan: dict | None) -> tuple[str, ...]:
+    """The file formats prep.prepare must add for the loaders of ``plan`` (:func:`loader_plan`) that can
+    run here: tensorizer's own, where it is set; safetensors is always made."""
+    usable = [n for n, rec in (plan or {}).get("loaders", {}).items() if rec["status"] == "ok"]
+    return tuple(sorted({loaders.BY_NAME[n].file_format for n in usable} - {"safetensors"}))
 
 
 def _cell(

@@ -105,10 +105,10 @@ def prepare(directory: Path, big_mib: int, seed: int, loader_names: list[str] | 
     from ..loadlab import prep
 
     cfg = {"sizes": {"load_big_mib": big_mib, "load_small_full_size": 0}, "prep_seed": seed}
+    from ..steps import load
+
     plan = loader_plan(loader_names) if loader_names else None
-    usable = [n for n, rec in (plan or {}).get("loaders", {}).items() if rec["status"] == "ok"]
-    formats = tuple(sorted({loaders.BY_NAME[n].file_format for n in usable} - {"safetensors"}))
-    manifest = prep.prepare(cfg, directory, formats)
+    manifest = prep.prepare(cfg, directory, load.loader_formats(plan))
     files = {k: {"path": v["path"], "size_bytes": v["size_bytes"]} for k, v in manifest["files"].items()}
     sha = hashlib.sha256((directory / prep.MANIFEST).read_bytes()).hexdigest()  # a storage server checks it
     mount = mount_of(directory)  # every later command is given its source (together.storage.check)
