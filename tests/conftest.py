@@ -224,6 +224,7 @@ LONGEST_FIRST = (
     "test_load",
     "test_playbook_local",
     "test_loaders",
+    "test_savers",
     "test_powercut_cli",
     "test_killed_controller",
     "test_provision",

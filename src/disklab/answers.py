@@ -15,11 +15,13 @@ from __future__ import annotations
 from disklab import anchors, figures, verdicts
 from disklab.markup import code, md
 from disklab.sections import evidence
+from disklab.sections import savers as saversection
 from disklab.sections.load import time_split
 from disklab.units import ibytes, ns, pct, ratio, secs, us
 
 # At most this many lines: the answers have to fit the top of the page.
 MAX_LINES = 15
+OPT_IN = ("savers",)  # steps asked for by a setting (lab_run_savers): a line only where they ran
 # An error quoted in an answer is cut here (the section below quotes all of it).
 ERROR_CHARS = 160
 WARM_MIN = "at least 99 % resident just before the call"
@@ -458,12 +460,21 @@ def cold_unproven(sections: list[dict]) -> dict | None:
 
 # --- the whole answer ---------------------------------------------------------------------------------
 
+
+def _savers(sec: dict) -> str:
+    text = saversection.summary(sec["section"])
+    return (
+        md(text) + " (on this workbench)" if text else "no figure: no saver of lab_run_savers could run here"
+    )
+
+
 QUESTIONS = (
     ("write_buffering", "A syscall against the buffer", _write_buffering),
     ("fsync_bench", "A durable sync", None),
     ("big_write", "A big write", _big_write),
     ("crash", "A kill during a save", _crash),
     ("powercut", "A power cut", _powercut),
+    ("savers", "The savers you run", _savers),
     ("load", "Loading weights", None),
     ("pickle_safety", "A malicious pickle", _pickle),
 )
@@ -483,6 +494,8 @@ def host_answers(sections: list[dict], sync: dict, runs: list[dict]) -> dict:
         sec = by.get(name)
         aid = anchor(name)
         missing = _why_missing(name, sec)
+        if name in OPT_IN and (sec is None or sec["section"].get("status") == "not_run"):
+            continue  # a step the inventory did not ask for has no question to answer
         if name == "load" and not missing:
             lines += _load_lines(sec, aid)
             continue

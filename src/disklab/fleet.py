@@ -148,6 +148,17 @@ def host_column(doc: dict | None) -> dict | None:
             if f.kind == figures.VERDICT and f.experiment == "powercut"
         ],
         "powercut_why": None if ok(ps) else _why(ps, "powercut"),
+        # the savers step runs only where lab_run_savers names some: no row for a host that did not ask
+        "savers": [
+            {
+                "saver": x["saver"],
+                "verdicts": x.get("verdicts"),
+                "why": None if x["status"] == "ok" else markup.fact(x.get("reason") or x.get("error")),
+            }
+            for x in ((exps.get("savers") or {}).get("savers") or [])
+        ]
+        if ok(exps.get("savers"))
+        else [],  # fmt: skip
     }
 
 
@@ -362,6 +373,34 @@ def tables(index_rows: list[dict]) -> tuple[list[str], list[dict]]:
             or [("recipes", [c["powercut_why"] or NOT_MEASURED for _, c, _ in cols])],
         )
     )
+    skeys = list(dict.fromkeys(x["saver"] for _, c, _ in cols for x in c.get("savers") or []))
+
+    def saver_cell(c: dict, name: str, model: str) -> str:
+        x = next((x for x in c.get("savers") or [] if x["saver"] == name), None)
+        if x is None:
+            return NOT_MEASURED
+        if x["why"]:
+            return f"not run: {x['why']}"
+        v = x["verdicts"][model]
+        return f"**{v}**" if v == "unsafe" else v.replace("_", " ")
+
+    if skeys:
+        out.append(
+            _table(
+                "savers",
+                "The savers you run",
+                "Each framework saver of lab_run_savers on each host, over both of its cases (a fresh "
+                "directory, and over the earlier checkpoint): a real SIGKILL at exact calls and the "
+                "simulator's kill states, then every power-cut state, each checkpoint loaded back and "
+                "checked tensor by tensor.",
+                hosts,
+                [
+                    (f"{markup.md(name)} · {label}", [saver_cell(c, name, model) for _, c, _ in cols])
+                    for name in skeys
+                    for model, label in (("kill", "kill"), ("power_cut", "power cut"))
+                ],
+            )  # fmt: skip
+        )
     return hosts, out
 
 

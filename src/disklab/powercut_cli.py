@@ -1,4 +1,5 @@
-"""``disklab powercut FILE.py:FUNC``: check a user's save function against simulated crashes.
+"""``disklab powercut FILE.py:FUNC`` (or ``--saver NAME[:RANKS]``): check a user's save function, or a
+framework's own save, against simulated crashes.
 
 The controller never imports torch, nor the user's file. This module checks
 the input (FILE must be a .py file that compiles) and runs ``python -m
@@ -32,6 +33,7 @@ from pathlib import Path
 from disklab_host.common.child import child_env
 from disklab_host.common.interrupts import interrupt_once
 from disklab_host.powercut import check, states
+from disklab_host.savers import registry as saverlib
 
 # The host side's limits (disklab_host.powercut.simulate, which imports torch through its recipes).
 DEFAULT_TIMEOUT_S = 60.0
@@ -46,6 +48,8 @@ CHILD_CLEANUP_S = 60.0  # how long an interrupted check may take to stop its sav
 
 LOCAL_LAB_PYTHON = Path(".lab/venv/bin/python")
 SIMULATOR = "disklab_host.powercut.simulate"
+SAVER_CHECK = "disklab_host.savers.check"  # --saver NAME: a framework's own save
+SAVER_TIMEOUT_S = 120.0  # disklab_host.savers.powercut.DEFAULT_TIMEOUT_S
 MODELS = tuple(states.MODELS)
 FORMATS = check.FORMATS
 
@@ -129,7 +133,16 @@ def parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("spec", metavar="FILE.py:FUNC", help="FUNC(state_dict, path) saves a checkpoint to path")
+    ap.add_argument(
+        "spec", metavar="FILE.py:FUNC", nargs="?", default=None,
+        help="FUNC(state_dict, path) saves a checkpoint to path",
+    )  # fmt: skip
+    ap.add_argument(
+        "--saver", metavar="NAME[:RANKS]", default=None,
+        help=f"instead of FILE.py:FUNC, a framework's own save: {', '.join(saverlib.NAMES)} (dcp:4 for four "
+        "ranks), into a fresh directory and over an earlier checkpoint, each crash state loaded back by the "
+        "framework and checked tensor by tensor; --state-mib is then the model's size, any whole MiB",
+    )  # fmt: skip
     ap.add_argument("--model", default="power-cut", choices=MODELS, help="model that decides the exit status")
     ap.add_argument("--format", default="torch", choices=FORMATS, help="what FUNC writes (default torch)")
     ap.add_argument("--state-mib", type=int, default=4, help="state dict size in MiB, a multiple of 4")
@@ -184,11 +197,22 @@ def main(argv: list[str]) -> int:
 
 def _run(args) -> int:
     try:
-        spec = check_spec(args.spec)
+        if (args.spec is None) == (args.saver is None):
+            raise UsageError("give either FILE.py:FUNC or --saver NAME[:RANKS], not both and not neither")
+        if args.saver is not None:
+            try:
+                saverlib.parse(args.saver, "--saver")
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            if args.real_fs:
+                raise UsageError("--real-fs takes FILE.py:FUNC only: a --saver is judged by the simulator")
+        spec = check_spec(args.spec) if args.spec is not None else None
         if shutil.which("strace") is None:
             raise UsageError("strace is not installed (on Debian/Ubuntu: apt-get install strace)")
-        if args.state_mib <= 0 or args.state_mib % 4:
+        if spec is not None and (args.state_mib <= 0 or args.state_mib % 4):
             raise UsageError(f"--state-mib must be a positive multiple of 4, got {args.state_mib}")
+        if args.state_mib <= 0:
+            raise UsageError(f"--state-mib must be > 0, got {args.state_mib}")
         if not args.timeout_s > 0:
             raise UsageError(f"--timeout-s must be > 0, got {args.timeout_s:g}")
         if args.max_write_mib <= args.state_mib:
@@ -204,14 +228,19 @@ def _run(args) -> int:
     except UsageError as exc:
         print(f"disklab powercut: {exc}", file=sys.stderr)
         return 2
-    cmd = ["-m", SIMULATOR, "check", spec, "--model", args.model, "--format", args.format]
+    if args.saver is not None:
+        cmd = ["-m", SAVER_CHECK, "--saver", args.saver, "--model", args.model]
+        if args.timeout_s == DEFAULT_TIMEOUT_S:  # a framework's save (its ranks' collectives) takes longer
+            args.timeout_s = SAVER_TIMEOUT_S
+    else:
+        cmd = ["-m", SIMULATOR, "check", spec, "--model", args.model, "--format", args.format]
+        cmd += ["--max-memory-mib", str(args.max_memory_mib)]
+        if args.real_fs:
+            cmd += ["--real-fs", args.real_fs]
     cmd += ["--state-mib", str(args.state_mib), "--timeout-s", repr(args.timeout_s)]
     cmd += ["--max-write-mib", str(args.max_write_mib), "--max-files", str(args.max_files)]
-    cmd += ["--max-memory-mib", str(args.max_memory_mib)]
     if args.json:
         cmd += ["--json", str(args.json.resolve())]
-    if args.real_fs:
-        cmd += ["--real-fs", args.real_fs]
     workdir = Path(tempfile.mkdtemp(prefix="disklab-powercut-"))
     try:
         for python in python_candidates(args.python):

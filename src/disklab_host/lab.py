@@ -59,6 +59,7 @@ from .common.lock import LockHeld, RunLock
 from .common.result import emit as emit_result
 from .common.units import MIB
 from .loadlab import loaders
+from .savers import registry as saverlib
 
 # The lock file under the lab root: one run at a time per lab root (its workbench, its venv).
 LOCK_NAME = "lab.lock"
@@ -114,6 +115,7 @@ def load_config(path: Path) -> dict:
     cfg.setdefault("system", platform.system())
     registry.check_steps(cfg["steps"])
     loaders.check_settings(cfg.get("settings") or {})
+    saverlib.check_settings(cfg.get("settings") or {})
     return cfg
 
 

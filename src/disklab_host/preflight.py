@@ -42,6 +42,7 @@ from . import registry, stage
 from .common.result import emit as emit_result
 from .common.units import MIB
 from .loadlab import loaders, usermodel
+from .savers import registry as saverlib
 
 
 class Refused(Exception):
@@ -169,6 +170,7 @@ def preflight(cfg: dict, dry_run: bool = False) -> dict:
     try:
         registry.check_steps(cfg["steps"])
         loaders.check_settings(cfg.get("settings") or {})
+        saverlib.check_settings(cfg.get("settings") or {})
         model = (cfg.get("settings") or {}).get("load_model")
         if model is not None and "load" in cfg["steps"]:
             usermodel.refuse_special(str(model))

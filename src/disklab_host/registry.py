@@ -91,7 +91,9 @@ class Step:
     settings_bytes: Callable[[dict[str, int], dict], int] | None = None
 
     def enabled(self, settings: dict) -> bool:
-        return self.setting is None or settings.get(self.setting) is True
+        """On unless its setting is off: a flag (true), or a list that names something (lab_run_savers)."""
+        value = settings.get(self.setting) if self.setting else None
+        return self.setting is None or value is True or (isinstance(value, list) and bool(value))
 
     def __post_init__(self) -> None:
         if not self.module:
@@ -186,6 +188,26 @@ STEPS: tuple[Step, ...] = (
         # old and new checkpoint, temp file, and the strace text (data as hex, ~4.2x the state)
         needed_bytes=lambda s: 8 * s["powercut_state_mib"] * MIB,
         uses=("powercut", "checkpoint"),
+    ),
+    Step(
+        name="savers",
+        title="the savers users run (torch.distributed.checkpoint, transformers, accelerate, Lightning) "
+        "under SIGKILL and every power-cut state",
+        sizes=(
+            Size(
+                "savers_state_mib",
+                4,
+                8,
+                "MiB",
+                "the Llama-shaped model every saver saves (below 4: one layer)",
+            ),
+        ),
+        needs_torch=True,
+        platforms=("Linux",),
+        # per case: the earlier and the new checkpoint, a scratch copy, and the strace text (hex, ~4.2x)
+        needed_bytes=lambda s: 10 * max(s["savers_state_mib"], 6) * MIB,
+        uses=("savers", "powercut", "checkpoint"),
+        setting="savers",
     ),
     Step(
         name="realfs",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab import plotting
+from disklab import anchors, plotting
 
 PLOT_NAME = "powercut_verdicts.png"
 OUTCOMES = ("new_ok", "old_ok", "rolled_back", "corrupt", "missing")
@@ -61,6 +61,26 @@ def _plot(rows: list[dict], plot_dir: Path) -> str | None:
     return plotting.section_plot(plot_dir, PLOT_NAME, data, draw, __file__)
 
 
+def saver_rows(results: dict) -> list[dict]:
+    """One row per framework saver of the same run's savers step (its version, both verdicts over its two
+    cases, and the first mechanism its recordings show), for the recipes' table; [] where it did not run."""
+    sec = (results.get("experiments") or {}).get("savers") or {}
+    out = []
+    for s in sec.get("savers") or [] if sec.get("status") == "ok" else []:
+        if s["status"] != "ok":
+            continue
+        version = ", ".join(f"{k} {v}" for k, v in s["versions"].items())
+        worst = {key: _worst([s["cases"][c]["powercut"]["models"][key]["verdict"] for c in s["cases"]])
+                 for key, _ in MODELS}  # fmt: skip
+        first = s["mechanisms"][0]["text"] if s["mechanisms"] else "none found"
+        out.append({"saver": s["saver"], "version": version, **worst, "mechanism": first})
+    return out
+
+
+def _worst(verdicts: list[str]) -> str:
+    return "unsafe" if "unsafe" in verdicts else "rolled_back" if "rolled_back" in verdicts else "safe"
+
+
 def build(section: dict, results: dict, plot_dir: Path) -> dict:
     """Rows of the verdict table, its grid picture, first unsafe points and the comparison with the lesson.
 
@@ -111,6 +131,8 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
     return {
         "ok": True,
         "rows": rows,
+        "saver_rows": saver_rows(results),
+        "savers_anchor": anchors.section("savers"),
         "plot": _plot(rows, plot_dir),
         "unsafe_points": points,
         "rolled_back_points": rolled,

@@ -57,7 +57,7 @@ TRACED_CALLS = re.sub(
     "sendfile,sendfile64,copy_file_range,splice,tee,vmsplice,pipe,pipe2,ioctl,mmap,"
     "fsync,fdatasync,sync,syncfs,sync_file_range,rename,renameat,renameat2,"
     "unlink,unlinkat,rmdir,mkdir,mkdirat,link,linkat,symlink,symlinkat,close,fcntl,lseek,dup,dup2,dup3,"
-    "chdir,fchdir",
+    "chdir,fchdir,clone,clone3,fork,vfork",
 )
 IMPORT_MARKER = ".disklab-powercut-import"  # before the user's file is imported: outside writes count
 BEGIN_MARKER = ".disklab-powercut-begin"
@@ -295,6 +295,12 @@ def parse_trace(
     this recorder does not model, or (TruncatedError) a string was truncated.
     """
     tr = Translator(root, cwd, initial, initial_dirs)
+    if hasattr(lines, "seek"):
+        tr.family = family(lines)
+        lines.seek(0)
+    else:
+        lines = list(lines)
+        tr.family = family(lines)
     begun = returned = False
     counts: dict[str, int] = {}
     tr.recording = False
@@ -308,7 +314,7 @@ def parse_trace(
         if returned:  # after the save returned: a thread or child of it still writing is refused, named
             before = len(tr.calls)
             try:
-                tr.handle(name, args, ret)
+                tr.handle(name, args, ret, pid)
             except RecordError:
                 continue  # what cannot be translated after the return (the interpreter ending) is ignored
             if len(tr.calls) > before and name in _CHANGES:
@@ -319,7 +325,7 @@ def parse_trace(
                 )
             continue
         before = len(tr.calls)
-        tr.handle(name, args, ret)
+        tr.handle(name, args, ret, pid)
         if len(tr.calls) > before and name in _RECORDED:
             counts[name] = counts.get(name, 0) + 1
     inodes = {rel: i for i, rel in enumerate(sorted(initial))}
@@ -332,6 +338,20 @@ def parse_trace(
             return rec  # the caller refuses the outside writes; the save never began
         raise RecordError("the trace has no begin marker: the traced program did not reach the save")
     return rec
+
+
+_STARTS = ("clone", "fork")  # clone, clone3, fork, vfork
+
+
+def family(lines) -> dict[int, tuple[int, bool]]:
+    """Every thread and process the trace shows starting: child pid -> (parent pid, shares the parent's
+    file table), from the clone, clone3, fork and vfork calls of the whole trace."""
+    starts = (line for line in lines if any(s in line for s in _STARTS))
+    out = {}
+    for pid, name, args, ret, _rest in parse_lines(starts):
+        if name in ("clone", "clone3", "fork", "vfork") and ret > 0:
+            out[ret] = (pid, "CLONE_FILES" in " ".join(args))
+    return out
 
 
 def _after_marker(lines):

@@ -216,7 +216,7 @@ def record(
 ) -> tuple[pc_record.Recording, dict]:  # fmt: skip
     """Save the old checkpoint, snapshot, record the new save under strace, check the replay.
 
-    Each save runs in its own child process under strace (:func:`_run_save`), within
+    Each save runs in its own child process under strace (:func:`run_save`), within
     ``timeout_s`` from the call to the return and ``max_write_mib`` MiB written.
     Returns the recording and facts about it. Raises SpecError when the spec or the
     limits are bad, when a save does not return (it exits, is killed, hangs past
@@ -242,7 +242,7 @@ def record(
     since_ns = time.time_ns() - CLOCK_SLACK_NS
     run = dict(spec=spec, root=root, ckpt=ckpt, state_mib=state_mib, since_ns=since_ns)
     limits = dict(timeout_s=timeout_s, max_write_mib=max_write_mib, stop=stop)
-    _run_save(step=OLD_STEP, trace=base / "trace-step1.txt", **run, **limits)
+    run_save(step=OLD_STEP, trace=base / "trace-step1.txt", **run, **limits)
     from ..checkpoint import saver  # imports torch
 
     old_state, new_state = saver.make_state(state_mib, OLD_STEP), saver.make_state(state_mib, NEW_STEP)
@@ -251,7 +251,7 @@ def record(
     initial, dirs = pc_record.snapshot(root)
     start = time.perf_counter()
     traced = dict(step=NEW_STEP, trace=base / "trace.txt", initial=initial, dirs=dirs)
-    rec, trace_bytes, save_s = _run_save(**traced, **run, **limits)
+    rec, trace_bytes, save_s = run_save(**traced, **run, **limits)
     wall = time.perf_counter() - start
     real, _ = pc_record.snapshot(root)
     files = len(set(real) | set(rec.initial))
@@ -307,20 +307,21 @@ def check_replay(rec: pc_record.Recording, real: dict[str, bytes], ckpt: str) ->
     return diff
 
 
-def _run_save(
+def run_save(
     *, spec: str, step: int, root: Path, ckpt: str, state_mib: int, trace: Path, since_ns: int,
     timeout_s: float, max_write_mib: int, initial: dict | None = None, dirs: set | None = None,
-    stop: threading.Event | None = None,
+    stop: threading.Event | None = None, argv: list[str] | None = None, who: str | None = None,
 ) -> tuple[pc_record.Recording, int, float]:  # fmt: skip
     """One save in a child under strace: its recording, the trace's size (the trace is removed), save_s.
 
-    Raises SpecError for every way the save fails to return within the limits, and
-    for writes outside ``root`` (those it created are removed; the message names
-    each path and what became of it).
+    ``argv`` (default: this module's ``_traced`` child for ``spec``) is the child, which speaks the status
+    pipe's words; ``who`` names the save in messages (default: :data:`STEP_WORDS`). Raises SpecError for
+    every way the save fails to return within the limits, and for writes outside ``root`` (those it
+    created are removed; the message names each path and what became of it).
     """
-    who = STEP_WORDS[step]
+    who = who or STEP_WORDS[step]
     max_bytes = max_write_mib * MIB
-    argv = [
+    argv = argv or [
         *module_argv("disklab_host.powercut.simulate", "_traced"), "--spec", spec, "--dir", str(root),
         "--ckpt", ckpt, "--state-mib", str(state_mib), "--step", str(step),
     ]  # fmt: skip

@@ -26,7 +26,7 @@ from .. import venvprobe
 from ..common.fsio import atomic_write_json
 from ..common.result import emit as emit_result
 from ..loadlab import loaders as loaderlib
-from . import hostfacts, install, loaders, torchindex, venvrecord, venvstate
+from . import hostfacts, install, loaders, savers, torchindex, venvrecord, venvstate
 from .errors import Failed, Refused
 
 
@@ -40,14 +40,17 @@ def provision(
     facts: hostfacts.HostFacts | None = None,
     loader_names: list[str] | None = None,
     lock_setting: str = "auto",
+    saver_names: list[str] | None = None,
 ) -> dict:
     """Decide, refuse or provision; return the JSON object main() prints. Raises Refused or Failed.
 
     ``loader_names``: the production loaders to install beside the pins (provision.loaders);
-    ``lock_setting``: lab_venv_lock (disklab_host.lock: auto, required, never).
+    ``lock_setting``: lab_venv_lock (disklab_host.lock: auto, required, never); ``saver_names``: the
+    framework savers to install last, at their pins, with the venv's pins as constraints (provision.savers).
     """
     pip_args = list(pip_args or [])
     loader_names = loaders.check_loaders(list(loader_names or []))
+    saver_names = savers.check_savers(list(saver_names or []))
     if lock_setting not in locklib.SETTINGS:
         raise Refused(f"lab_venv_lock must be one of {', '.join(locklib.SETTINGS)}, got {lock_setting!r}")
     facts = facts or hostfacts.collect_host()
@@ -150,6 +153,9 @@ def provision(
         _refuse_without_cuda(versions, venv, source)
     action = {"keep": "kept", "extend": "extended", "create": "created", "rebuild": "rebuilt"}[action]
     changed = action != "kept" or any(results[n]["status"] == "ok" for n in retried)
+    if saver_names:  # last, held to the venv's pins and, where it came from a lock, to every package of it
+        held_to = [*pins, *(f"{n}=={v}" for n, v in (lock.packages if lock else {}).items())]
+        out["savers"] = savers.install_savers(venv, saver_names, held_to, pip_args)
     return {"ok": True, "changed": changed, "action": action, "reason": reason, **out,
             "versions": versions, "versions_source": venvstate.source(found),
             **({"loaders": results} if loader_names else {})}  # fmt: skip
@@ -182,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--loader", action="append", default=[], help="a production loader to install, repeatable"
     )
+    ap.add_argument("--saver", action="append", default=[], help="a framework saver to install, repeatable")
     ap.add_argument("--lock", default="auto", help="auto, required or never: install from the hash lock")
     ap.add_argument("--check", action="store_true", help="report what would be done, change nothing")
     args = ap.parse_args(argv)
@@ -189,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         verdict = provision(
             venv, args.pin, args.torch_index, args.pip_arg, args.require_cuda, args.check,
-            loader_names=args.loader, lock_setting=args.lock,
+            loader_names=args.loader, lock_setting=args.lock, saver_names=args.saver,
         )  # fmt: skip
     except (Refused, Failed, OSError) as exc:
         emit_result({"ok": False, "error": str(exc)})

@@ -47,8 +47,9 @@ class Opens(State):
             if "O_CREAT" in flags:
                 self.created_outside.add(path)
             self.outside_names[path] = self.next_ino
-            self.content[self.next_ino] = bytearray() if "O_TRUNC" in flags else LAZY
-            self.sizes[self.next_ino] = 0 if "O_TRUNC" in flags else -1
+            new = "O_TRUNC" in flags or "O_EXCL" in flags  # O_CREAT|O_EXCL made it: it was not there
+            self.content[self.next_ino] = bytearray() if new else LAZY
+            self.sizes[self.next_ino] = 0 if new else -1
             self.next_ino += 1
         elif "O_TRUNC" in flags:
             self._set_size(self.outside_names[path], 0)

@@ -98,7 +98,10 @@ class State:
         self.content: dict[int, object] = {i: bytearray(initial[rel]) for rel, i in self.names.items()}
         self.dirs = set(dirs)
         self.next_ino = len(self.names)
-        self.fds: dict[int, Fd] = {}
+        self.fds: dict[int, Fd] = {}  # the file table of the process whose call is being handled
+        self.main_table = self.fds  # the first process's, and any whose start the trace does not show
+        self.tables: dict[int, dict[int, Fd]] = {}  # pid -> its file table (a thread shares its parent's)
+        self.family: dict[int, tuple[int, bool]] = {}  # pid -> (its parent, whether it shares the table)
         self.calls: list[Call] = []
         self.recording = True  # False between the import marker and the begin marker
         self.outside: dict[str, str] = {}
@@ -171,7 +174,9 @@ class State:
         self.unplaced.append({"call_index": len(self.calls), "syscall": name, "path": path, "why": why})
         self.add(name, args, ret, [])
 
-    def handle(self, name: str, args: list[str], ret: int) -> None:
+    def handle(self, name: str, args: list[str], ret: int, pid: int | None = None) -> None:
+        """Translate one finished call of process ``pid`` (None: the one process of the recording)."""
+        self.fds = self.main_table if pid is None else self.table(pid)
         if ret < 0 and name != "lseek":
             return  # a failed call changes nothing
         if name in ("chdir", "fchdir") and self.recording:
@@ -187,14 +192,25 @@ class State:
         if handler is not None:
             handler(name, args, ret)
 
+    def table(self, pid: int) -> dict[int, Fd]:
+        """``pid``'s file table, made at its first call from :attr:`family` (the trace's clone, fork and
+        vfork calls, read before the calls are: a child's first calls may come before its parent's clone
+        returns): a thread shares its parent's (CLONE_FILES); a process gets a copy, whose fds name the same
+        open files, offsets shared (fork(2)). A pid whose start the trace does not show has the first's."""
+        if pid not in self.tables:
+            parent, shares = self.family.get(pid, (None, True))
+            theirs = self.main_table if parent is None or parent == pid else self.table(parent)
+            self.tables[pid] = theirs if shares else dict(theirs)
+        return self.tables[pid]
+
     # contents: what the page cache holds
     def _set_size(self, ino: int, size: int) -> None:
         buf = self.content.get(ino)
         if isinstance(buf, bytearray):
             del buf[size:]
             buf.extend(b"\0" * (size - len(buf)))
-        elif buf is LAZY:
-            self.content[ino] = None  # changed before its old bytes were seen
+        elif buf is LAZY:  # cut to nothing, it is known; else changed before its old bytes were seen
+            self.content[ino] = bytearray(size) if size == 0 else None
         self.sizes[ino] = size
         self.dirty[ino] = True
 
