@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 
 from disklab import powercut_cli, report
+from disklab.sections import crash as crash_section
 from disklab.sections import powercut as powercut_section
 from disklab.sections import savers as savers_section
 from disklab_host.powercut import record as pc_record
@@ -113,10 +114,19 @@ def test_the_section_matches_its_schema_and_renders(section, tmp_path):
     assert "ckpt/.metadata is removed before ckpt/.metadata.tmp is renamed over it" in text
     assert "simulated, not real" in text
     summary = savers_section.summary(section)
-    assert summary.startswith("dcp:2 can lose or mix the checkpoint on a kill") or "dcp:2" in summary
+    assert summary.startswith(
+        "dcp:2 can lose or mix the checkpoint on a kill and can lose or mix the checkpoint on"
+    )
     # the power-cut section of the same run gives each saver a row beside the recipes
     rows = powercut_section.saver_rows(results)
     assert [r["saver"] for r in rows] == ["dcp:2", "transformers"] and rows[0]["power_cut"] == "unsafe"
+    soonest = rows[0]["mechanism"]  # the mechanism that breaks it soonest
+    assert soonest.startswith("ckpt/.metadata is removed before")
+    # and the crash section, its real kills
+    kills = crash_section.saver_kills(results)
+    assert [(r["saver"], r["case"]) for r in kills][:2] == [
+        ("dcp:2", "fresh directory"), ("dcp:2", "over the earlier checkpoint")]  # fmt: skip
+    assert "left a checkpoint that loads right" in kills[1]["kill"]
 
 
 def test_a_saver_this_python_cannot_import_is_not_run_with_the_reason():

@@ -91,9 +91,15 @@ class Step:
     settings_bytes: Callable[[dict[str, int], dict], int] | None = None
 
     def enabled(self, settings: dict) -> bool:
-        """On unless its setting is off: a flag (true), or a list that names something (lab_run_savers)."""
+        """On unless its setting is off: a flag (true), or a list that names something (lab_run_savers; its
+        text too, as ``-e 'NAME=[a,b]'`` passes it to Ansible)."""
         value = settings.get(self.setting) if self.setting else None
-        return self.setting is None or value is True or (isinstance(value, list) and bool(value))
+        if self.setting is None or value is True:
+            return True
+        if self.setting not in LIST_SETTINGS:
+            return False
+        text = ",".join(map(str, value)) if isinstance(value, list) else str(value or "")
+        return bool(text.strip("[] ,"))
 
     def __post_init__(self) -> None:
         if not self.module:
@@ -116,6 +122,8 @@ def _big_file_bytes(s: dict[str, int]) -> int:
 TENSORIZER_OVERHEAD_BYTES = MIB
 # The setting that names the production loaders (loadlab/loaders.py), and the one that writes its own files.
 LOADERS_SETTING = "load_loaders"
+# Settings of a step (Step.setting) that are lists: the step is on when the list names something.
+LIST_SETTINGS = ("savers",)
 TENSORIZER = "tensorizer"
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from disklab import plotting
+from disklab import anchors, plotting
 from disklab.sections import layers
+from disklab.sections import savers as savers_section
 from disklab.units import ibytes, pct
 
 PLOT_NAME = "crash_bytes.png"
@@ -264,4 +265,15 @@ def build(section: dict, results: dict, plot_dir: Path) -> dict:
         "layers_save": section["layers"]
         if isinstance(section.get("layers"), dict) and "rows" in section["layers"]
         else None,
+        "saver_kills": saver_kills(results),
+        "savers_anchor": anchors.section("savers"),
     }
+
+
+def saver_kills(results: dict) -> list[dict]:
+    """The real kills of each framework saver of the same run's savers step, one row per saver and case
+    (disklab.sections.savers.rows); [] where that step did not run."""
+    sec = (results.get("experiments") or {}).get("savers") or {}
+    if sec.get("status") != "ok":
+        return []
+    return [r for r in savers_section.rows(sec) if r["status"] == "ok"]

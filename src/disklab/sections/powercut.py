@@ -13,6 +13,8 @@ from disklab import anchors, plotting
 PLOT_NAME = "powercut_verdicts.png"
 OUTCOMES = ("new_ok", "old_ok", "rolled_back", "corrupt", "missing")
 MODELS = (("process_kill", "process-kill"), ("power_cut", "power-cut"))
+# A saver's mechanisms, the one that breaks it soonest first (disklab_host.savers.mechanism's kinds).
+SEVERITY = ("remove_before_rename", "in_place_rewrite", "data_after_fsync", "never_fsynced", "no_dir_fsync")
 
 
 def _row(recipe: dict, key: str, label: str) -> dict:
@@ -63,7 +65,8 @@ def _plot(rows: list[dict], plot_dir: Path) -> str | None:
 
 def saver_rows(results: dict) -> list[dict]:
     """One row per framework saver of the same run's savers step (its version, both verdicts over its two
-    cases, and the first mechanism its recordings show), for the recipes' table; [] where it did not run."""
+    cases, and the mechanism its recordings show that breaks it soonest), for the recipes' table; [] where
+    it did not run."""
     sec = (results.get("experiments") or {}).get("savers") or {}
     out = []
     for s in sec.get("savers") or [] if sec.get("status") == "ok" else []:
@@ -72,7 +75,10 @@ def saver_rows(results: dict) -> list[dict]:
         version = ", ".join(f"{k} {v}" for k, v in s["versions"].items())
         worst = {key: _worst([s["cases"][c]["powercut"]["models"][key]["verdict"] for c in s["cases"]])
                  for key, _ in MODELS}  # fmt: skip
-        first = s["mechanisms"][0]["text"] if s["mechanisms"] else "none found"
+        ranked = sorted(
+            s["mechanisms"], key=lambda m: SEVERITY.index(m["kind"]) if m["kind"] in SEVERITY else 99
+        )
+        first = ranked[0]["text"] if ranked else "none found"
         out.append({"saver": s["saver"], "version": version, **worst, "mechanism": first})
     return out
 

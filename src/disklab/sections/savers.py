@@ -9,18 +9,20 @@ from pathlib import Path
 CASES = (("fresh", "fresh directory"), ("reuse", "over the earlier checkpoint"))
 MODELS = (("process_kill", "process-kill"), ("power_cut", "power-cut"))
 UNSAFE = ("mixed", "corrupt", "missing")
-WORDS = {"safe": "survives", "unsafe": "can lose or mix the checkpoint", "rolled_back": "can roll back"}
+WORDS = {"safe": "survives", "unsafe": "can lose or mix the checkpoint on", "rolled_back": "can roll back on"}
 
 
 def _kill_cell(kill: dict) -> str:
     """How the real kills ended: ``3 of 5 left a right checkpoint; 1 mixed, 1 missing``."""
     if kill.get("status") != "ok":
         return f"not run: {kill.get('reason', '')}"
-    n = len(kill["kills"])
+    n = len(kill["kills"]) - kill["not_stopped"]
     bad = ", ".join(f"{kill['counts'][o]} {o}" for o in UNSAFE if kill["counts"][o])
     text = f"{kill['loads']} of {n} left a checkpoint that loads right" + (f"; {bad}" if bad else "")
     if kill.get("earlier_lost"):
         text += f"; the earlier checkpoint lost in {kill['earlier_lost']}"
+    if kill["not_stopped"]:
+        text += f"; {kill['not_stopped']} save(s) ended before their point and were not killed"
     return text
 
 
@@ -71,7 +73,7 @@ def summary(section: dict) -> str | None:
     parts = []
     for s in ok:
         v = s["verdicts"]
-        parts.append(f"{s['saver']} {WORDS[v['kill']]} a kill and {WORDS[v['power_cut']]} on a power cut")
+        parts.append(f"{s['saver']} {WORDS[v['kill']]} a kill and {WORDS[v['power_cut']]} a power cut")
     return "; ".join(parts)
 
 

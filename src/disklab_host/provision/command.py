@@ -156,6 +156,7 @@ def provision(
     if saver_names:  # last, held to the venv's pins and, where it came from a lock, to every package of it
         held_to = [*pins, *(f"{n}=={v}" for n, v in (lock.packages if lock else {}).items())]
         out["savers"] = savers.install_savers(venv, saver_names, held_to, pip_args)
+        changed = changed or any(r.get("installed_now") for r in out["savers"].values())
     return {"ok": True, "changed": changed, "action": action, "reason": reason, **out,
             "versions": versions, "versions_source": venvstate.source(found),
             **({"loaders": results} if loader_names else {})}  # fmt: skip

@@ -82,7 +82,7 @@ def install_savers(venv: Path, names: list[str], venv_pins: list[str], pip_args:
                     )
                     out[name] = {**entry, "status": "not_run", "reason": why}
                     continue
-                found = _import(python, saver)
+                found = {**_import(python, saver), "installed_now": True}
             out[name] = {**entry, **found}
     atomic_write_json(venv / RECORD_NAME, out)
     return out

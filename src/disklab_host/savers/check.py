@@ -124,9 +124,20 @@ def _check(args) -> int:
     except (ValueError, simulate.SpecError, RecordError) as exc:
         print(f"disklab powercut: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print(
+            "disklab powercut: no verdict: the analysis ran out of memory (--max-memory-mib)", file=sys.stderr
+        )
+        return 2
     except KeyboardInterrupt:
         print("disklab powercut: interrupted; no verdict (the save was stopped)", file=sys.stderr)
         return INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 -- exit 1 means unsafe: anything else is no verdict
+        print(
+            f"disklab powercut: no verdict: {type(exc).__name__}: {' '.join(str(exc).split())[:500]}",
+            file=sys.stderr,
+        )
+        return 2
     finally:
         if base is not None and args.workdir is None:
             shutil.rmtree(base, ignore_errors=True)

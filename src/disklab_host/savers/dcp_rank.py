@@ -14,6 +14,8 @@ import argparse
 import contextlib
 import datetime
 import os
+import threading
+import time
 from pathlib import Path
 
 STATUS = "disklab-status "
@@ -22,6 +24,19 @@ STATUS = "disklab-status "
 def _marker(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):  # expected: the marker names no file
         os.close(os.open(path, os.O_RDONLY))
+
+
+def _watch_parent() -> None:
+    """End this rank when torch's launcher is gone (it is the rank's parent): the launcher starts each rank in
+    a session of its own, so a launcher killed with its process group leaves the ranks behind otherwise."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="disklab-parent-watch", daemon=True).start()
 
 
 def _warm(dcp, dist, state: dict, where: Path) -> None:
@@ -40,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markers", nargs="*", default=[], help="import, begin, end: the marker files' names")
     ap.add_argument("--gate", type=Path, default=None, help="the crash lab's gate (savers.gate.wait)")
     args = ap.parse_args(argv)
+    _watch_parent()
 
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -65,11 +81,11 @@ def main(argv: list[str] | None = None) -> int:
                 lambda: _warm(dcp, dist, state, args.gate / "warm"),
                 args.timeout_s,
             )
-        dist.barrier()
-        if lead:
+        if lead:  # before the barrier, so no rank can touch the directory before the recorder's begin
             print(STATUS + "begin", flush=True)
             if args.markers:
                 _marker(args.root / args.markers[1])
+        dist.barrier()
         dcp.save(state, checkpoint_id=str(args.dir))
         dist.barrier()
         if lead:

@@ -21,6 +21,8 @@ LIGHTNING_FILE = "ckpt.pt"
 UNPICKLES = {
     "dcp": "dcp.load reads .metadata with pickle.load, not torch.load(weights_only=True): load only "
     "checkpoints you trust",
+    "trainer": "training_args.bin is a pickled TrainingArguments that torch.load(weights_only=True) refuses; "
+    "resuming does not read it, so the judge does not either",
 }
 
 
@@ -57,12 +59,28 @@ def _llama(state_mib: int):
     return LlamaForCausalLM(LlamaConfig(**model.config(state_mib)))
 
 
+def _trainer(state: dict, output_dir: Path, state_mib: int):
+    """A Trainer over the model at ``state``, with its optimizer and scheduler made (nothing trains)."""
+    from transformers import Trainer, TrainingArguments
+
+    llama = _llama(state_mib)
+    llama.load_state_dict(state)
+    args = TrainingArguments(output_dir=str(output_dir), report_to=[], use_cpu=True, save_strategy="steps")
+    trainer = Trainer(model=llama, args=args)
+    trainer.create_optimizer_and_scheduler(num_training_steps=10)
+    return trainer
+
+
 def save_one(name: str, state: dict, directory: Path, state_mib: int) -> None:
     """Save ``state`` into ``directory`` with the framework ``name`` (not ``dcp``: see :mod:`.dcp_rank`)."""
     if name == "transformers":
         llama = _llama(state_mib)
         llama.load_state_dict(state)
         llama.save_pretrained(directory)
+    elif name == "trainer":
+        trainer = _trainer(state, Path(directory).parent, state_mib)
+        trainer.state.global_step = int(Path(directory).name.removeprefix("checkpoint-"))
+        trainer._save_checkpoint(trainer.model, trial=None)  # the Trainer's own save of checkpoint-N
     elif name == "accelerate":
         quiet_hf()
         from accelerate import Accelerator
@@ -104,6 +122,19 @@ def load(name: str, directory: Path, state_mib: int) -> dict:
         quiet_hf()
         from transformers import LlamaForCausalLM
 
+        return dict(LlamaForCausalLM.from_pretrained(directory).state_dict())
+    if name == "trainer":  # what resuming from checkpoint-N reads: its state, RNG, optimizer, then weights
+        quiet_hf()
+        import json
+
+        from transformers import LlamaForCausalLM
+        from transformers.trainer_pt_utils import safe_globals
+
+        json.loads((directory / "trainer_state.json").read_text())
+        with safe_globals():
+            torch.load(directory / "rng_state.pth", weights_only=True)
+        for part in ("optimizer.pt", "scheduler.pt"):
+            torch.load(directory / part, weights_only=True)
         return dict(LlamaForCausalLM.from_pretrained(directory).state_dict())
     if name == "accelerate":
         quiet_hf()

@@ -13,6 +13,8 @@ import shutil
 import time
 from pathlib import Path
 
+from ..checkpoint import killpoint
+
 
 def wait(where: Path, rank: int, warm, timeout_s: float) -> None:
     """The crash lab's gate: one save first (``warm``, into ``where``/warm, removed: the framework's lazy
@@ -20,6 +22,7 @@ def wait(where: Path, rank: int, warm, timeout_s: float) -> None:
     ``where``/pid-RANK, then wait for ``where``/go (the crash lab has attached strace)."""
     warm()
     shutil.rmtree(where / "warm", ignore_errors=True)
+    killpoint.allow_tracing()  # strace attaches to this process, not its child (Yama ptrace_scope 1)
     tmp = where / f".pid-{rank}"
     tmp.write_text(str(os.getpid()))
     os.replace(tmp, where / f"pid-{rank}")

@@ -170,11 +170,13 @@ class _Traced:
             self.read_fd, write_fd = os.pipe()
             out = [] if "-o" in args else ["-o", f"/dev/fd/{write_fd}"]
             attach = [arg for pid in pids for arg in ("-p", str(pid))]
-            self.tracer = subprocess.Popen(
-                [pc_record.find_strace(), "-f", *out, *args, *attach], stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write_fd,), text=True,
-            )  # fmt: skip
-            os.close(write_fd)
+            try:
+                self.tracer = subprocess.Popen(
+                    [pc_record.find_strace(), "-f", *out, *args, *attach], stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(write_fd,),
+                )  # fmt: skip
+            finally:
+                os.close(write_fd)
             self._attached(pids)
             (gate / "go").touch()
         except BaseException:
@@ -192,17 +194,17 @@ class _Traced:
     def _attached(self, pids: list[int]) -> None:
         """Wait until strace says it attached to each of ``pids`` ("Process N attached")."""
         left, deadline = {str(p) for p in pids}, time.monotonic() + killpoint.ATTACH_TIMEOUT_S
+        said = b""
         while left:
-            if (
-                time.monotonic() > deadline
-                or not select.select([self.tracer.stderr], [], [], 1.0)[0]
-                and (self.tracer.poll() is not None)
-            ):
-                raise killpoint.KillpointError(f"strace could not attach to {sorted(left)}")
-            line = self.tracer.stderr.readline()
-            if not line and self.tracer.poll() is not None:
-                raise killpoint.KillpointError(f"strace could not attach to {sorted(left)}")
-            left -= {p for p in left if f"Process {p} attached" in line}
+            if time.monotonic() > deadline:
+                raise killpoint.KillpointError(f"strace could not attach to {sorted(left)} in time")
+            if not select.select([self.tracer.stderr], [], [], 1.0)[0]:
+                continue  # nothing said yet
+            chunk = os.read(self.tracer.stderr.fileno(), 65536)  # unbuffered: several lines may come at once
+            if not chunk:
+                raise killpoint.KillpointError(f"strace could not attach to {sorted(left)}: it ended")
+            said += chunk
+            left -= {p for p in left if f"Process {p} attached".encode() in said}
 
     def stopped(self, timeout_s: float) -> str | None:
         """Wait for the injected SIGSTOP: the line that says which process stopped, or None when the save
@@ -281,7 +283,7 @@ def record_plan(
     spec: Spec, case: str, base: Path, state_mib: int, timeout_s: float
 ) -> tuple[list[Point], Path]:
     """Save the earlier checkpoint, keep it as the pristine copy, record one new save; (points, pristine)."""
-    old_dir, new_dir = sp.DIRS[case]
+    old_dir, new_dir = sp.dirs(spec, case)
     root = base / "ckpt_dir"
     shutil.rmtree(base, ignore_errors=True)
     root.mkdir(parents=True)
@@ -299,7 +301,7 @@ def record_plan(
 def kill_at(spec: Spec, case: str, base: Path, pristine: Path, point: Point, state_mib: int,
             timeout_s: float) -> dict:  # fmt: skip
     """Restore the earlier checkpoint, start the save, stop it at ``point``, SIGKILL it, judge the result."""
-    old_dir, new_dir = sp.DIRS[case]
+    old_dir, new_dir = sp.dirs(spec, case)
     root = base / "ckpt_dir"
     shutil.rmtree(root, ignore_errors=True)
     shutil.copytree(pristine, root, symlinks=True)
@@ -340,17 +342,28 @@ def run(spec: Spec, case: str, base: Path, state_mib: int, timeout_s: float = sp
     why = killpoint.unusable()
     if why:
         return {"status": "not_run", "reason": why}
-    points, pristine = record_plan(spec, case, base, state_mib, timeout_s)
-    kills = [kill_at(spec, case, base, pristine, p, state_mib, timeout_s) for p in points]
-    shutil.rmtree(base, ignore_errors=True)
+    try:
+        points, pristine = record_plan(spec, case, base, state_mib, timeout_s)
+        if not points:
+            return {
+                "status": "not_run",
+                "reason": "the recorded save made no call on its directory to stop at",
+            }
+        kills = [kill_at(spec, case, base, pristine, p, state_mib, timeout_s) for p in points]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    landed = [k for k in kills if k["stopped"]]  # a save that ended before its point was not killed
     counts = dict.fromkeys(("new_ok", "old_ok", "mixed", "corrupt", "missing"), 0)
-    for k in kills:
+    for k in landed:
         counts[k["outcome"]] += 1
     return {
         "status": "ok",
         "kills": kills,
+        "not_stopped": len(kills) - len(landed),
         "counts": counts,
         "loads": counts["new_ok"] + counts["old_ok"],
-        "earlier_lost": sum(k["earlier"] not in (None, "old_ok") for k in kills) if case == "fresh" else None,
-        "verdict": "unsafe" if any(counts[o] for o in sp.UNSAFE) else "safe",
+        "earlier_lost": sum(k["earlier"] not in (None, "old_ok") for k in landed)
+        if case == "fresh"
+        else None,
+        "verdict": "unsafe" if any(counts[o] for o in sp.UNSAFE) else "safe" if landed else "not_killed",
     }

@@ -35,6 +35,13 @@ CASES = ("fresh", "reuse")
 OUTCOMES = ("new_ok", "old_ok", "rolled_back", "mixed", "corrupt", "missing")
 UNSAFE = ("mixed", "corrupt", "missing")
 DIRS = {"fresh": ("old", "new"), "reuse": ("ckpt", "ckpt")}
+
+
+def dirs(spec: Spec, case: str) -> tuple[str, str]:
+    """The earlier and the new save's directories in ``case``: :data:`DIRS`, or the saver's own names."""
+    return (spec.saver.dirs or DIRS)[case]
+
+
 # A saver's save is slower than a recipe's (its framework's imports are before the clock, its ranks'
 # collectives are not): bounds per save, from the call to the return.
 DEFAULT_TIMEOUT_S = 120.0
@@ -61,7 +68,7 @@ def restart_finds(root: Path, spec: Spec, case: str, state_mib: int, old: dict, 
     """What a restart finds under ``root`` (:mod:`.judge`'s result), with ``new_dir``: the new directory's
     own outcome. In the fresh case a new directory that does not load (an error, or none) is skipped and
     the earlier one judged instead; one that loads is taken, whatever it holds."""
-    old_dir, new_dir = DIRS[case]
+    old_dir, new_dir = dirs(spec, case)
     found = judge_dir(root / new_dir, spec, state_mib, old, new)
     if case == "fresh" and "error" in found:
         earlier = judge_dir(root / old_dir, spec, state_mib, old, new)
@@ -98,20 +105,21 @@ def record(spec: Spec, case: str, base: Path, state_mib: int, *, timeout_s: floa
     root = base / "ckpt_dir"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    old_dir, new_dir = DIRS[case]
+    old_dir, new_dir = dirs(spec, case)
     old, new = model.state(state_mib, simulate.OLD_STEP), model.state(state_mib, simulate.NEW_STEP)
-    common = dict(spec="", root=root, ckpt="", state_mib=state_mib, since_ns=time.time_ns(),
-                  timeout_s=timeout_s, max_write_mib=max_write_mib, stop=stop)  # fmt: skip
+    since_ns = time.time_ns() - simulate.CLOCK_SLACK_NS  # file times run a tick behind the clock
+    common = dict(spec="", root=root, ckpt="", state_mib=state_mib, since_ns=since_ns, timeout_s=timeout_s,
+                  max_write_mib=max_write_mib, stop=stop)  # fmt: skip
     simulate.run_save(
         step=simulate.OLD_STEP, trace=base / "trace-step1.txt", who=f"{spec.label} (the earlier save)",
         argv=saver_argv(spec, root, root / old_dir, state_mib, simulate.OLD_STEP, timeout_s), **common,
     )  # fmt: skip
     _after_return(judge_dir(root / old_dir, spec, state_mib, old, new), "old_ok", spec, simulate.OLD_STEP)
     fsync_tree(root)  # the models take the earlier checkpoint as durable; make that true
-    initial, dirs = pc_record.snapshot(root)
+    initial, initial_dirs = pc_record.snapshot(root)
     start = time.perf_counter()
     rec, trace_bytes, save_s = simulate.run_save(
-        step=simulate.NEW_STEP, trace=base / "trace.txt", initial=initial, dirs=dirs,
+        step=simulate.NEW_STEP, trace=base / "trace.txt", initial=initial, dirs=initial_dirs,
         who=f"{spec.label} (the traced save)",
         argv=saver_argv(spec, root, root / new_dir, state_mib, simulate.NEW_STEP, timeout_s), **common,
     )  # fmt: skip
@@ -190,7 +198,7 @@ def check_model(rec, model_: pc_states.Model, *, spec: Spec, case: str, state_mi
             where = pc_check.materialise(files, scratch)
             seen[key] = restart_finds(where, spec, case, state_mib, old, new)
             if case == "fresh":
-                old_dir = DIRS[case][0]
+                old_dir = dirs(spec, case)[0]
                 seen[key]["earlier"] = judge_dir(where / old_dir, spec, state_mib, old, new)["outcome"]
             shutil.rmtree(where)
         found = seen[key]
@@ -243,7 +251,7 @@ def analyse(spec: Spec, case: str, base: Path, state_mib: int, max_torn: int = p
         )  # fmt: skip
         for name, m in pc_states.MODELS.items()
     }
-    target = DIRS[case][1]
+    target = dirs(spec, case)[1]
     return {
         "saver": spec.label,
         "case": case,

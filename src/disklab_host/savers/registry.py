@@ -25,6 +25,9 @@ class Saver:
     call: str
     ranks: tuple[int, ...] | None = None
     default_ranks: int | None = None
+    # The directories of the earlier and the new save in each case (savers.powercut.CASES), where the
+    # framework names them itself (the Trainer's checkpoint-N); None: old/ and new/, and ckpt/ for both.
+    dirs: dict[str, tuple[str, str]] | None = None
 
 
 SAVERS = (
@@ -32,6 +35,9 @@ SAVERS = (
           "dcp.save(state_dict, checkpoint_id=DIR)", ranks=(2, 4), default_ranks=2),
     Saver("transformers", "Hugging Face transformers", ("transformers==5.25.0",), ("transformers",),
           "model.save_pretrained(DIR)"),
+    Saver("trainer", "Hugging Face Trainer checkpoint", ("transformers==5.25.0", "accelerate==1.16.0"),
+          ("transformers", "accelerate"), "trainer._save_checkpoint(model, trial=None)",
+          dirs={"fresh": ("checkpoint-1", "checkpoint-2"), "reuse": ("checkpoint-2", "checkpoint-2")}),
     Saver("accelerate", "Hugging Face accelerate", ("accelerate==1.16.0",), ("accelerate",),
           "accelerator.save_state(DIR)"),
     Saver("lightning", "Lightning Fabric", ("lightning==2.6.6",), ("lightning",),

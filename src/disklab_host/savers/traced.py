@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from ..common.child import child_env, module_argv
 from ..powercut import record as pc_record
-from . import dcp_rank, frameworks, gate, model
+from . import dcp_rank, frameworks, gate, model, registry
 
 SAVE_RAISED = 3
 
@@ -42,19 +43,17 @@ def _one_process(args, status: _Status) -> int:
     try:
         import torch  # noqa: F401 -- imported before the markers, as the framework's own import
 
-        if args.saver == "transformers":
-            import transformers  # noqa: F401
-        elif args.saver == "accelerate":
-            import accelerate  # noqa: F401
-        elif args.saver == "lightning":
-            import lightning  # noqa: F401
+        for module in registry.BY_NAME[args.saver].imports:
+            importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 -- not installed, or an install that fails on import
         status.send(f"spec {args.saver} cannot be imported here: {type(exc).__name__}: {exc}")
         return SAVE_RAISED
     _marker(args.root / pc_record.IMPORT_MARKER)
     state = model.state(args.state_mib, args.step)
     if args.gate:
-        warm = args.gate / "warm"
+        warm = (
+            args.gate / "warm" / args.dir.name
+        )  # named as the save's own (the Trainer reads its step there)
         gate.wait(
             args.gate, 0, lambda: frameworks.save_one(args.saver, state, warm, args.state_mib), args.timeout_s
         )

@@ -86,10 +86,10 @@ def one_case(spec: registry.Spec, case: str, workdir: Path, state_mib: int) -> d
 
 
 def judge_saver(cases: dict) -> dict:
-    """The saver's verdicts over its cases: survives a kill, survives a power cut, and the fix to make."""
+    """The saver's verdicts over its cases: survives a kill (no real kill and no process-kill state lost or
+    mixed it), survives a power cut, and the fix to make."""
     kill_safe = all(
-        c["kill"].get("verdict", "safe") == "safe"
-        and c["powercut"]["models"]["process_kill"]["verdict"] == "safe"
+        c["kill"].get("verdict") != "unsafe" and c["powercut"]["models"]["process_kill"]["verdict"] == "safe"
         for c in cases.values()
     )
     power = [c["powercut"]["models"]["power_cut"]["verdict"] for c in cases.values()]
@@ -128,8 +128,13 @@ def run(cfg: dict, workdir: Path) -> dict:
             continue
         try:
             cases = {case: one_case(spec, case, workdir, state_mib) for case in sp.CASES}
-        except (simulate.SpecError, RecordError) as exc:
-            out.append({**entry, "status": "failed", "error": str(exc)})
+        except Exception as exc:  # noqa: BLE001 -- one saver's failure never costs the others their results
+            words = (
+                str(exc)
+                if isinstance(exc, (simulate.SpecError, RecordError))
+                else f"{type(exc).__name__}: {exc}"
+            )
+            out.append({**entry, "status": "failed", "error": " ".join(words.split())[:2000]})
             continue
         out.append({**entry, "status": "ok", "cases": cases, **judge_saver(cases)})
     return {

@@ -47,7 +47,8 @@ class Opens(State):
             if "O_CREAT" in flags:
                 self.created_outside.add(path)
             self.outside_names[path] = self.next_ino
-            new = "O_TRUNC" in flags or "O_EXCL" in flags  # O_CREAT|O_EXCL made it: it was not there
+            # O_CREAT with O_EXCL made it (it was not there); O_TRUNC emptied it
+            new = "O_TRUNC" in flags or ("O_CREAT" in flags and "O_EXCL" in flags)
             self.content[self.next_ino] = bytearray() if new else LAZY
             self.sizes[self.next_ino] = 0 if new else -1
             self.next_ino += 1

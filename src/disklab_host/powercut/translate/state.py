@@ -179,6 +179,8 @@ class State:
         self.fds = self.main_table if pid is None else self.table(pid)
         if ret < 0 and name != "lseek":
             return  # a failed call changes nothing
+        if name in ("clone", "clone3", "fork", "vfork") and ret not in self.tables:
+            self.table(ret)  # a child that has not run yet: its table as its parent's is now
         if name in ("chdir", "fchdir") and self.recording:
             said = self.text(name, args, ret)  # paths in the checkpoint's directory are shown relative to it
             if said.startswith("chdir('.')"):
@@ -193,10 +195,11 @@ class State:
             handler(name, args, ret)
 
     def table(self, pid: int) -> dict[int, Fd]:
-        """``pid``'s file table, made at its first call from :attr:`family` (the trace's clone, fork and
-        vfork calls, read before the calls are: a child's first calls may come before its parent's clone
-        returns): a thread shares its parent's (CLONE_FILES); a process gets a copy, whose fds name the same
-        open files, offsets shared (fork(2)). A pid whose start the trace does not show has the first's."""
+        """``pid``'s file table, made when its parent's clone, fork or vfork returns, or at the child's first
+        call where that comes first, from :attr:`family` (those calls, read from the whole trace before any
+        call is placed): a thread shares its parent's (CLONE_FILES); a process gets a copy, whose fds name
+        the same open files, offsets shared (fork(2)). A pid whose start the trace does not show has the
+        first process's."""
         if pid not in self.tables:
             parent, shares = self.family.get(pid, (None, True))
             theirs = self.main_table if parent is None or parent == pid else self.table(parent)
