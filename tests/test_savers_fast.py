@@ -269,3 +269,15 @@ def test_provision_refuses_an_unknown_saver_before_any_install():
     assert provision_savers.check_savers(["dcp:4", "transformers", "dcp"]) == ["dcp", "transformers"]
     with pytest.raises(Refused, match="lab_venv_savers: unknown saver 'deepspeed'; known: dcp"):
         provision_savers.check_savers(["deepspeed"])
+
+
+def test_a_temp_file_removed_again_and_a_sync_leave_nothing_to_lose():
+    ops = [
+        Op(0, "create", ino=0, path="new/scratch"),
+        Op(1, "write", ino=0, data=b"x"),
+        Op(2, "unlink", path="new/scratch"),  # a temp file, gone before the save returns
+        Op(3, "create", ino=1, path="new/a"),
+        Op(4, "write", ino=1, data=b"y"),
+        Op(5, "sync"),  # sync(2): the file and its directory entry
+    ]
+    assert mechanism.find(ops, {}, "new") == []

@@ -45,6 +45,9 @@ def find(ops: list, initial: dict[str, bytes], target: str) -> list[dict]:
             last_fsync[op.ino] = op.call
         elif op.kind == "dirsync":
             dirsync[op.path] = op.call
+        elif op.kind == "sync":  # sync(2), syncfs(2): every file and every directory
+            last_fsync.update(dict.fromkeys(path_of, op.call))
+            dirsync.update(dict.fromkeys([*entries, "."], op.call))
         if op.kind in META_KINDS:
             words = {"create": f"the creation of {op.path}", "mkdir": f"the creation of {op.path}/",
                      "rename": f"the rename of {op.path} to {op.dst}", "unlink": f"the removal of {op.path}",
@@ -53,6 +56,9 @@ def find(ops: list, initial: dict[str, bytes], target: str) -> list[dict]:
             entries.setdefault(_parent(where if op.kind != "mkdir" else op.path), []).append((op.call, words))
         if op.kind == "unlink":
             removed[op.path] = op.call
+            gone = names.pop(op.path, None)
+            if gone is not None:
+                path_of.pop(gone, None)
         if op.kind == "rename":
             if op.dst in removed:
                 add("remove_before_rename",
@@ -73,7 +79,9 @@ def find(ops: list, initial: dict[str, bytes], target: str) -> list[dict]:
                 "save each checkpoint into a new directory and rename it into place (or keep the last "
                 "two)")  # fmt: skip
     for ino, call in last_data.items():
-        name = path_of.get(ino, f"inode {ino}")
+        if ino not in path_of:  # removed again before the save returned (a temp file): nothing to lose
+            continue
+        name = path_of[ino]
         if ino not in last_fsync:
             add("never_fsynced", f"{name} is never fsynced: a power cut can lose its data",
                 f"fsync {name} before the save returns")  # fmt: skip
