@@ -281,3 +281,20 @@ def test_a_temp_file_removed_again_and_a_sync_leave_nothing_to_lose():
         Op(5, "sync"),  # sync(2): the file and its directory entry
     ]
     assert mechanism.find(ops, {}, "new") == []
+
+
+def test_provision_reads_every_pinned_distribution_of_a_saver(tmp_path):
+    """A saver is held when every one of its pins is (the Trainer needs accelerate beside transformers);
+    one whose module does not import is not_run with the import's own last line."""
+    import sys
+
+    from disklab_host.provision import savers as provision_savers
+
+    python = Path(sys.executable)
+    found = provision_savers._import(python, registry.BY_NAME["dcp"])
+    assert found["status"] == "ok" and found["versions"]["torch"].startswith("2.13.0")
+    ghost = registry.Saver(
+        "ghost", "a saver", ("ghost==1.0",), ("disklab_no_such_module",), "ghost.save(DIR)"
+    )
+    missing = provision_savers._import(python, ghost)
+    assert missing["status"] == "not_run" and "No module named 'disklab_no_such_module'" in missing["reason"]

@@ -19,11 +19,12 @@ from ..savers import registry
 from . import install
 from .errors import Failed, Refused
 
-RECORD_NAME = "disklab-savers.json"  # disklab_host.steps.savers.INSTALL_RECORD
 IMPORT_TIMEOUT_S = 300
+# Imports each module named, then prints each distribution's version, on one line.
 _CHECK = (
-    "import importlib, importlib.metadata, sys; importlib.import_module(sys.argv[1]); "
-    "print(importlib.metadata.version(sys.argv[2]))"
+    "import importlib, importlib.metadata, sys; "
+    "[importlib.import_module(m) for m in sys.argv[1].split(',')]; "
+    "print(' '.join(importlib.metadata.version(d) for d in sys.argv[2].split(',')))"
 )
 
 
@@ -37,18 +38,26 @@ def check_savers(names: list[str]) -> list[str]:
 
 
 def _import(python: Path, saver: registry.Saver) -> dict:
-    dist = saver.pins[0].partition("==")[0] if saver.pins else "torch"
+    """Import the saver's modules in the venv: ``{"status": "ok", "versions": {dist: version}}`` (torch's
+    where it pins nothing), or not_run with the error's last line."""
+    dists = [p.partition("==")[0] for p in saver.pins] or ["torch"]
     try:
         cp = subprocess.run(
-            [str(python), "-c", _CHECK, saver.imports[0], dist], capture_output=True, text=True,
-            timeout=IMPORT_TIMEOUT_S, check=False, env=install.clean_env(),
+            [str(python), "-c", _CHECK, ",".join(saver.imports), ",".join(dists)], capture_output=True,
+            text=True, timeout=IMPORT_TIMEOUT_S, check=False, env=install.clean_env(),
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"status": "not_run", "reason": f"importing {saver.imports[0]} could not be run: {exc}"}
+        return {
+            "status": "not_run",
+            "reason": f"importing {', '.join(saver.imports)} could not be run: {exc}",
+        }
     if cp.returncode != 0:
         last = (cp.stderr.strip().splitlines() or [f"exit {cp.returncode}"])[-1]
-        return {"status": "not_run", "reason": f"import {saver.imports[0]} failed in the lab venv: {last}"}
-    return {"status": "ok", "version": cp.stdout.strip().splitlines()[-1]}
+        return {
+            "status": "not_run",
+            "reason": f"import {', '.join(saver.imports)} failed in the lab venv: {last}",
+        }
+    return {"status": "ok", "versions": dict(zip(dists, cp.stdout.split(), strict=False))}
 
 
 def install_savers(venv: Path, names: list[str], venv_pins: list[str], pip_args: list[str]) -> dict:
@@ -62,8 +71,8 @@ def install_savers(venv: Path, names: list[str], venv_pins: list[str], pip_args:
             saver = registry.BY_NAME[name]
             entry = {"pins": list(saver.pins)}
             found = _import(python, saver)
-            wanted = [p.partition("==")[2] for p in saver.pins[:1]]
-            if saver.pins and not (found["status"] == "ok" and [found["version"]] == wanted):
+            wanted = dict(p.split("==") for p in saver.pins)
+            if saver.pins and found.get("versions") != wanted:
                 pip = [
                     str(python),
                     "-m",
@@ -84,5 +93,5 @@ def install_savers(venv: Path, names: list[str], venv_pins: list[str], pip_args:
                     continue
                 found = {**_import(python, saver), "installed_now": True}
             out[name] = {**entry, **found}
-    atomic_write_json(venv / RECORD_NAME, out)
+    atomic_write_json(venv / registry.INSTALL_RECORD, out)
     return out

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SETTING = "lab_run_savers"
+# Beside the lab venv's own record: each saver's install and import outcome (provision.savers writes it, the
+# savers step reads its reasons).
+INSTALL_RECORD = "disklab-savers.json"
 
 
 @dataclass(frozen=True)
@@ -30,17 +33,20 @@ class Saver:
     dirs: dict[str, tuple[str, str]] | None = None
 
 
+# The exact pins (the newest on PyPI when this table was written, 2026-12); torch is the lab venv's own.
+TRANSFORMERS, ACCELERATE, LIGHTNING = "transformers==5.25.0", "accelerate==1.16.0", "lightning==2.6.6"
+
 SAVERS = (
     Saver("dcp", "torch.distributed.checkpoint", (), ("torch.distributed.checkpoint",),
           "dcp.save(state_dict, checkpoint_id=DIR)", ranks=(2, 4), default_ranks=2),
-    Saver("transformers", "Hugging Face transformers", ("transformers==5.25.0",), ("transformers",),
+    Saver("transformers", "Hugging Face transformers", (TRANSFORMERS,), ("transformers",),
           "model.save_pretrained(DIR)"),
-    Saver("trainer", "Hugging Face Trainer checkpoint", ("transformers==5.25.0", "accelerate==1.16.0"),
+    Saver("trainer", "Hugging Face Trainer checkpoint", (TRANSFORMERS, ACCELERATE),
           ("transformers", "accelerate"), "trainer._save_checkpoint(model, trial=None)",
           dirs={"fresh": ("checkpoint-1", "checkpoint-2"), "reuse": ("checkpoint-2", "checkpoint-2")}),
-    Saver("accelerate", "Hugging Face accelerate", ("accelerate==1.16.0",), ("accelerate",),
+    Saver("accelerate", "Hugging Face accelerate", (ACCELERATE,), ("accelerate",),
           "accelerator.save_state(DIR)"),
-    Saver("lightning", "Lightning Fabric", ("lightning==2.6.6",), ("lightning",),
+    Saver("lightning", "Lightning Fabric", (LIGHTNING,), ("lightning",),
           "fabric.save(DIR/ckpt.pt, state)"),
 )  # fmt: skip
 BY_NAME = {s.name: s for s in SAVERS}

@@ -27,15 +27,13 @@ from ..savers import frameworks, kill, mechanism, registry
 from ..savers import powercut as sp
 
 SETTING = "savers"  # lab_run_savers
-# What provisioning wrote beside the venv's own record: each saver's install and import outcome.
-INSTALL_RECORD = "disklab-savers.json"
 DROPPED = ("samples", "call_texts")  # per-state rows and every call's text: the report reads neither
 
 
 def install_record() -> dict:
     """Each saver's outcome as provisioning recorded it in this venv ({} where it recorded none)."""
     try:
-        return json.loads((Path(sys.prefix) / INSTALL_RECORD).read_text())
+        return json.loads((Path(sys.prefix) / registry.INSTALL_RECORD).read_text())
     except (OSError, ValueError):
         return {}
 
