@@ -22,6 +22,9 @@ from ..powercut import record as pc_record
 from . import dcp_rank, frameworks, gate, model, registry
 
 SAVE_RAISED = 3
+# The launcher's run directory (its --log-dir; by default a torchelastic_* in /tmp that outlives every killed
+# save), beside the checkpoint's directory, which the save's caller removes.
+LAUNCHER_LOGS = "launcher-logs"
 
 
 class _Status:
@@ -76,7 +79,8 @@ def launcher_argv(ranks: int, directory: Path, root: Path, state_mib: int, step:
     marks = ["--markers", pc_record.IMPORT_MARKER, pc_record.BEGIN_MARKER, pc_record.END_MARKER]
     marks += ["--gate", str(gate_dir)] if gate_dir else []
     return [
-        *module_argv("torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"),
+        *module_argv("torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+                     f"--log-dir={root.parent / LAUNCHER_LOGS}"),
         "-m", "disklab_host.savers.dcp_rank", "--dir", str(directory), "--root", str(root),
         "--state-mib", str(state_mib), "--step", str(step), "--timeout-s", str(timeout_s), *marks,
     ]  # fmt: skip
