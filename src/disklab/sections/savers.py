@@ -17,6 +17,8 @@ def _kill_cell(kill: dict) -> str:
     if kill.get("status") != "ok":
         return f"not run: {kill.get('reason', '')}"
     n = len(kill["kills"]) - kill["not_stopped"]
+    if n == 0:
+        return f"no kill landed: {kill['not_stopped']} save(s) ended before their point"
     bad = ", ".join(f"{kill['counts'][o]} {o}" for o in UNSAFE if kill["counts"][o])
     text = f"{kill['loads']} of {n} left a checkpoint that loads right" + (f"; {bad}" if bad else "")
     if kill.get("earlier_lost"):

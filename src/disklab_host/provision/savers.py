@@ -57,7 +57,13 @@ def _import(python: Path, saver: registry.Saver) -> dict:
             "status": "not_run",
             "reason": f"import {', '.join(saver.imports)} failed in the lab venv: {last}",
         }
-    return {"status": "ok", "versions": dict(zip(dists, cp.stdout.split(), strict=False))}
+    words = (cp.stdout.strip().splitlines() or [""])[-1].split()  # the last line: an import may print others
+    if len(words) != len(dists):
+        return {
+            "status": "not_run",
+            "reason": f"the versions of {', '.join(dists)} could not be read: {words}",
+        }
+    return {"status": "ok", "versions": dict(zip(dists, words, strict=True))}
 
 
 def install_savers(venv: Path, names: list[str], venv_pins: list[str], pip_args: list[str]) -> dict:
@@ -91,7 +97,8 @@ def install_savers(venv: Path, names: list[str], venv_pins: list[str], pip_args:
                     )
                     out[name] = {**entry, "status": "not_run", "reason": why}
                     continue
-                found = {**_import(python, saver), "installed_now": True}
+                after = _import(python, saver)
+                found = {**after, "installed_now": after.get("versions") != found.get("versions")}
             out[name] = {**entry, **found}
     atomic_write_json(venv / registry.INSTALL_RECORD, out)
     return out
