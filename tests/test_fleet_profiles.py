@@ -133,10 +133,12 @@ def test_quick_lab_passes_on_both_and_stores_and_renders_the_results(fleet, repo
         assert doc["host"] == h.name and doc["facts"]["workbench"]["fstype"] == FS[h.name]
         assert doc["facts"]["host"]["hostname"] == fleet.host(h.name)["netns"]
         steps = doc["experiments"]
-        # realfs is off unless lab_run_realfs is set; the fresh host has no strace for powercut
-        expect_not_run = {"realfs", "powercut"} if h.name == FRESH else {"realfs"}
+        # realfs is off unless lab_run_realfs is set, savers unless lab_run_savers names some; the fresh host
+        # has no strace for powercut
+        expect_not_run = {"realfs", "savers", "powercut"} if h.name == FRESH else {"realfs", "savers"}
         assert {s for s, r in steps.items() if r["status"] == "not_run"} == expect_not_run, steps
         assert steps["realfs"]["reason"].startswith("lab_run_realfs is off (the default)")
+        assert steps["savers"]["reason"].startswith("lab_run_savers is empty (the default)")
         assert all(r["status"] == "ok" for s, r in steps.items() if s not in expect_not_run), steps
         report = (reports / h.name / "report.md").read_text()
         assert f"| filesystem type | **{FS[h.name]}** |" in report
