@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from disklab import anchors, plotting
+from disklab_host.savers import judge
 
 PLOT_NAME = "powercut_verdicts.png"
 OUTCOMES = ("new_ok", "old_ok", "rolled_back", "corrupt", "missing")
@@ -73,7 +74,7 @@ def saver_rows(results: dict) -> list[dict]:
         if s["status"] != "ok":
             continue
         version = ", ".join(f"{k} {v}" for k, v in s["versions"].items())
-        worst = {key: _worst([s["cases"][c]["powercut"]["models"][key]["verdict"] for c in s["cases"]])
+        worst = {key: judge.worst([s["cases"][c]["powercut"]["models"][key]["verdict"] for c in s["cases"]])
                  for key, _ in MODELS}  # fmt: skip
         ranked = sorted(
             s["mechanisms"], key=lambda m: SEVERITY.index(m["kind"]) if m["kind"] in SEVERITY else 99
@@ -81,10 +82,6 @@ def saver_rows(results: dict) -> list[dict]:
         first = ranked[0]["text"] if ranked else "none found"
         out.append({"saver": s["saver"], "version": version, **worst, "mechanism": first})
     return out
-
-
-def _worst(verdicts: list[str]) -> str:
-    return "unsafe" if "unsafe" in verdicts else "rolled_back" if "rolled_back" in verdicts else "safe"
 
 
 def build(section: dict, results: dict, plot_dir: Path) -> dict:

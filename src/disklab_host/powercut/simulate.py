@@ -147,7 +147,7 @@ def check_limits(state_mib: int, timeout_s: float, max_write_mib: int) -> None:
         )
 
 
-class _Status:
+class Status:
     """The child's side of the status pipe: "begin", then "ok", "raised ..." or "spec ..."."""
 
     def __init__(self, fd: int | None):
@@ -165,7 +165,7 @@ def _traced_child(args) -> int:
     The first save's child is the first process of a check to import torch and safetensors (the check
     itself imports them once that save has returned): when it cannot, it says so ("notorch ...").
     """
-    status = _Status(args.status_fd)
+    status = Status(args.status_fd)
     try:
         from ..checkpoint import saver
 
@@ -176,7 +176,9 @@ def _traced_child(args) -> int:
         print(f"cannot import torch and safetensors: {why}", file=sys.stderr)
         return SAVE_RAISED
     ckpt = Path(args.dir) / args.ckpt
-    _marker(ckpt.parent / pc_record.IMPORT_MARKER)  # from here on, writes outside the directory count
+    pc_record.open_marker(
+        ckpt.parent / pc_record.IMPORT_MARKER
+    )  # from here on, writes outside the directory count
     try:
         save = resolve_save(args.spec)
     except SpecError as exc:
@@ -185,21 +187,16 @@ def _traced_child(args) -> int:
         return SAVE_RAISED
     state = saver.make_state(args.state_mib, args.step)
     status.send("begin")
-    _marker(ckpt.parent / pc_record.BEGIN_MARKER)
+    pc_record.open_marker(ckpt.parent / pc_record.BEGIN_MARKER)
     try:
         save(state, str(ckpt))
     except BaseException as exc:  # noqa: BLE001 -- sys.exit() and KeyboardInterrupt get no verdict either
         status.send(f"raised {describe_exception(exc)}")
         print(f"save function {describe_exception(exc)}", file=sys.stderr)
         return SAVE_RAISED
-    _marker(ckpt.parent / pc_record.END_MARKER)
+    pc_record.open_marker(ckpt.parent / pc_record.END_MARKER)
     status.send("ok")
     return 0
-
-
-def _marker(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):  # expected: the marker names no file
-        os.close(os.open(path, os.O_RDONLY))
 
 
 def _absolute_spec(spec: str) -> str:
@@ -564,14 +561,19 @@ def compare_with_lesson(recipe, result: dict) -> dict:
     }
 
 
+def verdict_table(models: dict, outcomes: tuple[str, ...]) -> list[str]:
+    """A line per model (its verdict and how many crash states gave each of ``outcomes``), under a head."""
+    lines = [f"{'model':<13} {'verdict':<12}" + "".join(f"{o:>12}" for o in outcomes)]
+    for key, m in models.items():
+        row = f"{key.replace('_', '-'):<13} {m['verdict']:<12}"
+        lines.append(row + "".join(f"{m['counts'][o]:>12}" for o in outcomes))
+    return lines
+
+
 def render(result: dict, title: str) -> str:
     """The verdict table and the first unsafe point per model, as plain text."""
     lines = [f"{title}: {result['recording']['calls']} recorded calls", ""]
-    head = f"{'model':<13} {'verdict':<12}" + "".join(f"{o:>12}" for o in pc_check.OUTCOMES)
-    lines.append(head)
-    for key, m in result["models"].items():
-        row = f"{key.replace('_', '-'):<13} {m['verdict']:<12}"
-        lines.append(row + "".join(f"{m['counts'][o]:>12}" for o in pc_check.OUTCOMES))
+    lines += verdict_table(result["models"], pc_check.OUTCOMES)
     for key, m in result["models"].items():
         p = m["first_unsafe"]
         if p:
@@ -676,7 +678,7 @@ def _real_fs(args, result: dict, base: Path) -> list[dict]:
     return cells
 
 
-def _tell(fd: int | None, line: str) -> None:
+def tell(fd: int | None, line: str) -> None:
     """One line to the caller's --ready-fd pipe (nothing without one)."""
     if fd is not None:
         with contextlib.suppress(OSError):
@@ -685,7 +687,7 @@ def _tell(fd: int | None, line: str) -> None:
 
 def _check(args) -> int:
     base = None
-    _tell(args.ready_fd, "check")
+    tell(args.ready_fd, "check")
     try:
         if pc_record.find_strace() is None:
             raise SpecError("strace is not installed (apt-get install strace)")
@@ -711,7 +713,7 @@ def _check(args) -> int:
     except NoTorchError as exc:
         if args.ready_fd is None:
             print(f"disklab powercut: {_one_line(exc, 2000)}", file=sys.stderr)
-        _tell(args.ready_fd, "notorch")  # the caller says it, or tries another Python
+        tell(args.ready_fd, "notorch")  # the caller says it, or tries another Python
         return 2
     except (SpecError, RecordError) as exc:
         print(f"disklab powercut: {_one_line(exc, 2000)}", file=sys.stderr)

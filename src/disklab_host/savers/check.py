@@ -9,8 +9,6 @@ one did, 2 for bad input or a save that gets no verdict (one line on stderr), 13
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import shutil
 import signal
 import sys
@@ -23,7 +21,7 @@ from ..powercut import record as pc_record
 from ..powercut import simulate
 from ..powercut import states as pc_states
 from ..powercut.trace import RecordError
-from . import frameworks, mechanism, registry
+from . import frameworks, judge, mechanism, registry
 from . import powercut as sp
 
 INTERRUPTED = 130
@@ -37,11 +35,7 @@ def render(result: dict) -> str:
         "the directory of the earlier checkpoint, over it")  # fmt: skip
     lines = [f"{result['saver']} saving into {where}: {rec['calls']} recorded calls, files "
              f"{', '.join(rec['files'])}", ""]  # fmt: skip
-    head = f"{'model':<13} {'verdict':<12}" + "".join(f"{o:>12}" for o in sp.OUTCOMES)
-    lines.append(head)
-    for key, m in result["models"].items():
-        row = f"{key.replace('_', '-'):<13} {m['verdict']:<12}"
-        lines.append(row + "".join(f"{m['counts'][o]:>12}" for o in sp.OUTCOMES))
+    lines += simulate.verdict_table(result["models"], sp.OUTCOMES)
     for key, m in result["models"].items():
         for which in ("first_mixed", "first_unsafe"):
             p = m.get(which)
@@ -72,21 +66,15 @@ def main(argv: list[str] | None = None) -> int:
         return _check(args)
 
 
-def _tell(fd: int | None, line: str) -> None:
-    if fd is not None:
-        with contextlib.suppress(OSError):
-            os.write(fd, f"{line}\n".encode())
-
-
 def _check(args) -> int:
-    _tell(args.ready_fd, "check")
+    simulate.tell(args.ready_fd, "check")
     base = None
     try:
         spec = registry.parse(args.saver, "--saver")
         try:
             import torch  # noqa: F401
         except ImportError:
-            _tell(args.ready_fd, "notorch")
+            simulate.tell(args.ready_fd, "notorch")
             return 2
         missing = [m for m in spec.saver.imports if _absent(m)]
         if missing:
@@ -106,7 +94,7 @@ def _check(args) -> int:
             print(render(result), end="\n\n")
         key = simulate.MODEL_KEYS[args.model]
         verdicts = {
-            "kill" if k == "process_kill" else k: _worst(
+            "kill" if k == "process_kill" else k: judge.worst(
                 [r["models"][k]["verdict"] for r in results.values()]
             )
             for k in ("process_kill", "power_cut")
@@ -118,7 +106,7 @@ def _check(args) -> int:
             print(f"to fix: {fix}")
         if args.json:
             atomic_write_json(args.json, {"saver": spec.label, "cases": results, "suggestion": fix})
-        worst = _worst([r["models"][key]["verdict"] for r in results.values()])
+        worst = judge.worst([r["models"][key]["verdict"] for r in results.values()])
         print(f"\nverdict under {args.model}: {worst}")
         return 1 if worst == "unsafe" else 0
     except (ValueError, simulate.SpecError, RecordError) as exc:
@@ -147,10 +135,6 @@ def _absent(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module.split(".")[0]) is None
-
-
-def _worst(verdicts: list[str]) -> str:
-    return "unsafe" if "unsafe" in verdicts else "rolled_back" if "rolled_back" in verdicts else "safe"
 
 
 if __name__ == "__main__":

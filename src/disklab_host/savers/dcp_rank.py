@@ -11,19 +11,15 @@ and says "disklab-status begin" / "disklab-status ok" on its stdout, which the l
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import os
 import threading
 import time
 from pathlib import Path
 
+from ..powercut import record
+
 STATUS = "disklab-status "
-
-
-def _marker(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):  # expected: the marker names no file
-        os.close(os.open(path, os.O_RDONLY))
 
 
 def _watch_parent() -> None:
@@ -68,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         lead = dist.get_rank() == 0
         if lead and args.markers:  # the launcher's own files (its run directory in /tmp) are before this
-            _marker(args.root / args.markers[0])
+            record.open_marker(args.root / args.markers[0])
         mesh = init_device_mesh("cpu", (dist.get_world_size(),))
         full = model.state(args.state_mib, args.step)
         state = {k: distribute_tensor(v, mesh, [Shard(0)]) for k, v in full.items()}
@@ -84,13 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         if lead:  # before the barrier, so no rank can touch the directory before the recorder's begin
             print(STATUS + "begin", flush=True)
             if args.markers:
-                _marker(args.root / args.markers[1])
+                record.open_marker(args.root / args.markers[1])
         dist.barrier()
         dcp.save(state, checkpoint_id=str(args.dir))
         dist.barrier()
         if lead:
             if args.markers:
-                _marker(args.root / args.markers[2])
+                record.open_marker(args.root / args.markers[2])
             print(STATUS + "ok", flush=True)
     finally:
         dist.destroy_process_group()

@@ -3,7 +3,7 @@
 ``save_one(name, state, directory, state_mib)`` saves in this process (every saver but ``dcp``, whose
 ranks are processes of torch's launcher: :mod:`.dcp_rank`). ``load(name, directory, state_mib)`` is
 what a restart runs: it returns the model's tensors as the framework loaded them, or raises with the
-framework's own error. Where the framework's load unpickles more than tensors (``weights_only=False``),
+framework's own error. Where the framework's load unpickles more than a weights-only load would allow,
 :data:`UNPICKLES` says so in one line.
 """
 

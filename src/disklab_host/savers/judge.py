@@ -17,6 +17,12 @@ OUTCOMES = ("new_ok", "old_ok", "mixed", "corrupt", "missing")
 NO_CHECKPOINT = "global metadata read failed"  # DCP's words where a directory has no .metadata
 
 
+def worst(verdicts) -> str:
+    """The worst of several verdicts (a saver's over its cases): unsafe, then rolled_back, then safe."""
+    verdicts = list(verdicts)
+    return "unsafe" if "unsafe" in verdicts else "rolled_back" if "rolled_back" in verdicts else "safe"
+
+
 def compare(found: dict, old: dict, new: dict) -> dict:
     """``found`` (name -> tensor) against ``old`` and ``new``, element by element: {"outcome", "old", "new",
     "both", "neither"} with the names in each group. ``both``: a tensor whose every element equals the one

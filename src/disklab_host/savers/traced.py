@@ -10,7 +10,6 @@ them, rank 0 opens the markers and its stdout's status lines are relayed here.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import os
 import subprocess
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from ..common.child import child_env, module_argv
 from ..powercut import record as pc_record
+from ..powercut import simulate
 from . import dcp_rank, frameworks, gate, model, registry
 
 SAVE_RAISED = 3
@@ -27,22 +27,7 @@ SAVE_RAISED = 3
 LAUNCHER_LOGS = "launcher-logs"
 
 
-class _Status:
-    def __init__(self, fd: int | None):
-        self.fd = fd
-
-    def send(self, line: str) -> None:
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.write(self.fd, (" ".join(line.split())[:3000] + "\n").encode())
-
-
-def _marker(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.close(os.open(path, os.O_RDONLY))
-
-
-def _one_process(args, status: _Status) -> int:
+def _one_process(args, status: simulate.Status) -> int:
     try:
         import torch  # noqa: F401 -- imported before the markers, as the framework's own import
 
@@ -51,7 +36,7 @@ def _one_process(args, status: _Status) -> int:
     except Exception as exc:  # noqa: BLE001 -- not installed, or an install that fails on import
         status.send(f"spec {args.saver} cannot be imported here: {type(exc).__name__}: {exc}")
         return SAVE_RAISED
-    _marker(args.root / pc_record.IMPORT_MARKER)
+    pc_record.open_marker(args.root / pc_record.IMPORT_MARKER)
     state = model.state(args.state_mib, args.step)
     if args.gate:
         warm = (
@@ -61,14 +46,14 @@ def _one_process(args, status: _Status) -> int:
             args.gate, 0, lambda: frameworks.save_one(args.saver, state, warm, args.state_mib), args.timeout_s
         )
     status.send("begin")
-    _marker(args.root / pc_record.BEGIN_MARKER)
+    pc_record.open_marker(args.root / pc_record.BEGIN_MARKER)
     try:
         frameworks.save_one(args.saver, state, args.dir, args.state_mib)
     except BaseException as exc:  # noqa: BLE001 -- sys.exit() and KeyboardInterrupt get no verdict either
         status.send(f"raised {type(exc).__name__}: {exc}")
         print(f"{args.saver} save raised {type(exc).__name__}: {exc}", file=sys.stderr)
         return SAVE_RAISED
-    _marker(args.root / pc_record.END_MARKER)
+    pc_record.open_marker(args.root / pc_record.END_MARKER)
     status.send("ok")
     return 0
 
@@ -86,7 +71,7 @@ def launcher_argv(ranks: int, directory: Path, root: Path, state_mib: int, step:
     ]  # fmt: skip
 
 
-def _ranks(args, status: _Status) -> int:
+def _ranks(args, status: simulate.Status) -> int:
     argv = launcher_argv(
         args.ranks, args.dir, args.root, args.state_mib, args.step, args.timeout_s, args.gate
     )
@@ -117,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gate", type=Path, default=None, help="the crash lab's gate directory (gate())")
     args = ap.parse_args(argv)
     frameworks.quiet_hf()
-    status = _Status(args.status_fd)
+    status = simulate.Status(args.status_fd)
     if args.saver == "dcp":
         return _ranks(args, status)
     return _one_process(args, status)

@@ -23,7 +23,7 @@ from ..common.facts import not_run
 from ..powercut import record as pc_record
 from ..powercut import simulate
 from ..powercut.trace import RecordError
-from ..savers import frameworks, kill, mechanism, registry
+from ..savers import frameworks, judge, kill, mechanism, registry
 from ..savers import powercut as sp
 
 SETTING = "savers"  # lab_run_savers
@@ -90,8 +90,7 @@ def judge_saver(cases: dict) -> dict:
         c["kill"].get("verdict") != "unsafe" and c["powercut"]["models"]["process_kill"]["verdict"] == "safe"
         for c in cases.values()
     )
-    power = [c["powercut"]["models"]["power_cut"]["verdict"] for c in cases.values()]
-    power_verdict = "unsafe" if "unsafe" in power else "rolled_back" if "rolled_back" in power else "safe"
+    power_verdict = judge.worst(c["powercut"]["models"]["power_cut"]["verdict"] for c in cases.values())
     found = []
     for case, c in cases.items():
         for m in c["powercut"]["mechanisms"]:
